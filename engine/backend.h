@@ -1,0 +1,106 @@
+/*
+ * backend: what a compute backend implements, and the batch it is given every step.
+ *
+ * The engine owns scheduling and the KV block allocator; a backend owns the KV pool's memory
+ * and runs the model over one flattened varlen batch per step: prefill chunks and decodes of
+ * many sequences together. The CPU backend (engine/cpu) and the CUDA backend (kernels/) take
+ * exactly the same batch. Backends are found by name in a small table: "cpu" is built in,
+ * "cuda" is registered by main() when the CUDA build is present.
+ *
+ *     const backend_ops_t *ops = backend_find("cpu");
+ *     backend_t *be;
+ *     ops->create(&opts, weights, &be, &err);
+ *     backend_kv_reserve(be, num_blocks, 16, &err);
+ *     backend_forward(be, &batch, logits, &err);   // logits [batch.n_logits, vocab] f32
+ *     backend_destroy(be);
+ *
+ * KV slots: the pool holds num_blocks blocks of block_size tokens for every layer. A token's
+ * slot is block_id * block_size + offset; slot_mapping tells where each new token's K and V go,
+ * and the block table tells which blocks hold a sequence's context, in order.
+ */
+#ifndef TACHYON_BACKEND_H
+#define TACHYON_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "err.h"
+#include "weights.h"
+
+/* One step's work. Sequence s owns tokens [query_start[s], query_start[s+1]) of the flattened
+ * arrays; these are its newest tokens, at positions context_len[s] - n_new .. context_len[s]-1
+ * (a prefill chunk after a cached prefix, or a single decode token). Attention for s reads the
+ * first context_len[s] slots of its block table, the new tokens' K and V included (they are
+ * written to the pool before attention), causally. */
+typedef struct be_batch {
+    int n_tokens; /* flattened tokens this step */
+    int n_seqs;
+    const int32_t *token_ids;    /* [n_tokens] */
+    const int32_t *positions;    /* [n_tokens] position of each token in its sequence */
+    const int64_t *slot_mapping; /* [n_tokens] KV slot to write; -1 = do not write */
+    const int32_t *query_start;  /* [n_seqs + 1] token offsets, query_start[0] = 0 */
+    const int32_t *context_len;  /* [n_seqs] tokens of context after this step */
+    const int32_t *block_tables; /* [n_seqs, block_table_stride] block ids */
+    int block_table_stride;
+    int n_logits;              /* rows that need logits (last token of a finished prefill, decodes) */
+    const int32_t *logit_rows; /* [n_logits] token indices into the flattened arrays */
+} be_batch_t;
+
+typedef struct backend_options {
+    int n_threads;                  /* CPU: worker threads (0 = all cores) */
+    bool emulate_fp8_activations;   /* CPU: quantize GEMM inputs per token per 128 columns to
+                                       e4m3 (W8A8, as the GPU does) before FP8 weight GEMMs */
+    int device;                     /* CUDA: device ordinal */
+    double gpu_memory_utilization;  /* CUDA: fraction of device memory to use */
+} backend_options_t;
+
+typedef struct backend backend_t;
+
+typedef struct backend_ops {
+    const char *name; /* "cpu", "cuda" */
+    /* Creates an instance for the weights (which must outlive it). The caller owns *out. */
+    int (*create)(const backend_options_t *opts, const model_weights_t *w, backend_t **out,
+                  err_t *err);
+    void (*destroy)(backend_t *be);
+    /* Bytes one KV block takes across all layers (K and V), for sizing the pool. */
+    size_t (*kv_block_bytes)(const backend_t *be, int block_size);
+    /* (Re)allocates the KV pool; previous contents are lost. */
+    int (*kv_reserve)(backend_t *be, int num_blocks, int block_size, err_t *err);
+    /* Runs the model over the batch; writes logits [n_logits, vocab_size] f32 (host memory). */
+    int (*forward)(backend_t *be, const be_batch_t *batch, float *logits, err_t *err);
+    /* A one-line description ("cpu, 2 threads, f32"). */
+    void (*describe)(const backend_t *be, char *buf, size_t size);
+} backend_ops_t;
+
+/* Every backend instance starts with this header. */
+struct backend {
+    const backend_ops_t *ops;
+};
+
+/* Adds a backend to the table (main() registers "cuda" when it is built). */
+int backend_register(const backend_ops_t *ops);
+
+/* The backend of that name, or NULL. "cpu" is always there. */
+const backend_ops_t *backend_find(const char *name);
+
+/* Names of the registered backends, NULL-terminated (static storage). */
+const char *const *backend_names(void);
+
+static inline void backend_destroy(backend_t *be) {
+    if (be) be->ops->destroy(be);
+}
+static inline int backend_kv_reserve(backend_t *be, int num_blocks, int block_size, err_t *err) {
+    return be->ops->kv_reserve(be, num_blocks, block_size, err);
+}
+static inline int backend_forward(backend_t *be, const be_batch_t *b, float *logits, err_t *err) {
+    return be->ops->forward(be, b, logits, err);
+}
+
+/* Checks a batch against the pool: counts, offsets, slots and block ids in range. Backends
+ * call it in debug builds; tests call it directly. */
+int backend_check_batch(const be_batch_t *b, int num_blocks, int block_size, err_t *err);
+
+extern const backend_ops_t cpu_backend_ops;
+
+#endif

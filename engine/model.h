@@ -1,0 +1,76 @@
+/*
+ * model: what a model is (config.json -> model_config_t) and the table of architectures.
+ *
+ * The architecture table maps config.json's `model_type` to the code that reads its
+ * architecture-specific fields and to the list of tensors its checkpoints hold (weights.h).
+ * Qwen3 dense is implemented; Qwen3-MoE and Qwen3.5 slot in as new rows.
+ *
+ *     model_config_t cfg;
+ *     if (model_config_load(dir, &cfg, &err) < 0) ...          // from config.json
+ *     if (model_config_preset("qwen3-14b", &cfg, &err) < 0) ... // built-in shapes
+ */
+#ifndef TACHYON_MODEL_H
+#define TACHYON_MODEL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "dtype.h"
+#include "err.h"
+#include "mdir.h"
+
+typedef struct model_arch model_arch_t;
+
+typedef struct model_config {
+    const model_arch_t *arch;
+    char model_type[32];   /* config.json model_type, e.g. "qwen3" */
+    char source[256];      /* where it came from: "DIR/config.json" or "preset qwen3-14b" */
+    int hidden_size;       /* H */
+    int n_layers;
+    int n_heads;           /* query heads */
+    int n_kv_heads;
+    int head_dim;          /* D, explicit in Qwen3 config (not H / n_heads) */
+    int intermediate_size; /* I */
+    int vocab_size;        /* V: rows of embed_tokens / lm_head (>= the tokenizer's vocab) */
+    int max_position_embeddings;
+    double rope_theta;
+    float rms_norm_eps;
+    bool tie_word_embeddings;
+    int bos_token_id; /* -1 when absent */
+    int eos_token_id; /* -1 when absent; generation_config.json may list more */
+    dtype_t torch_dtype;
+    /* quantization_config with quant_method fp8 and weight_block_size */
+    bool fp8;
+    int fp8_block_n, fp8_block_k; /* 128, 128 */
+} model_config_t;
+
+/* Parses a config.json text; `file` names it in messages. Refuses an unknown model_type, a
+ * missing or invalid field, and rope_scaling the engine does not implement. */
+int model_config_parse(const char *json_text, const char *file, model_config_t *cfg, err_t *err);
+
+/* Reads and parses config.json of a model directory. */
+int model_config_load(mdir_t *dir, model_config_t *cfg, err_t *err);
+
+/* Built-in configs of real models, for --load-format dummy: "qwen3-0.6b", "qwen3-14b",
+ * "qwen3-32b" (the Hugging Face config.json values) and "tiny". With fp8, the preset gets the
+ * quantization_config of the -FP8 checkpoints (block 128x128). */
+int model_config_preset(const char *name, bool fp8, model_config_t *cfg, err_t *err);
+
+/* NULL-terminated list of preset names, for help and completion. */
+const char *const *model_preset_names(void);
+
+/* Derived sizes. */
+static inline int model_q_dim(const model_config_t *c) {
+    return c->n_heads * c->head_dim;
+}
+static inline int model_kv_dim(const model_config_t *c) {
+    return c->n_kv_heads * c->head_dim;
+}
+
+/* Parameters in the model (embedding counted once when tied). */
+int64_t model_param_count(const model_config_t *c);
+
+/* A one-line summary: "qwen3 28 layers, hidden 1024, 16/8 heads x 128, ...". */
+void model_config_describe(const model_config_t *c, char *buf, size_t size);
+
+#endif

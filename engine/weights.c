@@ -1,0 +1,346 @@
+#include "weights.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model_arch.h"
+#include "rng.h"
+#include "safetensors.h"
+
+struct model_weights {
+    model_config_t config;
+    wtensor_t global[G_COUNT];
+    wtensor_t *layers; /* [n_layers][L_COUNT] */
+    mdir_t *dir;       /* owned when weights_open opened it */
+    st_set_t *st;      /* the checkpoint, when loaded */
+    void **owned;      /* buffers to free: converted scales, dummy data */
+    int n_owned, cap_owned;
+};
+
+static int own(model_weights_t *w, void *p, err_t *err) {
+    if (!p) return err_set(err, "out of memory");
+    if (w->n_owned == w->cap_owned) {
+        int cap = w->cap_owned ? 2 * w->cap_owned : 64;
+        void **owned = realloc(w->owned, cap * sizeof *owned);
+        if (!owned) {
+            free(p);
+            return err_set(err, "out of memory");
+        }
+        w->owned = owned;
+        w->cap_owned = cap;
+    }
+    w->owned[w->n_owned++] = p;
+    return 0;
+}
+
+static model_weights_t *weights_new(const model_config_t *cfg, err_t *err) {
+    model_weights_t *w = calloc(1, sizeof *w);
+    if (w) w->layers = calloc((size_t)cfg->n_layers * L_COUNT, sizeof *w->layers);
+    if (!w || !w->layers) {
+        free(w);
+        err_set(err, "out of memory");
+        return NULL;
+    }
+    w->config = *cfg;
+    return w;
+}
+
+void weights_destroy(model_weights_t *w) {
+    if (!w) return;
+    for (int i = 0; i < w->n_owned; i++) free(w->owned[i]);
+    free(w->owned);
+    free(w->layers);
+    st_close(w->st);
+    mdir_close(w->dir);
+    free(w);
+}
+
+static wtensor_t *slot_of(model_weights_t *w, const wspec_t *s, int layer) {
+    return s->per_layer ? &w->layers[(size_t)layer * L_COUNT + s->slot] : &w->global[s->slot];
+}
+
+mdir_t *weights_dir(const model_weights_t *w) {
+    return w->dir;
+}
+
+const model_config_t *weights_config(const model_weights_t *w) {
+    return &w->config;
+}
+const wtensor_t *weights_global(const model_weights_t *w, gslot_t slot) {
+    return &w->global[slot];
+}
+const wtensor_t *weights_layer(const model_weights_t *w, int layer, lslot_t slot) {
+    return &w->layers[(size_t)layer * L_COUNT + slot];
+}
+
+static uint64_t wtensor_bytes(const wtensor_t *t) {
+    uint64_t n = (uint64_t)t->rows * t->cols * dtype_size(t->dtype);
+    if (t->scale_inv) n += (uint64_t)t->scale_rows * t->scale_cols * sizeof(float);
+    return n;
+}
+
+uint64_t weights_bytes(const model_weights_t *w) {
+    uint64_t n = 0;
+    for (int g = 0; g < G_COUNT; g++)
+        if (!(g == G_LM_HEAD && w->config.tie_word_embeddings)) n += wtensor_bytes(&w->global[g]);
+    for (int i = 0; i < w->config.n_layers * L_COUNT; i++) n += wtensor_bytes(&w->layers[i]);
+    return n;
+}
+
+void wtensor_row_f32(const wtensor_t *t, int64_t row, float *dst) {
+    size_t esize = dtype_size(t->dtype);
+    const unsigned char *src = (const unsigned char *)t->data + (size_t)row * t->cols * esize;
+    dtype_to_f32(t->dtype, src, dst, (size_t)t->cols);
+    if (!t->scale_inv) return;
+    const float *scales = t->scale_inv + (row / t->block_n) * t->scale_cols;
+    for (int64_t k = 0; k < t->cols; k++) dst[k] *= scales[k / t->block_k];
+}
+
+int load_format_parse(const char *name) {
+    if (!strcmp(name, "auto")) return LOAD_AUTO;
+    if (!strcmp(name, "safetensors")) return LOAD_SAFETENSORS;
+    if (!strcmp(name, "dummy")) return LOAD_DUMMY;
+    return -1;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Binding a checkpoint
+
+static void shape_str(const st_tensor_t *t, char *buf, size_t size) {
+    size_t n = (size_t)snprintf(buf, size, "[");
+    for (int i = 0; i < t->ndim && n < size; i++)
+        n += (size_t)snprintf(buf + n, size - n, "%s%lld", i ? ", " : "", (long long)t->shape[i]);
+    if (n < size) snprintf(buf + n, size - n, "]");
+}
+
+/* Where a tensor is, for messages: "DIR/shard.safetensors: tensor 'name'". */
+#define WHERE(t) mdir_path(dir), (t)->file, (t)->name
+
+static int check_shape(mdir_t *dir, const model_config_t *cfg, const wspec_t *s,
+                       const st_tensor_t *t, err_t *err) {
+    int64_t rows = model_dim(cfg, s->rows), cols = model_dim(cfg, s->cols);
+    bool ok = s->rows == WD_ONE ? (t->ndim == 1 && t->shape[0] == cols)
+                                : (t->ndim == 2 && t->shape[0] == rows && t->shape[1] == cols);
+    if (ok) return 0;
+    char have[128], rdim[128], cdim[128];
+    shape_str(t, have, sizeof have);
+    model_dim_explain(cfg, s->rows, rdim, sizeof rdim);
+    model_dim_explain(cfg, s->cols, cdim, sizeof cdim);
+    if (s->rows == WD_ONE)
+        return err_set(err, "%s/%s: tensor '%s' has shape %s but config.json implies [%lld] (%s)",
+                       WHERE(t), have, (long long)cols, cdim);
+    return err_set(err, "%s/%s: tensor '%s' has shape %s but config.json implies [%lld, %lld] (%s; %s)",
+                   WHERE(t), have, (long long)rows, (long long)cols, rdim, cdim);
+}
+
+static int bind_scale(model_weights_t *w, mdir_t *dir, const st_tensor_t *t,
+                      const st_tensor_t *sc, wtensor_t *out, err_t *err) {
+    const model_config_t *cfg = &w->config;
+    int bn = cfg->fp8_block_n, bk = cfg->fp8_block_k;
+    int64_t srows = (t->shape[0] + bn - 1) / bn, scols = (t->shape[1] + bk - 1) / bk;
+    if (sc->dtype != DT_F32 && sc->dtype != DT_BF16 && sc->dtype != DT_F16)
+        return err_set(err, "%s/%s: tensor '%s' has dtype %s; FP8 scales must be F32, BF16 or F16",
+                       WHERE(sc), dtype_name(sc->dtype));
+    if (sc->ndim != 2 || sc->shape[0] != srows || sc->shape[1] != scols) {
+        char have[128];
+        shape_str(sc, have, sizeof have);
+        return err_set(err,
+                       "%s/%s: tensor '%s' has shape %s but a [%lld, %lld] weight with %dx%d "
+                       "blocks needs [%lld, %lld]",
+                       WHERE(sc), have, (long long)t->shape[0], (long long)t->shape[1], bn, bk,
+                       (long long)srows, (long long)scols);
+    }
+    float *scales = malloc((size_t)(srows * scols) * sizeof *scales);
+    if (own(w, scales, err) < 0) return -1;
+    dtype_to_f32(sc->dtype, sc->data, scales, (size_t)(srows * scols));
+    for (int64_t i = 0; i < srows * scols; i++)
+        if (!isfinite(scales[i]) || scales[i] < 0)
+            return err_set(err, "%s/%s: tensor '%s' holds a negative or non-finite scale at %lld",
+                           WHERE(sc), (long long)i);
+    out->scale_inv = scales;
+    out->scale_rows = srows;
+    out->scale_cols = scols;
+    out->block_n = bn;
+    out->block_k = bk;
+    return 0;
+}
+
+static int bind_one(model_weights_t *w, mdir_t *dir, const wspec_t *s, int layer, err_t *err) {
+    const model_config_t *cfg = &w->config;
+    char base[256], name[300];
+    snprintf(base, sizeof base, s->name, layer);
+    snprintf(name, sizeof name, "%s.weight", base);
+    const st_tensor_t *t = st_find(w->st, name);
+    if (!t) {
+        const char *ckpt = mdir_has(dir, "model.safetensors.index.json")
+                               ? "model.safetensors.index.json"
+                               : "model.safetensors";
+        if (s->per_layer)
+            return err_set(err, "%s/%s: missing tensor '%s' (config.json has %d layers)",
+                           mdir_path(dir), ckpt, name, cfg->n_layers);
+        return err_set(err, "%s/%s: missing tensor '%s'", mdir_path(dir), ckpt, name);
+    }
+    if (check_shape(dir, cfg, s, t, err) < 0) return -1;
+
+    wtensor_t *out = slot_of(w, s, layer);
+    *out = (wtensor_t){.dtype = t->dtype,
+                       .rows = t->ndim == 2 ? t->shape[0] : 1,
+                       .cols = t->ndim == 2 ? t->shape[1] : t->shape[0],
+                       .data = t->data};
+    char scale_name[320];
+    snprintf(scale_name, sizeof scale_name, "%s.weight_scale_inv", base);
+    const st_tensor_t *sc = st_find(w->st, scale_name);
+    if (t->dtype == DT_F8_E4M3) {
+        if (s->kind != WK_LINEAR)
+            return err_set(err, "%s/%s: tensor '%s' is F8_E4M3 but only projections can be FP8",
+                           WHERE(t));
+        if (!cfg->fp8)
+            return err_set(err,
+                           "%s/%s: tensor '%s' is F8_E4M3 but config.json has no fp8 "
+                           "quantization_config",
+                           WHERE(t));
+        if (!sc)
+            return err_set(err, "%s/%s: tensor '%s' is F8_E4M3 but '%s' is missing", WHERE(t),
+                           scale_name);
+        return bind_scale(w, dir, t, sc, out, err);
+    }
+    if (t->dtype != DT_BF16 && t->dtype != DT_F16 && t->dtype != DT_F32)
+        return err_set(err, "%s/%s: tensor '%s' has dtype %s; expected BF16, F16, F32%s",
+                       WHERE(t), dtype_name(t->dtype), s->kind == WK_LINEAR ? " or F8_E4M3" : "");
+    if (sc)
+        return err_set(err, "%s/%s: tensor '%s' has a weight_scale_inv but dtype %s (not F8_E4M3)",
+                       WHERE(t), dtype_name(t->dtype));
+    return 0;
+}
+
+int weights_load(mdir_t *dir, const model_config_t *cfg, model_weights_t **out, err_t *err) {
+    *out = NULL;
+    model_weights_t *w = weights_new(cfg, err);
+    if (!w) return -1;
+    if (st_open(dir, &w->st, err) < 0) goto fail;
+    const model_arch_t *a = cfg->arch;
+    for (int i = 0; i < a->n_tensors; i++) {
+        const wspec_t *s = &a->tensors[i];
+        if (!s->per_layer && s->slot == G_LM_HEAD && cfg->tie_word_embeddings) continue;
+        for (int l = 0; l < (s->per_layer ? cfg->n_layers : 1); l++)
+            if (bind_one(w, dir, s, l, err) < 0) goto fail;
+    }
+    if (cfg->tie_word_embeddings) w->global[G_LM_HEAD] = w->global[G_EMBED];
+    *out = w;
+    return 0;
+fail:
+    weights_destroy(w);
+    return -1;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Dummy weights
+
+/* HF's initializer_range: weights ~ N(0, 0.02); a uniform of the same std keeps the numbers
+ * cheap to generate anywhere. */
+#define DUMMY_STD 0.02f
+
+static int make_dummy(model_weights_t *w, const wspec_t *s, uint64_t stream, uint64_t seed,
+                      wtensor_t *out, err_t *err) {
+    const model_config_t *cfg = &w->config;
+    int64_t rows = model_dim(cfg, s->rows), cols = model_dim(cfg, s->cols);
+    size_t n = (size_t)(rows * cols);
+    bool fp8 = cfg->fp8 && s->kind == WK_LINEAR;
+    *out = (wtensor_t){.dtype = fp8 ? DT_F8_E4M3 : DT_BF16, .rows = rows, .cols = cols};
+    void *data = malloc(n * dtype_size(out->dtype));
+    if (own(w, data, err) < 0) return -1;
+    out->data = data;
+    const float half_width = DUMMY_STD * sqrtf(3.0f);
+    if (s->kind == WK_VECTOR) {
+        uint16_t one = dtype_f32_to_bf16(1.0f);
+        for (size_t i = 0; i < n; i++) ((uint16_t *)data)[i] = one;
+        return 0;
+    }
+    if (!fp8) {
+        for (size_t i = 0; i < n; i++) {
+            float x = (2.0f * rng_uniform(seed, stream, i) - 1.0f) * half_width;
+            ((uint16_t *)data)[i] = dtype_f32_to_bf16(x);
+        }
+        return 0;
+    }
+    /* Every block's amax is (about) half_width, so one scale fits all blocks. */
+    out->block_n = cfg->fp8_block_n;
+    out->block_k = cfg->fp8_block_k;
+    out->scale_rows = (rows + out->block_n - 1) / out->block_n;
+    out->scale_cols = (cols + out->block_k - 1) / out->block_k;
+    float *scales = malloc((size_t)(out->scale_rows * out->scale_cols) * sizeof *scales);
+    if (own(w, scales, err) < 0) return -1;
+    const float scale = half_width / 448.0f;
+    for (int64_t i = 0; i < out->scale_rows * out->scale_cols; i++) scales[i] = scale;
+    out->scale_inv = scales;
+    for (size_t i = 0; i < n; i++) {
+        float x = (2.0f * rng_uniform(seed, stream, i) - 1.0f) * half_width;
+        ((uint8_t *)data)[i] = dtype_f32_to_e4m3(x / scale);
+    }
+    return 0;
+}
+
+int weights_dummy(const model_config_t *cfg, uint64_t seed, model_weights_t **out, err_t *err) {
+    *out = NULL;
+    model_weights_t *w = weights_new(cfg, err);
+    if (!w) return -1;
+    const model_arch_t *a = cfg->arch;
+    for (int i = 0; i < a->n_tensors; i++) {
+        const wspec_t *s = &a->tensors[i];
+        if (!s->per_layer && s->slot == G_LM_HEAD && cfg->tie_word_embeddings) continue;
+        for (int l = 0; l < (s->per_layer ? cfg->n_layers : 1); l++) {
+            uint64_t stream = (uint64_t)i << 32 | (uint64_t)l;
+            if (make_dummy(w, s, stream, seed, slot_of(w, s, l), err) < 0) {
+                weights_destroy(w);
+                return -1;
+            }
+        }
+    }
+    if (cfg->tie_word_embeddings) w->global[G_LM_HEAD] = w->global[G_EMBED];
+    *out = w;
+    return 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Opening a model as the command line names it
+
+int weights_open(const model_source_t *src, model_weights_t **out, err_t *err) {
+    *out = NULL;
+    model_config_t cfg;
+    if (src->format == LOAD_DUMMY && model_config_preset(src->model, src->dummy_fp8, &cfg, NULL) == 0)
+        return weights_dummy(&cfg, src->seed, out, err);
+
+    mdir_t *dir;
+    if (mdir_open(src->model, &dir, err) < 0) {
+        if (src->format == LOAD_DUMMY) {
+            char list[256] = "";
+            for (const char *const *p = model_preset_names(); *p; p++)
+                snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s",
+                         p == model_preset_names() ? "" : ", ", *p);
+            err_prefix(err, "not a preset (%s) nor a model directory", list);
+        }
+        return -1;
+    }
+    if (model_config_load(dir, &cfg, err) < 0) {
+        mdir_close(dir);
+        return -1;
+    }
+    int rc;
+    if (src->format == LOAD_DUMMY) {
+        if (src->dummy_fp8 && !cfg.fp8) {
+            cfg.fp8 = true;
+            cfg.fp8_block_n = cfg.fp8_block_k = 128;
+        }
+        rc = weights_dummy(&cfg, src->seed, out, err);
+    } else {
+        rc = weights_load(dir, &cfg, out, err);
+    }
+    if (rc < 0) {
+        mdir_close(dir);
+        return -1;
+    }
+    (*out)->dir = dir;
+    return 0;
+}

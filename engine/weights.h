@@ -1,0 +1,115 @@
+/*
+ * weights: the tensors of a model bound to its layers, from a checkpoint or made up (dummy).
+ *
+ * Binding is table-driven: each architecture lists the tensors it needs (name pattern, shape in
+ * terms of the config, kind); the binder finds each one in the safetensors set, checks dtype and
+ * shape and records where its bytes are. A Linear is block-FP8 when its `.weight` is F8_E4M3
+ * and `.weight_scale_inv` exists ([ceil(N/128), ceil(K/128)] in F32, BF16 or F16, converted to
+ * f32 at load; the only copy the loader makes). Weight data is never copied: it points into the
+ * mmapped files, or into buffers that weights_dummy() fills with seeded random values.
+ *
+ *     model_weights_t *w;
+ *     if (weights_load(dir, &cfg, &w, &err) < 0) ...
+ *     const wtensor_t *wq = weights_layer(w, 3, L_Q);   // [n_heads*head_dim, hidden]
+ *     weights_destroy(w);
+ */
+#ifndef TACHYON_WEIGHTS_H
+#define TACHYON_WEIGHTS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "dtype.h"
+#include "err.h"
+#include "mdir.h"
+#include "model.h"
+
+/* Model-wide tensors. */
+typedef enum gslot {
+    G_EMBED,      /* [V, H] */
+    G_FINAL_NORM, /* [H] */
+    G_LM_HEAD,    /* [V, H]; the embedding itself when tie_word_embeddings */
+    G_COUNT
+} gslot_t;
+
+/* Per-layer tensors (Qwen3 dense). */
+typedef enum lslot {
+    L_ATTN_NORM, /* [H] input_layernorm */
+    L_Q,         /* [nH*D, H] */
+    L_K,         /* [nKV*D, H] */
+    L_V,         /* [nKV*D, H] */
+    L_O,         /* [H, nH*D] */
+    L_Q_NORM,    /* [D] */
+    L_K_NORM,    /* [D] */
+    L_MLP_NORM,  /* [H] post_attention_layernorm */
+    L_GATE,      /* [I, H] */
+    L_UP,        /* [I, H] */
+    L_DOWN,      /* [H, I] */
+    L_COUNT
+} lslot_t;
+
+/* One weight. A vector has rows = 1. Row-major [rows, cols], rows = output features. */
+typedef struct wtensor {
+    dtype_t dtype; /* BF16, F16, F32 or F8_E4M3 */
+    int64_t rows, cols;
+    const void *data;
+    /* block-FP8 only: W[n][k] = e4m3(data[n][k]) * scale_inv[n / block_n][k / block_k] */
+    const float *scale_inv; /* [scale_rows, scale_cols] f32 */
+    int64_t scale_rows, scale_cols;
+    int block_n, block_k;
+} wtensor_t;
+
+typedef struct model_weights model_weights_t;
+
+/* Binds the checkpoint of `dir` to `cfg`'s architecture. Fails naming the file and tensor for a
+ * missing tensor, a dtype or shape that does not match the config, or bad scales. `dir` must
+ * outlive the weights. The caller owns *out. */
+int weights_load(mdir_t *dir, const model_config_t *cfg, model_weights_t **out, err_t *err);
+
+/* Random weights for any config: norms are 1, other tensors uniform with the std of HF's
+ * initializer (0.02), stored in BF16, or block FP8 with F32 scales when cfg->fp8. Values depend
+ * only on (seed, tensor, element), not on the thread count, so any backend can regenerate them.
+ * The caller owns *out. */
+int weights_dummy(const model_config_t *cfg, uint64_t seed, model_weights_t **out, err_t *err);
+
+/* How a model is chosen on the command line. */
+typedef enum load_format {
+    LOAD_AUTO,        /* safetensors from the directory */
+    LOAD_SAFETENSORS, /* the same, explicitly */
+    LOAD_DUMMY,       /* random weights with the model's shapes */
+} load_format_t;
+
+typedef struct model_source {
+    const char *model;       /* a directory, MDIR_EMBEDDED, or with LOAD_DUMMY a preset name */
+    load_format_t format;
+    bool dummy_fp8;          /* LOAD_DUMMY: block-FP8 weights (else BF16); also forced by an
+                                fp8 quantization_config in a config.json */
+    uint64_t seed;           /* LOAD_DUMMY */
+} model_source_t;
+
+/* Parses "auto" / "safetensors" / "dummy"; -1 for anything else. */
+int load_format_parse(const char *name);
+
+/* Opens a model as the command line names it: a directory (or the embedded model) read from
+ * its checkpoint, or with LOAD_DUMMY a preset or a directory's config.json with random
+ * weights. The weights own the directory mapping. The caller owns *out. */
+int weights_open(const model_source_t *src, model_weights_t **out, err_t *err);
+
+void weights_destroy(model_weights_t *w);
+
+const model_config_t *weights_config(const model_weights_t *w);
+
+/* The model directory weights_open() opened (for tokenizer.json and generation_config.json),
+ * or NULL for a preset. */
+mdir_t *weights_dir(const model_weights_t *w);
+const wtensor_t *weights_global(const model_weights_t *w, gslot_t slot);
+const wtensor_t *weights_layer(const model_weights_t *w, int layer, lslot_t slot);
+
+/* Bytes of weight data (what a GPU copy would take), scales included. */
+uint64_t weights_bytes(const model_weights_t *w);
+
+/* Dequantizes row `row` of a weight to f32: dst[cols]. Exact for BF16/F16/F32; FP8 rows are
+ * multiplied by their block's scale_inv. */
+void wtensor_row_f32(const wtensor_t *t, int64_t row, float *dst);
+
+#endif

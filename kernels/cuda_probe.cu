@@ -1,0 +1,40 @@
+#include "cuda_probe.h"
+
+#include <cstdio>
+#include <cuda_runtime.h>
+
+// ---------------------------------------------------------------------------------------------
+// Kernels
+
+__global__ void probe_write(int *out, int value) {
+    *out = value;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Entry points
+
+extern "C" int cuda_probe_devices(char *buf, size_t size) {
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess) {
+        snprintf(buf, size, "no CUDA device (%s)", cudaGetErrorString(e));
+        return 0;
+    }
+    size_t n = (size_t)snprintf(buf, size, "%d device%s:", count, count == 1 ? "" : "s");
+    for (int i = 0; i < count && n < size; i++) {
+        cudaDeviceProp p;
+        if (cudaGetDeviceProperties(&p, i) != cudaSuccess) continue;
+        n += (size_t)snprintf(buf + n, size - n, "%s %s (sm_%d%d, %.0f GiB)", i ? "," : "",
+                              p.name, p.major, p.minor, p.totalGlobalMem / 1073741824.0);
+    }
+    return count;
+}
+
+extern "C" int cuda_probe_kernel(void) {
+    int *dev = nullptr, host = 0;
+    if (cudaMalloc(&dev, sizeof *dev) != cudaSuccess) return -1;
+    probe_write<<<1, 1>>>(dev, 42);
+    cudaError_t e = cudaMemcpy(&host, dev, sizeof host, cudaMemcpyDeviceToHost);
+    cudaFree(dev);
+    return e == cudaSuccess && host == 42 ? 0 : -1;
+}

@@ -1,0 +1,94 @@
+#include "testutil.h"
+
+#include <dirent.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static void die(const char *what, const char *path) {
+    fprintf(stderr, "testutil: %s %s failed\n", what, path);
+    abort();
+}
+
+char *tu_tmpdir(void) {
+    const char *base = getenv("TMPDIR");
+    char tmpl[PATH_MAX];
+    snprintf(tmpl, sizeof tmpl, "%s/tachyon-test-XXXXXX", base && *base ? base : "/tmp");
+    if (!mkdtemp(tmpl)) die("mkdtemp", tmpl);
+    return strdup(tmpl);
+}
+
+void tu_write(const char *dir, const char *name, const void *data, size_t len) {
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "wb");
+    if (!f) die("fopen", path);
+    if (len && fwrite(data, 1, len, f) != len) die("fwrite", path);
+    if (fclose(f) != 0) die("fclose", path);
+}
+
+void tu_write_text(const char *dir, const char *name, const char *text) {
+    tu_write(dir, name, text, strlen(text));
+}
+
+char *tu_read(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = malloc((size_t)n + 1);
+    if (!buf || fread(buf, 1, (size_t)n, f) != (size_t)n) die("fread", path);
+    buf[n] = '\0';
+    fclose(f);
+    if (len) *len = (size_t)n;
+    return buf;
+}
+
+char *tu_copy_dir(const char *src) {
+    char *dst = tu_tmpdir();
+    DIR *d = opendir(src);
+    if (!d) die("opendir", src);
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        char path[PATH_MAX];
+        snprintf(path, sizeof path, "%s/%s", src, e->d_name);
+        struct stat st;
+        if (stat(path, &st) < 0 || !S_ISREG(st.st_mode)) continue;
+        size_t n;
+        char *data = tu_read(path, &n);
+        if (!data) die("read", path);
+        tu_write(dst, e->d_name, data, n);
+        free(data);
+    }
+    closedir(d);
+    return dst;
+}
+
+void tu_rmrf(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        char path[PATH_MAX];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        struct stat st;
+        if (lstat(path, &st) == 0 && S_ISDIR(st.st_mode))
+            tu_rmrf(path);
+        else
+            unlink(path);
+    }
+    closedir(d);
+    rmdir(dir);
+}
+
+const char *tu_fixture(const char *name) {
+    static char path[PATH_MAX];
+    const char *base = getenv("TACHYON_FIXTURES");
+    snprintf(path, sizeof path, "%s/%s", base && *base ? base : TACHYON_FIXTURES, name);
+    return path;
+}

@@ -1,0 +1,34 @@
+/*
+ * testutil: helpers shared by the C tests: temporary directories, files, fixture paths.
+ * Failures abort the test (they mean a broken environment, not a finding).
+ *
+ *     char *dir = tu_tmpdir();
+ *     tu_write_text(dir, "config.json", "{...}");
+ *     ...
+ *     tu_rmrf(dir); free(dir);
+ */
+#ifndef TACHYON_TESTUTIL_H
+#define TACHYON_TESTUTIL_H
+
+#include <stddef.h>
+
+/* A new empty directory under $TMPDIR (or /tmp). The caller frees the string. */
+char *tu_tmpdir(void);
+
+/* Writes a file (creating or replacing it) inside dir. */
+void tu_write(const char *dir, const char *name, const void *data, size_t len);
+void tu_write_text(const char *dir, const char *name, const char *text);
+
+/* Reads a whole file into a NUL-terminated buffer the caller frees; NULL when missing. */
+char *tu_read(const char *path, size_t *len);
+
+/* Copies every regular file of src into a new temporary directory; the caller frees. */
+char *tu_copy_dir(const char *src);
+
+/* Removes a directory tree. */
+void tu_rmrf(const char *dir);
+
+/* TACHYON_FIXTURES "/" name, in a static buffer. */
+const char *tu_fixture(const char *name);
+
+#endif

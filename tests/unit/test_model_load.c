@@ -1,0 +1,493 @@
+/* Loading models: the fixtures load and bind; every kind of broken model directory fails with
+ * one message naming the file and the problem; presets and dummy weights have the real shapes. */
+#include <cjson/cJSON.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <math.h>
+
+#include <cmocka.h>
+
+#include "model.h"
+#include "testutil.h"
+#include "weights.h"
+
+#define FP8_SHARD1 "model-00001-of-00002.safetensors"
+#define FP8_SHARD2 "model-00002-of-00002.safetensors"
+
+// ---------------------------------------------------------------------------------------------
+// Helpers
+
+static int open_dir(const char *dir, model_weights_t **w, err_t *err) {
+    model_source_t src = {.model = dir, .format = LOAD_AUTO};
+    return weights_open(&src, w, err);
+}
+
+/* Asserts that loading `dir` fails with a message containing every given phrase. */
+static void expect_failure(const char *dir, ...) {
+    model_weights_t *w = NULL;
+    err_t err = {{0}};
+    int rc = open_dir(dir, &w, &err);
+    if (rc == 0) weights_destroy(w);
+    assert_int_equal(rc, -1);
+    assert_null(w);
+    va_list ap;
+    va_start(ap, dir);
+    for (const char *phrase; (phrase = va_arg(ap, const char *));) {
+        if (!strstr(err.msg, phrase))
+            fail_msg("message \"%s\" does not contain \"%s\"", err.msg, phrase);
+    }
+    va_end(ap);
+}
+
+static char *file_path(const char *dir, const char *name) {
+    static char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    return path;
+}
+
+/* Edits config.json of dir with fn. */
+static void edit_config(const char *dir, void (*fn)(cJSON *cfg)) {
+    char *text = tu_read(file_path(dir, "config.json"), NULL);
+    assert_non_null(text);
+    cJSON *cfg = cJSON_Parse(text);
+    assert_non_null(cfg);
+    fn(cfg);
+    char *out = cJSON_Print(cfg);
+    tu_write_text(dir, "config.json", out);
+    free(out);
+    free(text);
+    cJSON_Delete(cfg);
+}
+
+/* Rewrites a safetensors file's header with fn, keeping its data section. */
+static void edit_header(const char *dir, const char *file, void (*fn)(cJSON *hdr)) {
+    size_t len;
+    unsigned char *bytes = (unsigned char *)tu_read(file_path(dir, file), &len);
+    assert_non_null(bytes);
+    uint64_t hlen = 0;
+    for (int i = 7; i >= 0; i--) hlen = hlen << 8 | bytes[i];
+    assert_true(8 + hlen <= len);
+    char *htext = strndup((char *)bytes + 8, hlen);
+    cJSON *hdr = cJSON_Parse(htext);
+    assert_non_null(hdr);
+    fn(hdr);
+    char *out = cJSON_PrintUnformatted(hdr);
+    uint64_t nlen = strlen(out);
+    size_t data_len = len - 8 - hlen;
+    unsigned char *nbytes = malloc(8 + nlen + data_len);
+    for (int i = 0; i < 8; i++) nbytes[i] = (unsigned char)(nlen >> (8 * i));
+    memcpy(nbytes + 8, out, nlen);
+    memcpy(nbytes + 8 + nlen, bytes + 8 + hlen, data_len);
+    tu_write(dir, file, nbytes, 8 + nlen + data_len);
+    free(nbytes);
+    free(out);
+    free(htext);
+    free(bytes);
+    cJSON_Delete(hdr);
+}
+
+static void set_number(cJSON *obj, const char *key, double v) {
+    cJSON_ReplaceItemInObjectCaseSensitive(obj, key, cJSON_CreateNumber(v));
+}
+
+static char *fixture_copy(const char *name) {
+    return tu_copy_dir(tu_fixture(name));
+}
+
+static void done(char *dir) {
+    tu_rmrf(dir);
+    free(dir);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Good models
+
+static void test_tiny_qwen3_loads(void **state) {
+    model_weights_t *w;
+    err_t err = {{0}};
+    if (open_dir(tu_fixture("tiny-qwen3"), &w, &err) < 0) fail_msg("%s", err.msg);
+    const model_config_t *c = weights_config(w);
+    assert_string_equal(c->model_type, "qwen3");
+    assert_int_equal(c->head_dim, 128);
+    assert_true(c->head_dim * c->n_heads != c->hidden_size); /* head_dim is explicit */
+    assert_true(c->tie_word_embeddings);
+    assert_true(c->rope_theta == 1e6);
+    /* tied: lm_head is the embedding, not a copy */
+    assert_ptr_equal(weights_global(w, G_LM_HEAD)->data, weights_global(w, G_EMBED)->data);
+    const wtensor_t *q = weights_layer(w, 0, L_Q);
+    assert_int_equal(q->dtype, DT_BF16);
+    assert_int_equal(q->rows, c->n_heads * c->head_dim);
+    assert_int_equal(q->cols, c->hidden_size);
+    assert_null(q->scale_inv);
+    const wtensor_t *qn = weights_layer(w, c->n_layers - 1, L_Q_NORM);
+    assert_int_equal(qn->rows, 1);
+    assert_int_equal(qn->cols, c->head_dim);
+    weights_destroy(w);
+}
+
+static void test_tiny_qwen3_fp8_loads(void **state) {
+    model_weights_t *w;
+    err_t err = {{0}};
+    if (open_dir(tu_fixture("tiny-qwen3-fp8"), &w, &err) < 0) fail_msg("%s", err.msg);
+    const model_config_t *c = weights_config(w);
+    assert_true(c->fp8);
+    assert_false(c->tie_word_embeddings);
+    assert_true(c->rope_theta == 1e6); /* from rope_parameters */
+    assert_ptr_not_equal(weights_global(w, G_LM_HEAD)->data, weights_global(w, G_EMBED)->data);
+    assert_int_equal(weights_global(w, G_LM_HEAD)->dtype, DT_BF16);
+    const wtensor_t *g = weights_layer(w, 0, L_GATE);
+    assert_int_equal(g->dtype, DT_F8_E4M3);
+    assert_non_null(g->scale_inv);
+    assert_int_equal(g->scale_rows, (c->intermediate_size + 127) / 128);
+    assert_int_equal(g->scale_cols, (c->hidden_size + 127) / 128);
+    const wtensor_t *d = weights_layer(w, c->n_layers - 1, L_DOWN);
+    assert_int_equal(d->scale_cols, (c->intermediate_size + 127) / 128);
+    /* dequantized rows are finite and not all zero */
+    float *row = malloc((size_t)d->cols * sizeof *row);
+    wtensor_row_f32(d, d->rows - 1, row);
+    double sum = 0;
+    for (int64_t k = 0; k < d->cols; k++) sum += row[k] * row[k];
+    assert_true(sum > 0 && sum < 1e6);
+    free(row);
+    weights_destroy(w);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Broken config.json
+
+static void test_missing_directory(void **state) {
+    expect_failure("/nonexistent/model-dir", "/nonexistent/model-dir", "cannot open", NULL);
+}
+
+static void test_missing_config(void **state) {
+    char *dir = fixture_copy("tiny-qwen3");
+    unlink(file_path(dir, "config.json"));
+    expect_failure(dir, "config.json", "missing", NULL);
+    done(dir);
+}
+
+static void test_invalid_config(void **state) {
+    char *dir = fixture_copy("tiny-qwen3");
+    tu_write_text(dir, "config.json", "{\"model_type\": \"qwen3\", \"hidden_size\": ");
+    expect_failure(dir, "config.json", "invalid JSON", NULL);
+    done(dir);
+}
+
+static void drop_hidden_size(cJSON *c) {
+    cJSON_DeleteItemFromObjectCaseSensitive(c, "hidden_size");
+}
+
+static void test_config_missing_field(void **state) {
+    char *dir = fixture_copy("tiny-qwen3");
+    edit_config(dir, drop_hidden_size);
+    expect_failure(dir, "config.json", "hidden_size", NULL);
+    done(dir);
+}
+
+static void set_llama(cJSON *c) {
+    cJSON_ReplaceItemInObjectCaseSensitive(c, "model_type", cJSON_CreateString("llama"));
+}
+
+static void test_unknown_model_type(void **state) {
+    char *dir = fixture_copy("tiny-qwen3");
+    edit_config(dir, set_llama);
+    expect_failure(dir, "config.json", "model_type \"llama\" is not supported", "qwen3", NULL);
+    done(dir);
+}
+
+static void set_yarn(cJSON *c) {
+    cJSON *rs = cJSON_CreateObject();
+    cJSON_AddStringToObject(rs, "rope_type", "yarn");
+    cJSON_AddNumberToObject(rs, "factor", 4.0);
+    cJSON_AddNumberToObject(rs, "original_max_position_embeddings", 32768);
+    cJSON_DeleteItemFromObjectCaseSensitive(c, "rope_scaling");
+    cJSON_AddItemToObject(c, "rope_scaling", rs);
+}
+
+static void test_rope_scaling_refused(void **state) {
+    char *dir = fixture_copy("tiny-qwen3");
+    edit_config(dir, set_yarn);
+    expect_failure(dir, "config.json", "rope_scaling", "yarn", "not implemented", NULL);
+    done(dir);
+}
+
+static void set_rope_parameters_yarn(cJSON *c) {
+    cJSON *rp = cJSON_CreateObject();
+    cJSON_AddStringToObject(rp, "rope_type", "yarn");
+    cJSON_AddNumberToObject(rp, "rope_theta", 1e6);
+    cJSON_AddItemToObject(c, "rope_parameters", rp);
+}
+
+static void test_rope_parameters_scaling_refused(void **state) {
+    char *dir = fixture_copy("tiny-qwen3");
+    edit_config(dir, set_rope_parameters_yarn);
+    expect_failure(dir, "config.json", "rope_type \"yarn\"", NULL);
+    done(dir);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Config and checkpoint disagree
+
+static void shrink_intermediate(cJSON *c) {
+    set_number(c, "intermediate_size", 256);
+}
+
+static void test_shape_mismatch(void **state) {
+    char *dir = fixture_copy("tiny-qwen3");
+    edit_config(dir, shrink_intermediate);
+    expect_failure(dir, "model.safetensors", "mlp.gate_proj.weight", "has shape", "[256, ",
+                   "intermediate_size 256", NULL);
+    done(dir);
+}
+
+static void add_layer(cJSON *c) {
+    int n = cJSON_GetObjectItemCaseSensitive(c, "num_hidden_layers")->valueint;
+    set_number(c, "num_hidden_layers", n + 1);
+}
+
+static void test_missing_tensor(void **state) {
+    char *dir = fixture_copy("tiny-qwen3");
+    edit_config(dir, add_layer);
+    char *text = tu_read(file_path(dir, "config.json"), NULL);
+    cJSON *cfg = cJSON_Parse(text);
+    char want[128];
+    snprintf(want, sizeof want, "missing tensor 'model.layers.%d.",
+             cJSON_GetObjectItemCaseSensitive(cfg, "num_hidden_layers")->valueint - 1);
+    cJSON_Delete(cfg);
+    free(text);
+    expect_failure(dir, "model.safetensors", want, NULL);
+    done(dir);
+}
+
+static void norm_to_i16(cJSON *h) {
+    cJSON *t = cJSON_GetObjectItemCaseSensitive(h, "model.layers.0.self_attn.q_norm.weight");
+    assert_non_null(t);
+    cJSON_ReplaceItemInObjectCaseSensitive(t, "dtype", cJSON_CreateString("I16"));
+}
+
+static void test_dtype_mismatch(void **state) {
+    char *dir = fixture_copy("tiny-qwen3");
+    edit_header(dir, "model.safetensors", norm_to_i16);
+    expect_failure(dir, "model.safetensors", "q_norm.weight", "dtype I16", NULL);
+    done(dir);
+}
+
+static void untie(cJSON *c) {
+    cJSON_ReplaceItemInObjectCaseSensitive(c, "tie_word_embeddings", cJSON_CreateFalse());
+}
+
+static void test_untied_config_needs_lm_head(void **state) {
+    char *dir = fixture_copy("tiny-qwen3");
+    edit_config(dir, untie);
+    expect_failure(dir, "model.safetensors", "missing tensor 'lm_head.weight'", NULL);
+    done(dir);
+}
+
+static void drop_quantization(cJSON *c) {
+    cJSON_DeleteItemFromObjectCaseSensitive(c, "quantization_config");
+}
+
+static void test_fp8_without_quantization_config(void **state) {
+    char *dir = fixture_copy("tiny-qwen3-fp8");
+    edit_config(dir, drop_quantization);
+    expect_failure(dir, "F8_E4M3", "no fp8 quantization_config", NULL);
+    done(dir);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Broken safetensors files
+
+static void test_header_length_beyond_file(void **state) {
+    char *dir = fixture_copy("tiny-qwen3");
+    size_t len;
+    unsigned char *bytes = (unsigned char *)tu_read(file_path(dir, "model.safetensors"), &len);
+    uint64_t huge = (uint64_t)len * 4;
+    for (int i = 0; i < 8; i++) bytes[i] = (unsigned char)(huge >> (8 * i));
+    tu_write(dir, "model.safetensors", bytes, len);
+    free(bytes);
+    expect_failure(dir, "model.safetensors", "header length", NULL);
+    done(dir);
+}
+
+static void test_invalid_header_json(void **state) {
+    char *dir = fixture_copy("tiny-qwen3");
+    size_t len;
+    char *bytes = tu_read(file_path(dir, "model.safetensors"), &len);
+    memcpy(bytes + 8, "{\"a\": [1, 2", 11);
+    tu_write(dir, "model.safetensors", bytes, len);
+    free(bytes);
+    expect_failure(dir, "model.safetensors", "JSON", NULL);
+    done(dir);
+}
+
+static void offsets_out_of_range(cJSON *h) {
+    cJSON *t = cJSON_GetObjectItemCaseSensitive(h, "model.norm.weight");
+    cJSON *off = cJSON_GetObjectItemCaseSensitive(t, "data_offsets");
+    double end = cJSON_GetArrayItem(off, 1)->valuedouble;
+    cJSON_ReplaceItemInArray(off, 0, cJSON_CreateNumber(end + 1e9));
+    cJSON_ReplaceItemInArray(off, 1, cJSON_CreateNumber(end + 1e9 + 256));
+}
+
+static void test_offsets_out_of_range(void **state) {
+    char *dir = fixture_copy("tiny-qwen3");
+    edit_header(dir, "model.safetensors", offsets_out_of_range);
+    expect_failure(dir, "model.safetensors", "model.norm.weight", NULL);
+    done(dir);
+}
+
+/* Points layer 0's k_norm at the bytes of its q_norm (same size). */
+static void offsets_overlap(cJSON *h) {
+    cJSON *q = cJSON_GetObjectItemCaseSensitive(h, "model.layers.0.self_attn.q_norm.weight");
+    cJSON *k = cJSON_GetObjectItemCaseSensitive(h, "model.layers.0.self_attn.k_norm.weight");
+    cJSON_ReplaceItemInObjectCaseSensitive(
+        k, "data_offsets", cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(q, "data_offsets"), 1));
+}
+
+static void test_offsets_overlap(void **state) {
+    char *dir = fixture_copy("tiny-qwen3");
+    edit_header(dir, "model.safetensors", offsets_overlap);
+    expect_failure(dir, "model.safetensors", "overlap", "k_norm", NULL);
+    done(dir);
+}
+
+static void test_truncated_shard(void **state) {
+    char *dir = fixture_copy("tiny-qwen3-fp8");
+    size_t len;
+    char *bytes = tu_read(file_path(dir, FP8_SHARD2), &len);
+    tu_write(dir, FP8_SHARD2, bytes, len - len / 3);
+    free(bytes);
+    expect_failure(dir, FP8_SHARD2, "truncated", NULL);
+    done(dir);
+}
+
+static void test_missing_shard(void **state) {
+    char *dir = fixture_copy("tiny-qwen3-fp8");
+    unlink(file_path(dir, FP8_SHARD1));
+    expect_failure(dir, FP8_SHARD1, NULL);
+    done(dir);
+}
+
+static void drop_one_scale(cJSON *h) {
+    cJSON *found = NULL;
+    cJSON *t;
+    cJSON_ArrayForEach(t, h) {
+        if (strstr(t->string, ".weight_scale_inv")) found = t;
+    }
+    assert_non_null(found);
+    cJSON_DeleteItemFromObjectCaseSensitive(h, found->string);
+}
+
+static void test_missing_scale(void **state) {
+    char *dir = fixture_copy("tiny-qwen3-fp8");
+    edit_header(dir, FP8_SHARD2, drop_one_scale);
+    expect_failure(dir, "weight_scale_inv", NULL);
+    done(dir);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Presets and dummy weights
+
+static void test_presets_have_real_sizes(void **state) {
+    /* Total parameters per the model cards: 0.6B (0.44B non-embedding), 14.8B, 32.8B. */
+    struct {
+        const char *name;
+        double billions;
+    } cases[] = {{"qwen3-0.6b", 0.596}, {"qwen3-14b", 14.77}, {"qwen3-32b", 32.76}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        model_config_t c;
+        err_t err = {{0}};
+        assert_int_equal(model_config_preset(cases[i].name, true, &c, &err), 0);
+        double b = (double)model_param_count(&c) / 1e9;
+        if (b < cases[i].billions * 0.99 || b > cases[i].billions * 1.01)
+            fail_msg("%s: %.3fB parameters, expected about %.3fB", cases[i].name, b,
+                     cases[i].billions);
+        assert_true(c.fp8);
+    }
+    model_config_t c;
+    err_t err = {{0}};
+    assert_int_equal(model_config_preset("qwen3-1000b", false, &c, &err), -1);
+    assert_non_null(strstr(err.msg, "qwen3-14b"));
+}
+
+static void test_dummy_weights(void **state) {
+    model_config_t c;
+    err_t err = {{0}};
+    assert_int_equal(model_config_preset("tiny", true, &c, &err), 0);
+    model_weights_t *a, *b, *other;
+    assert_int_equal(weights_dummy(&c, 7, &a, &err), 0);
+    assert_int_equal(weights_dummy(&c, 7, &b, &err), 0);
+    assert_int_equal(weights_dummy(&c, 8, &other, &err), 0);
+    const wtensor_t *wa = weights_layer(a, 1, L_UP), *wb = weights_layer(b, 1, L_UP);
+    assert_int_equal(wa->dtype, DT_F8_E4M3);
+    assert_int_equal(wa->rows, c.intermediate_size);
+    assert_memory_equal(wa->data, wb->data, (size_t)(wa->rows * wa->cols));
+    assert_memory_not_equal(wa->data, weights_layer(other, 1, L_UP)->data,
+                            (size_t)(wa->rows * wa->cols));
+    /* dequantized values have the initializer's spread */
+    float *row = malloc((size_t)wa->cols * sizeof *row);
+    double sq = 0;
+    for (int64_t r = 0; r < 16; r++) {
+        wtensor_row_f32(wa, r, row);
+        for (int64_t k = 0; k < wa->cols; k++) sq += row[k] * row[k];
+    }
+    double std = sqrt(sq / (16.0 * wa->cols));
+    assert_true(std > 0.017 && std < 0.023);
+    free(row);
+    float norm[8];
+    wtensor_row_f32(weights_layer(a, 0, L_ATTN_NORM), 0, norm);
+    assert_true(norm[0] == 1.0f && norm[7] == 1.0f);
+    assert_int_equal(weights_global(a, G_LM_HEAD)->dtype, DT_F8_E4M3);
+    weights_destroy(a);
+    weights_destroy(b);
+    weights_destroy(other);
+}
+
+static void test_dummy_from_config_dir(void **state) {
+    model_source_t src = {.model = tu_fixture("tiny-qwen3-fp8"), .format = LOAD_DUMMY, .seed = 1};
+    model_weights_t *w;
+    err_t err = {{0}};
+    if (weights_open(&src, &w, &err) < 0) fail_msg("%s", err.msg);
+    assert_true(weights_config(w)->fp8);
+    assert_int_equal(weights_layer(w, 0, L_Q)->dtype, DT_F8_E4M3);
+    assert_non_null(weights_dir(w));
+    weights_destroy(w);
+    src.model = "no-such-preset";
+    assert_int_equal(weights_open(&src, &w, &err), -1);
+    assert_non_null(strstr(err.msg, "not a preset"));
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_tiny_qwen3_loads),
+        cmocka_unit_test(test_tiny_qwen3_fp8_loads),
+        cmocka_unit_test(test_missing_directory),
+        cmocka_unit_test(test_missing_config),
+        cmocka_unit_test(test_invalid_config),
+        cmocka_unit_test(test_config_missing_field),
+        cmocka_unit_test(test_unknown_model_type),
+        cmocka_unit_test(test_rope_scaling_refused),
+        cmocka_unit_test(test_rope_parameters_scaling_refused),
+        cmocka_unit_test(test_shape_mismatch),
+        cmocka_unit_test(test_missing_tensor),
+        cmocka_unit_test(test_dtype_mismatch),
+        cmocka_unit_test(test_untied_config_needs_lm_head),
+        cmocka_unit_test(test_fp8_without_quantization_config),
+        cmocka_unit_test(test_header_length_beyond_file),
+        cmocka_unit_test(test_invalid_header_json),
+        cmocka_unit_test(test_offsets_out_of_range),
+        cmocka_unit_test(test_offsets_overlap),
+        cmocka_unit_test(test_truncated_shard),
+        cmocka_unit_test(test_missing_shard),
+        cmocka_unit_test(test_missing_scale),
+        cmocka_unit_test(test_presets_have_real_sizes),
+        cmocka_unit_test(test_dummy_weights),
+        cmocka_unit_test(test_dummy_from_config_dir),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
