@@ -25,34 +25,42 @@
 #define ST_MAX_DIMS 8
 
 typedef struct st_tensor {
-    const char *name;
-    const char *file; /* shard file name, for messages */
+    const char *name; /* owned by the set */
+    const char *file; /* the name given to st_add_file (st_open: "DIR/SHARD"), owned by the set */
     dtype_t dtype;
     int ndim;
     int64_t shape[ST_MAX_DIMS];
-    const void *data; /* into the file mapping; valid while the mdir is open */
-    size_t nbytes;
+    const void *data; /* into the file mapping; valid while the mdir is open; not necessarily
+                         aligned for the dtype (read through memcpy or dtype_to_f32) */
+    size_t nbytes;    /* numel * dtype_size; shape products and nbytes fit in int64 */
 } st_tensor_t;
 
 typedef struct st_set st_set_t;
 
 /* Opens the checkpoint of a model directory: the index and its shards when
- * model.safetensors.index.json exists, else model.safetensors. The mdir must outlive the set.
- * The caller owns *out. */
+ * model.safetensors.index.json exists, else model.safetensors. With an index, each distinct
+ * shard of weight_map is opened once and every weight_map entry must name a tensor of the shard
+ * it points to (shards may hold tensors the index does not list); a name in two files fails.
+ * The mdir must outlive the set. The caller owns *out (NULL on failure). */
 int st_open(mdir_t *dir, st_set_t **out, err_t *err);
 
 /* Parses one safetensors file already in memory and adds its tensors to the set; `file` is the
- * name used in messages. Exposed for tests; st_open uses it for every shard. */
+ * name used in messages (copied). `data` must outlive the set. On failure the set is left as it
+ * was. Adding a file invalidates st_tensor_t pointers obtained earlier. Exposed for tests;
+ * st_open uses it for every shard. The "__metadata__" entry is ignored. */
 int st_add_file(st_set_t *set, const char *file, const void *data, size_t len, err_t *err);
 
-/* An empty set, for st_add_file. */
+/* An empty set, for st_add_file; NULL when out of memory. */
 st_set_t *st_create(void);
 
+/* Frees the set and its strings (not the mappings); NULL is a no-op. */
 void st_close(st_set_t *set);
 
-/* The tensor of that name, or NULL. */
+/* The tensor of that name, or NULL. Hashed: O(1) on average. */
 const st_tensor_t *st_find(const st_set_t *set, const char *name);
 
+/* Tensors in the order added (shards by file name, then header order); st_at gives NULL
+ * outside [0, st_count). */
 int st_count(const st_set_t *set);
 const st_tensor_t *st_at(const st_set_t *set, int i);
 

@@ -1,0 +1,1207 @@
+#include "chat.h"
+
+#include <locale.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+// ---------------------------------------------------------------------------------------------
+// Growing byte buffer. Appends after a failed allocation are dropped and remembered, so render
+// code appends freely and checks once at the end.
+
+typedef struct sb {
+    char *p;
+    size_t len, cap;
+    bool oom;
+} sb_t;
+
+static bool sb_reserve(sb_t *b, size_t extra) {
+    if (b->oom) return false;
+    if (b->len + extra + 1 <= b->cap) return true;
+    size_t cap = b->cap ? b->cap : 256;
+    while (cap < b->len + extra + 1)
+        cap *= 2;
+    char *p = realloc(b->p, cap);
+    if (!p) {
+        b->oom = true;
+        return false;
+    }
+    b->p = p;
+    b->cap = cap;
+    return true;
+}
+
+static void sb_add(sb_t *b, const char *s, size_t n) {
+    if (!sb_reserve(b, n)) return;
+    if (n) memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = '\0';
+}
+
+static void sb_puts(sb_t *b, const char *s) {
+    sb_add(b, s, strlen(s));
+}
+
+// ---------------------------------------------------------------------------------------------
+// String slices with the Python str methods the templates call.
+
+typedef struct sv {
+    const char *p;
+    size_t n;
+} sv_t;
+
+static sv_t sv_of(const char *s) {
+    return (sv_t){s ? s : "", s ? strlen(s) : 0};
+}
+
+static void sb_sv(sb_t *b, sv_t s) {
+    sb_add(b, s.p, s.n);
+}
+
+static const char *sv_find(sv_t h, const char *needle) {
+    return memmem(h.p, h.n, needle, strlen(needle));
+}
+
+static const char *sv_rfind(sv_t h, const char *needle) {
+    size_t k = strlen(needle);
+    if (k > h.n) return NULL;
+    for (size_t i = h.n - k + 1; i-- > 0;)
+        if (memcmp(h.p + i, needle, k) == 0) return h.p + i;
+    return NULL;
+}
+
+static bool sv_starts(sv_t s, const char *prefix) {
+    size_t k = strlen(prefix);
+    return s.n >= k && memcmp(s.p, prefix, k) == 0;
+}
+
+static bool sv_ends(sv_t s, const char *suffix) {
+    size_t k = strlen(suffix);
+    return s.n >= k && memcmp(s.p + s.n - k, suffix, k) == 0;
+}
+
+static sv_t sv_lstrip_nl(sv_t s) {
+    while (s.n && s.p[0] == '\n')
+        s.p++, s.n--;
+    return s;
+}
+
+static sv_t sv_rstrip_nl(sv_t s) {
+    while (s.n && s.p[s.n - 1] == '\n')
+        s.n--;
+    return s;
+}
+
+/* Byte length of the code point at s when Python's str.isspace() holds for it, else 0. Jinja's
+ * trim filter and Python's str.strip()/lstrip() (and re's \s) use this set, not just ASCII. */
+static size_t py_space_at(const char *str, size_t n) {
+    const unsigned char *s = (const unsigned char *)str;
+    if (n == 0) return 0;
+    if (s[0] < 0x80) return (s[0] >= 0x09 && s[0] <= 0x0d) || (s[0] >= 0x1c && s[0] <= 0x20);
+    if (s[0] == 0xc2 && n >= 2) return (s[1] == 0x85 || s[1] == 0xa0) ? 2 : 0;
+    if (n < 3) return 0;
+    if (s[0] == 0xe1) return s[1] == 0x9a && s[2] == 0x80 ? 3 : 0; /* U+1680 */
+    if (s[0] == 0xe2 && s[1] == 0x80) /* U+2000..U+200A, U+2028, U+2029, U+202F */
+        return (s[2] >= 0x80 && s[2] <= 0x8a) || s[2] == 0xa8 || s[2] == 0xa9 || s[2] == 0xaf ? 3
+                                                                                              : 0;
+    if (s[0] == 0xe2 && s[1] == 0x81) return s[2] == 0x9f ? 3 : 0; /* U+205F */
+    if (s[0] == 0xe3) return s[1] == 0x80 && s[2] == 0x80 ? 3 : 0; /* U+3000 */
+    return 0;
+}
+
+/* Like py_space_at for the code point that ends at s + n. */
+static size_t py_space_before(const char *s, size_t n) {
+    if (n && (unsigned char)s[n - 1] < 0x80) return py_space_at(s + n - 1, 1);
+    if (n >= 2 && py_space_at(s + n - 2, 2) == 2) return 2;
+    if (n >= 3 && py_space_at(s + n - 3, 3) == 3) return 3;
+    return 0;
+}
+
+static sv_t sv_lstrip_py(sv_t s) {
+    for (size_t k; (k = py_space_at(s.p, s.n));)
+        s.p += k, s.n -= k;
+    return s;
+}
+
+static sv_t sv_trim(sv_t s) {
+    s = sv_lstrip_py(s);
+    for (size_t k; (k = py_space_before(s.p, s.n));)
+        s.n -= k;
+    return s;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Python's json.dumps (as transformers' tojson filter calls it: ensure_ascii=False, separators
+// ", " and ": ", keys in order) and str() of JSON values.
+
+static pthread_once_t c_locale_once = PTHREAD_ONCE_INIT;
+static locale_t c_locale;
+
+static void c_locale_init(void) {
+    c_locale = newlocale(LC_ALL_MASK, "C", (locale_t)0);
+}
+
+/* Number conversions below run under the C locale, whatever the process set with setlocale. */
+static locale_t enter_c_locale(void) {
+    pthread_once(&c_locale_once, c_locale_init);
+    return c_locale ? uselocale(c_locale) : (locale_t)0;
+}
+
+static void leave_c_locale(locale_t old) {
+    if (old) uselocale(old);
+}
+
+/* repr(float): the shortest digits that read back to v, in fixed notation when the decimal
+ * exponent is in (-4, 16], else d.ddde+XX. */
+static void py_float_repr(double v, char *buf, size_t size, bool json) {
+    if (isinf(v)) {
+        snprintf(buf, size, "%s%s", v < 0 ? "-" : "", json ? "Infinity" : "inf");
+        return;
+    }
+    if (isnan(v)) {
+        snprintf(buf, size, "%s", json ? "NaN" : "nan");
+        return;
+    }
+    if (v == 0) {
+        snprintf(buf, size, "%s", signbit(v) ? "-0.0" : "0.0");
+        return;
+    }
+    locale_t old = enter_c_locale();
+    char tmp[48];
+    for (int prec = 1; prec <= 17; prec++) {
+        snprintf(tmp, sizeof tmp, "%.*e", prec - 1, v);
+        if (strtod(tmp, NULL) == v) break;
+    }
+    leave_c_locale(old);
+    char digits[24];
+    int nd = 0, exp10 = 0;
+    bool neg = tmp[0] == '-';
+    for (const char *p = tmp + neg; *p; p++) {
+        if (*p >= '0' && *p <= '9' && nd < (int)sizeof digits - 1) digits[nd++] = *p;
+        if (*p == 'e') {
+            exp10 = atoi(p + 1);
+            break;
+        }
+    }
+    while (nd > 1 && digits[nd - 1] == '0')
+        nd--;
+    digits[nd] = '\0';
+    int decpt = exp10 + 1;
+    sb_t b = {0};
+    char sign[2] = {neg ? '-' : '\0', '\0'};
+    sb_puts(&b, sign);
+    if (decpt > -4 && decpt <= 16) {
+        if (decpt <= 0) {
+            sb_puts(&b, "0.");
+            for (int i = 0; i < -decpt; i++)
+                sb_puts(&b, "0");
+            sb_puts(&b, digits);
+        } else if (decpt >= nd) {
+            sb_puts(&b, digits);
+            for (int i = nd; i < decpt; i++)
+                sb_puts(&b, "0");
+            sb_puts(&b, ".0");
+        } else {
+            sb_add(&b, digits, decpt);
+            sb_puts(&b, ".");
+            sb_puts(&b, digits + decpt);
+        }
+    } else {
+        char e[16];
+        sb_add(&b, digits, 1);
+        if (nd > 1) {
+            sb_puts(&b, ".");
+            sb_puts(&b, digits + 1);
+        }
+        snprintf(e, sizeof e, "e%c%02d", decpt - 1 < 0 ? '-' : '+', abs(decpt - 1));
+        sb_puts(&b, e);
+    }
+    snprintf(buf, size, "%s", b.p ? b.p : "0.0");
+    free(b.p);
+}
+
+/* A number as Python sees it after json.loads: an int when its spelling (recorded by
+ * chat_json_parse) has no fraction or exponent, else a float. Without a spelling, integral
+ * values within 2^53 count as ints. */
+static void py_number(sb_t *b, const cJSON *item, bool json) {
+    char buf[64];
+    const char *lex = item->valuestring;
+    if (lex && !strpbrk(lex, ".eE")) {
+        sb_puts(b, strcmp(lex, "-0") == 0 ? "0" : lex);
+        return;
+    }
+    double v = item->valuedouble;
+    if (lex) {
+        locale_t old = enter_c_locale();
+        v = strtod(lex, NULL);
+        leave_c_locale(old);
+    } else if (v == floor(v) && fabs(v) <= 9007199254740992.0) {
+        snprintf(buf, sizeof buf, "%lld", (long long)v);
+        sb_puts(b, buf);
+        return;
+    }
+    py_float_repr(v, buf, sizeof buf, json);
+    sb_puts(b, buf);
+}
+
+static void json_string(sb_t *b, const char *s) {
+    sb_puts(b, "\"");
+    for (const char *p = s; *p; p++) {
+        unsigned char c = (unsigned char)*p;
+        const char *esc = NULL;
+        char u[8];
+        switch (c) {
+            case '"':
+                esc = "\\\"";
+                break;
+            case '\\':
+                esc = "\\\\";
+                break;
+            case '\n':
+                esc = "\\n";
+                break;
+            case '\r':
+                esc = "\\r";
+                break;
+            case '\t':
+                esc = "\\t";
+                break;
+            case '\b':
+                esc = "\\b";
+                break;
+            case '\f':
+                esc = "\\f";
+                break;
+            default:
+                if (c < 0x20) {
+                    snprintf(u, sizeof u, "\\u%04x", c);
+                    esc = u;
+                }
+        }
+        if (esc)
+            sb_puts(b, esc);
+        else
+            sb_add(b, p, 1);
+    }
+    sb_puts(b, "\"");
+}
+
+/* Python dicts keep one entry per key: the first key's position with the last key's value. */
+static bool key_seen_before(const cJSON *obj, const cJSON *item) {
+    for (const cJSON *c = obj->child; c != item; c = c->next)
+        if (strcmp(c->string, item->string) == 0) return true;
+    return false;
+}
+
+static const cJSON *key_last_value(const cJSON *item) {
+    const cJSON *last = item;
+    for (const cJSON *c = item->next; c; c = c->next)
+        if (strcmp(c->string, item->string) == 0) last = c;
+    return last;
+}
+
+static void json_dump(sb_t *b, const cJSON *item) {
+    if (cJSON_IsObject(item)) {
+        sb_puts(b, "{");
+        bool first = true;
+        for (const cJSON *c = item->child; c; c = c->next) {
+            if (key_seen_before(item, c)) continue;
+            if (!first) sb_puts(b, ", ");
+            first = false;
+            json_string(b, c->string);
+            sb_puts(b, ": ");
+            json_dump(b, key_last_value(c));
+        }
+        sb_puts(b, "}");
+    } else if (cJSON_IsArray(item)) {
+        sb_puts(b, "[");
+        for (const cJSON *c = item->child; c; c = c->next) {
+            if (c != item->child) sb_puts(b, ", ");
+            json_dump(b, c);
+        }
+        sb_puts(b, "]");
+    } else if (cJSON_IsString(item)) {
+        json_string(b, item->valuestring);
+    } else if (cJSON_IsNumber(item)) {
+        py_number(b, item, true);
+    } else if (cJSON_IsBool(item)) {
+        sb_puts(b, cJSON_IsTrue(item) ? "true" : "false");
+    } else {
+        sb_puts(b, "null");
+    }
+}
+
+/* Jinja's `string` filter: Python str() of a scalar. */
+static void py_str(sb_t *b, const cJSON *item) {
+    if (cJSON_IsString(item))
+        sb_puts(b, item->valuestring);
+    else if (cJSON_IsNumber(item))
+        py_number(b, item, false);
+    else if (cJSON_IsBool(item))
+        sb_puts(b, cJSON_IsTrue(item) ? "True" : "False");
+    else
+        sb_puts(b, "None");
+}
+
+// ---------------------------------------------------------------------------------------------
+// JSON parsing that keeps number spellings
+
+static const char *skip_json_string(const char *p, const char *end) {
+    for (p++; p < end; p++) {
+        if (*p == '\\')
+            p++;
+        else if (*p == '"')
+            return p + 1;
+    }
+    return end;
+}
+
+/* Gives the number nodes of `item`, in document order, the next spellings found in the text. */
+static int annotate_numbers(cJSON *item, const char **cursor, const char *end) {
+    for (; item; item = item->next) {
+        if (cJSON_IsNumber(item)) {
+            const char *p = *cursor;
+            while (p < end && !(*p == '-' || (*p >= '0' && *p <= '9'))) {
+                if (*p == '"')
+                    p = skip_json_string(p, end);
+                else
+                    p++;
+            }
+            const char *q = p;
+            while (q < end && strchr("+-.eE0123456789", *q))
+                q++;
+            if (p == end) return -1;
+            char *lex = cJSON_malloc((size_t)(q - p) + 1);
+            if (!lex) return -1;
+            memcpy(lex, p, (size_t)(q - p));
+            lex[q - p] = '\0';
+            item->valuestring = lex;
+            *cursor = q;
+        }
+        if ((cJSON_IsArray(item) || cJSON_IsObject(item)) &&
+            annotate_numbers(item->child, cursor, end) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+cJSON *chat_json_parse(const char *text, size_t len, err_t *err) {
+    const char *end = NULL;
+    cJSON *json = cJSON_ParseWithLengthOpts(text, len, &end, false);
+    if (!json) {
+        err_set(err, "invalid JSON near byte %ld", end ? (long)(end - text) : -1L);
+        return NULL;
+    }
+    for (const char *p = end; p < text + len && *p; p++) {
+        if (!strchr(" \t\r\n", *p)) {
+            cJSON_Delete(json);
+            err_set(err, "invalid JSON: unexpected data at byte %ld", (long)(p - text));
+            return NULL;
+        }
+    }
+    const char *cursor = text;
+    if (annotate_numbers(json, &cursor, end) < 0) {
+        cJSON_Delete(json);
+        err_set(err, "out of memory parsing JSON");
+        return NULL;
+    }
+    return json;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Rendering
+
+#define TPL_ERR "chat template: "
+
+static const char QWEN3_TOOLS_HEAD[] =
+    "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>";
+static const char QWEN3_TOOLS_TAIL[] =
+    "\n</tools>\n\nFor each function call, return a json object with function name and arguments "
+    "within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, "
+    "\"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n";
+static const char QWEN3_5_TOOLS_HEAD[] =
+    "<|im_start|>system\n# Tools\n\nYou have access to the following functions:\n\n<tools>";
+static const char QWEN3_5_TOOLS_TAIL[] =
+    "\n</tools>\n\nIf you choose to call a function ONLY reply in the following format with NO "
+    "suffix:\n\n<tool_call>\n<function=example_function_name>\n<parameter=example_parameter_1>\n"
+    "value_1\n</parameter>\n<parameter=example_parameter_2>\nThis is the value for the second "
+    "parameter\nthat can span\nmultiple lines\n</parameter>\n</function>\n</tool_call>\n\n"
+    "<IMPORTANT>\nReminder:\n- Function calls MUST follow the specified format: an inner "
+    "<function=...></function> block must be nested within <tool_call></tool_call> XML tags\n"
+    "- Required parameters MUST be specified\n- You may provide optional reasoning for your "
+    "function call in natural language BEFORE the function call, but NOT after\n- If there is no "
+    "function call available, answer the question like normal with your current knowledge and "
+    "do not tell the user about function calls\n</IMPORTANT>";
+
+static bool has_tools(const cJSON *tools) {
+    return tools && cJSON_GetArraySize(tools) > 0;
+}
+
+static void put_tools(sb_t *b, const cJSON *tools) {
+    for (const cJSON *t = tools->child; t; t = t->next) {
+        sb_puts(b, "\n");
+        json_dump(b, t);
+    }
+}
+
+/* Splits reasoning written inline in content ("<think>r</think>c"), as both templates do:
+ * reasoning = content.split('</think>')[0].rstrip('\n').split('<think>')[-1].lstrip('\n'),
+ * content = content.split('</think>')[-1].lstrip('\n'). */
+static void split_inline_reasoning(sv_t *content, sv_t *reasoning) {
+    const char *first = sv_find(*content, "</think>");
+    const char *last = sv_rfind(*content, "</think>");
+    sv_t before = sv_rstrip_nl((sv_t){content->p, (size_t)(first - content->p)});
+    const char *open = sv_rfind(before, "<think>");
+    if (open) before = (sv_t){open + 7, before.n - (size_t)(open + 7 - before.p)};
+    *reasoning = sv_lstrip_nl(before);
+    const char *rest = last + 8;
+    *content = sv_lstrip_nl((sv_t){rest, content->n - (size_t)(rest - content->p)});
+}
+
+/* Qwen3 reads a non-string content as ''. */
+static sv_t qwen3_content(const chat_msg_t *m) {
+    return m->content_kind == CHAT_CONTENT_TEXT ? sv_of(m->content) : sv_of("");
+}
+
+static int qwen3_tool_calls(sb_t *b, const chat_msg_t *m, sv_t content, err_t *err) {
+    for (size_t k = 0; k < m->n_tool_calls; k++) {
+        const chat_tool_call_t *tc = &m->tool_calls[k];
+        if (k > 0 || content.n) sb_puts(b, "\n");
+        sb_puts(b, "<tool_call>\n{\"name\": \"");
+        sb_puts(b, tc->name);
+        sb_puts(b, "\", \"arguments\": ");
+        if (tc->arguments_text)
+            sb_puts(b, tc->arguments_text);
+        else if (tc->arguments_json)
+            json_dump(b, tc->arguments_json);
+        else
+            return err_set(err, TPL_ERR "tool call \"%s\" has no arguments", tc->name);
+        sb_puts(b, "}\n</tool_call>");
+    }
+    return 0;
+}
+
+static int render_qwen3(sb_t *b, chat_format_t fmt, const chat_msg_t *msgs, size_t n,
+                        const cJSON *tools, const chat_opts_t *opts, err_t *err) {
+    if (n == 0) return err_set(err, TPL_ERR "no messages (the template reads messages[0])");
+    bool sys0 = msgs[0].role == CHAT_SYSTEM;
+    if (sys0 && msgs[0].content_kind != CHAT_CONTENT_TEXT)
+        return err_set(err, TPL_ERR "the system message's content must be a string");
+    if (has_tools(tools)) {
+        sb_puts(b, "<|im_start|>system\n");
+        if (sys0) {
+            sb_puts(b, msgs[0].content);
+            sb_puts(b, "\n\n");
+        }
+        sb_puts(b, QWEN3_TOOLS_HEAD);
+        put_tools(b, tools);
+        sb_puts(b, QWEN3_TOOLS_TAIL);
+    } else if (sys0) {
+        sb_puts(b, "<|im_start|>system\n");
+        sb_puts(b, msgs[0].content);
+        sb_puts(b, "<|im_end|>\n");
+    }
+    /* The last user message that is a real query, not tool output wrapped by the client. */
+    size_t last_query = n - 1;
+    for (size_t i = n; i-- > 0;) {
+        sv_t c = sv_of(msgs[i].content);
+        if (msgs[i].role == CHAT_USER && msgs[i].content_kind == CHAT_CONTENT_TEXT &&
+            !(sv_starts(c, "<tool_response>") && sv_ends(c, "</tool_response>"))) {
+            last_query = i;
+            break;
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        const chat_msg_t *m = &msgs[i];
+        sv_t content = qwen3_content(m);
+        if (m->role == CHAT_USER || (m->role == CHAT_SYSTEM && i > 0)) {
+            sb_puts(b, m->role == CHAT_USER ? "<|im_start|>user\n" : "<|im_start|>system\n");
+            sb_sv(b, content);
+            sb_puts(b, "<|im_end|>\n");
+        } else if (m->role == CHAT_ASSISTANT) {
+            sv_t reasoning = sv_of("");
+            if (m->reasoning)
+                reasoning = sv_of(m->reasoning);
+            else if (sv_find(content, "</think>"))
+                split_inline_reasoning(&content, &reasoning);
+            if (i > last_query && (i == n - 1 || reasoning.n)) {
+                sb_puts(b, "<|im_start|>assistant\n<think>\n");
+                sb_sv(b, sv_lstrip_nl(sv_rstrip_nl(reasoning)));
+                sb_puts(b, "\n</think>\n\n");
+                sb_sv(b, sv_lstrip_nl(content));
+            } else {
+                sb_puts(b, "<|im_start|>assistant\n");
+                sb_sv(b, content);
+            }
+            if (qwen3_tool_calls(b, m, content, err) < 0) return -1;
+            sb_puts(b, "<|im_end|>\n");
+        } else if (m->role == CHAT_TOOL) {
+            if (i == 0 || msgs[i - 1].role != CHAT_TOOL) sb_puts(b, "<|im_start|>user");
+            sb_puts(b, "\n<tool_response>\n");
+            sb_sv(b, content);
+            sb_puts(b, "\n</tool_response>");
+            if (i == n - 1 || msgs[i + 1].role != CHAT_TOOL) sb_puts(b, "<|im_end|>\n");
+        }
+        /* The first system message was rendered above; other roles render nothing. */
+    }
+    if (opts->add_generation_prompt) {
+        if (fmt == CHAT_QWEN3_THINKING_2507)
+            sb_puts(b, "<|im_start|>assistant\n<think>\n");
+        else
+            sb_puts(b, "<|im_start|>assistant\n");
+        if (fmt == CHAT_QWEN3 && opts->enable_thinking == CHAT_THINK_OFF)
+            sb_puts(b, "<think>\n\n</think>\n\n");
+    }
+    return 0;
+}
+
+/* Qwen3.5's render_content macro followed by |trim. Parts are concatenated into `scratch`, so
+ * the result is valid until the next call. */
+static sv_t qwen3_5_content(const chat_msg_t *m, sb_t *scratch) {
+    if (m->content_kind == CHAT_CONTENT_TEXT) return sv_trim(sv_of(m->content));
+    if (m->content_kind == CHAT_CONTENT_NONE) return sv_of("");
+    scratch->len = 0;
+    sb_puts(scratch, "");
+    for (size_t k = 0; k < m->n_parts; k++)
+        sb_puts(scratch, m->parts[k]);
+    return sv_trim((sv_t){scratch->p ? scratch->p : "", scratch->len});
+}
+
+static int qwen3_5_tool_calls(sb_t *b, const chat_msg_t *m, sv_t content, err_t *err) {
+    for (size_t k = 0; k < m->n_tool_calls; k++) {
+        const chat_tool_call_t *tc = &m->tool_calls[k];
+        if (k > 0)
+            sb_puts(b, "\n<tool_call>\n<function=");
+        else if (sv_trim(content).n)
+            sb_puts(b, "\n\n<tool_call>\n<function=");
+        else
+            sb_puts(b, "<tool_call>\n<function=");
+        sb_puts(b, tc->name);
+        sb_puts(b, ">\n");
+        if (tc->arguments_text || (tc->arguments_json && !cJSON_IsObject(tc->arguments_json)))
+            return err_set(err,
+                           TPL_ERR "Can only get item pairs from a mapping. (the arguments "
+                                   "of tool call \"%s\" must be a JSON object)",
+                           tc->name);
+        const cJSON *args = tc->arguments_json;
+        for (const cJSON *a = args ? args->child : NULL; a; a = a->next) {
+            if (key_seen_before(args, a)) continue;
+            const cJSON *v = key_last_value(a);
+            sb_puts(b, "<parameter=");
+            sb_puts(b, a->string);
+            sb_puts(b, ">\n");
+            if (cJSON_IsObject(v) || cJSON_IsArray(v))
+                json_dump(b, v);
+            else
+                py_str(b, v);
+            sb_puts(b, "\n</parameter>\n");
+        }
+        sb_puts(b, "</function>\n</tool_call>");
+    }
+    return 0;
+}
+
+static int render_qwen3_5(sb_t *b, chat_format_t fmt, const chat_msg_t *msgs, size_t n,
+                          const cJSON *tools, const chat_opts_t *opts, err_t *err) {
+    if (n == 0) return err_set(err, TPL_ERR "No messages provided.");
+    sb_t scratch = {0};
+    int rc = -1;
+    if (has_tools(tools)) {
+        sb_puts(b, QWEN3_5_TOOLS_HEAD);
+        put_tools(b, tools);
+        sb_puts(b, QWEN3_5_TOOLS_TAIL);
+        if (msgs[0].role == CHAT_SYSTEM) {
+            sv_t c = qwen3_5_content(&msgs[0], &scratch);
+            if (c.n) {
+                sb_puts(b, "\n\n");
+                sb_sv(b, c);
+            }
+        }
+        sb_puts(b, "<|im_end|>\n");
+    } else if (msgs[0].role == CHAT_SYSTEM) {
+        sb_puts(b, "<|im_start|>system\n");
+        sb_sv(b, qwen3_5_content(&msgs[0], &scratch));
+        sb_puts(b, "<|im_end|>\n");
+    }
+    size_t last_query = n;
+    for (size_t i = n; i-- > 0 && last_query == n;) {
+        if (msgs[i].role != CHAT_USER) continue;
+        sv_t c = qwen3_5_content(&msgs[i], &scratch);
+        if (!(sv_starts(c, "<tool_response>") && sv_ends(c, "</tool_response>"))) last_query = i;
+    }
+    if (last_query == n) {
+        err_set(err, TPL_ERR "No user query found in messages.");
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const chat_msg_t *m = &msgs[i];
+        sv_t content = qwen3_5_content(m, &scratch);
+        if (m->role == CHAT_SYSTEM) {
+            if (i > 0) {
+                err_set(err, TPL_ERR "System message must be at the beginning.");
+                goto out;
+            }
+        } else if (m->role == CHAT_USER) {
+            sb_puts(b, "<|im_start|>user\n");
+            sb_sv(b, content);
+            sb_puts(b, "<|im_end|>\n");
+        } else if (m->role == CHAT_ASSISTANT) {
+            sv_t reasoning = sv_of("");
+            if (m->reasoning)
+                reasoning = sv_of(m->reasoning);
+            else if (sv_find(content, "</think>"))
+                split_inline_reasoning(&content, &reasoning);
+            reasoning = sv_trim(reasoning);
+            if (i > last_query) {
+                sb_puts(b, "<|im_start|>assistant\n<think>\n");
+                sb_sv(b, reasoning);
+                sb_puts(b, "\n</think>\n\n");
+            } else {
+                sb_puts(b, "<|im_start|>assistant\n");
+            }
+            sb_sv(b, content);
+            if (qwen3_5_tool_calls(b, m, content, err) < 0) goto out;
+            sb_puts(b, "<|im_end|>\n");
+        } else if (m->role == CHAT_TOOL) {
+            if (i > 0 && msgs[i - 1].role != CHAT_TOOL) sb_puts(b, "<|im_start|>user");
+            sb_puts(b, "\n<tool_response>\n");
+            sb_sv(b, content);
+            sb_puts(b, "\n</tool_response>");
+            if (i == n - 1 || msgs[i + 1].role != CHAT_TOOL) sb_puts(b, "<|im_end|>\n");
+        } else {
+            err_set(err, TPL_ERR "Unexpected message role. (\"%s\")",
+                    m->role_name ? m->role_name : "?");
+            goto out;
+        }
+    }
+    if (opts->add_generation_prompt) {
+        bool think = fmt == CHAT_QWEN3_5 ? opts->enable_thinking != CHAT_THINK_OFF
+                                         : opts->enable_thinking == CHAT_THINK_ON;
+        sb_puts(b, think ? "<|im_start|>assistant\n<think>\n"
+                         : "<|im_start|>assistant\n<think>\n\n</think>\n\n");
+    }
+    rc = 0;
+out:
+    if (scratch.oom) rc = err_set(err, "out of memory rendering the chat template");
+    free(scratch.p);
+    return rc;
+}
+
+int chat_render(chat_format_t fmt, const chat_msg_t *msgs, size_t n_msgs, const cJSON *tools,
+                const chat_opts_t *opts, char **out, size_t *out_len, err_t *err) {
+    static const chat_opts_t defaults = {0};
+    if (!opts) opts = &defaults;
+    *out = NULL;
+    if (out_len) *out_len = 0;
+    if (tools && !cJSON_IsArray(tools) && !cJSON_IsNull(tools))
+        return err_set(err, "chat: tools must be a JSON array");
+    if (tools && cJSON_IsNull(tools)) tools = NULL;
+    for (size_t i = 0; i < n_msgs; i++)
+        for (size_t k = 0; k < msgs[i].n_tool_calls; k++)
+            if (!msgs[i].tool_calls[k].name)
+                return err_set(err, "chat: message %zu: tool call %zu has no function name", i, k);
+    sb_t b = {0};
+    int rc;
+    switch (fmt) {
+        case CHAT_QWEN3:
+        case CHAT_QWEN3_INSTRUCT_2507:
+        case CHAT_QWEN3_THINKING_2507:
+            rc = render_qwen3(&b, fmt, msgs, n_msgs, tools, opts, err);
+            break;
+        case CHAT_QWEN3_5:
+        case CHAT_QWEN3_5_THINK_OFF:
+            rc = render_qwen3_5(&b, fmt, msgs, n_msgs, tools, opts, err);
+            break;
+        default:
+            rc = err_set(err, "chat: unknown chat format %d", (int)fmt);
+    }
+    if (rc == 0 && b.oom) rc = err_set(err, "out of memory rendering the chat template");
+    if (rc < 0) {
+        free(b.p);
+        return -1;
+    }
+    sb_puts(&b, "");
+    if (b.oom) {
+        free(b.p);
+        return err_set(err, "out of memory rendering the chat template");
+    }
+    *out = b.p;
+    if (out_len) *out_len = b.len;
+    return 0;
+}
+
+bool chat_prompt_ends_reasoning(chat_format_t fmt, const chat_opts_t *opts) {
+    chat_think_t think = opts ? opts->enable_thinking : CHAT_THINK_DEFAULT;
+    switch (fmt) {
+        case CHAT_QWEN3_INSTRUCT_2507:
+            return true;
+        case CHAT_QWEN3_THINKING_2507:
+            return false;
+        case CHAT_QWEN3_5_THINK_OFF:
+            return think != CHAT_THINK_ON;
+        default:
+            return think == CHAT_THINK_OFF;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Formats and detection
+
+const char *chat_format_name(chat_format_t fmt) {
+    switch (fmt) {
+        case CHAT_QWEN3:
+            return "qwen3";
+        case CHAT_QWEN3_INSTRUCT_2507:
+            return "qwen3-instruct-2507";
+        case CHAT_QWEN3_THINKING_2507:
+            return "qwen3-thinking-2507";
+        case CHAT_QWEN3_5:
+            return "qwen3.5";
+        case CHAT_QWEN3_5_THINK_OFF:
+            return "qwen3.5-think-off";
+    }
+    return "unknown";
+}
+
+/* The family is recognised by what its templates render (ChatML turns, the multi-step tool
+ * bookkeeping, and the tool-call syntax); the variant by its generation prompt. A template
+ * string literal spells a newline as the two characters backslash and n. */
+int chat_detect(const char *text, const char *file, chat_format_t *fmt, err_t *err) {
+    bool chatml = strstr(text, "<|im_start|>") && strstr(text, "last_query_index");
+    if (chatml && strstr(text, "<function=") && strstr(text, "<parameter=")) {
+        *fmt = strstr(text, "enable_thinking is true") ? CHAT_QWEN3_5_THINK_OFF : CHAT_QWEN3_5;
+        return 0;
+    }
+    if (chatml && strstr(text, "reasoning_content") &&
+        (strstr(text, "<tool_call>\\n{\"name\": \"") ||
+         strstr(text, "<tool_call>\n{\"name\": \""))) {
+        if (strstr(text, "enable_thinking"))
+            *fmt = CHAT_QWEN3;
+        else if (strstr(text, "'<|im_start|>assistant\\n<think>\\n'"))
+            *fmt = CHAT_QWEN3_THINKING_2507;
+        else
+            *fmt = CHAT_QWEN3_INSTRUCT_2507;
+        return 0;
+    }
+    return err_set(err,
+                   "%s: unknown chat template (supported: the Qwen3, Qwen3-2507 and Qwen3.5 "
+                   "templates)",
+                   file);
+}
+
+int chat_detect_dir(mdir_t *dir, chat_format_t *fmt, err_t *err) {
+    char file[4200];
+    char *text = NULL;
+    int rc = -1;
+    if (mdir_has(dir, "chat_template.jinja")) {
+        snprintf(file, sizeof file, "%s/chat_template.jinja", mdir_path(dir));
+        if (mdir_read_text(dir, "chat_template.jinja", &text, NULL, err) < 0) return -1;
+        rc = chat_detect(text, file, fmt, err);
+        free(text);
+        return rc;
+    }
+    snprintf(file, sizeof file, "%s/tokenizer_config.json", mdir_path(dir));
+    if (!mdir_has(dir, "tokenizer_config.json"))
+        return err_set(err, "%s: missing (the model has no chat template)", file);
+    size_t len;
+    if (mdir_read_text(dir, "tokenizer_config.json", &text, &len, err) < 0) return -1;
+    cJSON *json = cJSON_ParseWithLength(text, len);
+    if (!json) {
+        err_set(err, "%s: invalid JSON", file);
+        goto out;
+    }
+    const cJSON *tpl = cJSON_GetObjectItemCaseSensitive(json, "chat_template");
+    if (cJSON_IsArray(tpl)) {
+        const cJSON *found = NULL;
+        for (const cJSON *t = tpl->child; t; t = t->next) {
+            const cJSON *name = cJSON_GetObjectItemCaseSensitive(t, "name");
+            if (cJSON_IsString(name) && strcmp(name->valuestring, "default") == 0)
+                found = cJSON_GetObjectItemCaseSensitive(t, "template");
+        }
+        tpl = found;
+    }
+    if (!cJSON_IsString(tpl))
+        err_set(err, "%s: no \"chat_template\" (the model has no chat template)", file);
+    else
+        rc = chat_detect(tpl->valuestring, file, fmt, err);
+    cJSON_Delete(json);
+out:
+    free(text);
+    return rc;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Conversations from OpenAI JSON
+
+struct chat_conv_store {
+    chat_tool_call_t *calls;
+    const char **parts;
+    char **flat;  /* [n_msgs] joined parts (CHAT_JSON_FLATTEN_PARTS) */
+    cJSON **args; /* [n_calls] parsed arguments (CHAT_JSON_PARSE_ARGS) */
+    size_t n_flat, n_args;
+};
+
+void chat_conv_destroy(chat_conv_t *conv) {
+    if (!conv) return;
+    struct chat_conv_store *s = conv->store;
+    if (s) {
+        for (size_t i = 0; i < s->n_flat; i++)
+            free(s->flat[i]);
+        for (size_t i = 0; i < s->n_args; i++)
+            cJSON_Delete(s->args[i]);
+        free(s->flat);
+        free(s->args);
+        free(s->calls);
+        free(s->parts);
+        free(s);
+    }
+    free(conv->msgs);
+    free(conv);
+}
+
+static const char *string_item(const cJSON *obj, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+    return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+static int parse_content(chat_conv_t *conv, size_t i, const cJSON *c, unsigned flags,
+                         size_t *part_used, err_t *err) {
+    chat_msg_t *m = &conv->msgs[i];
+    struct chat_conv_store *s = conv->store;
+    if (!c || cJSON_IsNull(c)) {
+        m->content_kind = CHAT_CONTENT_NONE;
+        return 0;
+    }
+    if (cJSON_IsString(c)) {
+        m->content_kind = CHAT_CONTENT_TEXT;
+        m->content = c->valuestring;
+        return 0;
+    }
+    if (!cJSON_IsArray(c))
+        return err_set(err,
+                       "chat: message %zu: content must be a string, null or an array of "
+                       "text parts",
+                       i);
+    m->content_kind = CHAT_CONTENT_PARTS;
+    m->parts = s->parts + *part_used;
+    for (const cJSON *p = c->child; p; p = p->next) {
+        const char *type = string_item(p, "type");
+        const char *text = string_item(p, "text");
+        if (!type || strcmp(type, "text") != 0)
+            return err_set(err,
+                           "chat: message %zu: content part type \"%s\" is not supported "
+                           "(text only)",
+                           i, type ? type : "(none)");
+        if (!text)
+            return err_set(err, "chat: message %zu: a text content part has no \"text\" string", i);
+        s->parts[(*part_used)++] = text;
+        m->n_parts++;
+    }
+    if (flags & CHAT_JSON_FLATTEN_PARTS) {
+        sb_t b = {0};
+        sb_puts(&b, "");
+        for (size_t k = 0; k < m->n_parts; k++) {
+            if (k) sb_puts(&b, "\n");
+            sb_puts(&b, m->parts[k]);
+        }
+        if (b.oom) {
+            free(b.p);
+            return err_set(err, "out of memory");
+        }
+        s->flat[s->n_flat++] = b.p;
+        m->content_kind = CHAT_CONTENT_TEXT;
+        m->content = b.p;
+    }
+    return 0;
+}
+
+static int parse_tool_call(chat_conv_t *conv, size_t i, const cJSON *item, unsigned flags,
+                           chat_tool_call_t *tc, err_t *err) {
+    struct chat_conv_store *s = conv->store;
+    if (!cJSON_IsObject(item))
+        return err_set(err, "chat: message %zu: each tool call must be an object", i);
+    tc->id = string_item(item, "id");
+    const cJSON *fn = cJSON_GetObjectItemCaseSensitive(item, "function");
+    if (cJSON_IsObject(fn) && fn->child) item = fn;
+    tc->name = string_item(item, "name");
+    if (!tc->name) return err_set(err, "chat: message %zu: a tool call has no function name", i);
+    const cJSON *args = cJSON_GetObjectItemCaseSensitive(item, "arguments");
+    if (cJSON_IsString(args))
+        tc->arguments_text = args->valuestring;
+    else
+        tc->arguments_json = args;
+    if (!(flags & CHAT_JSON_PARSE_ARGS)) return 0;
+    if (tc->arguments_json && !cJSON_IsNull(tc->arguments_json)) return 0;
+    const char *text = tc->arguments_text && tc->arguments_text[0] ? tc->arguments_text : "{}";
+    cJSON *parsed = chat_json_parse(text, strlen(text), err);
+    if (!parsed)
+        return err_prefix(err, "chat: message %zu: arguments of tool call \"%s\"", i, tc->name);
+    s->args[s->n_args++] = parsed;
+    tc->arguments_text = NULL;
+    tc->arguments_json = parsed;
+    return 0;
+}
+
+int chat_conv_from_json(const cJSON *messages, const cJSON *tools, unsigned flags,
+                        chat_conv_t **out, err_t *err) {
+    *out = NULL;
+    if (!cJSON_IsArray(messages)) return err_set(err, "chat: \"messages\" must be an array");
+    if (tools && !cJSON_IsNull(tools) && !cJSON_IsArray(tools))
+        return err_set(err, "chat: \"tools\" must be an array");
+    size_t n = (size_t)cJSON_GetArraySize(messages), n_calls = 0, n_parts = 0;
+    for (const cJSON *m = messages->child; m; m = m->next) {
+        const cJSON *c = cJSON_GetObjectItemCaseSensitive(m, "content");
+        const cJSON *calls = cJSON_GetObjectItemCaseSensitive(m, "tool_calls");
+        if (cJSON_IsArray(c)) n_parts += (size_t)cJSON_GetArraySize(c);
+        if (cJSON_IsArray(calls)) n_calls += (size_t)cJSON_GetArraySize(calls);
+    }
+    chat_conv_t *conv = calloc(1, sizeof *conv);
+    struct chat_conv_store *s = calloc(1, sizeof *s);
+    if (conv) conv->store = s;
+    if (!conv || !s || !(conv->msgs = calloc(n + 1, sizeof *conv->msgs)) ||
+        !(s->calls = calloc(n_calls + 1, sizeof *s->calls)) ||
+        !(s->parts = calloc(n_parts + 1, sizeof *s->parts)) ||
+        !(s->flat = calloc(n + 1, sizeof *s->flat)) ||
+        !(s->args = calloc(n_calls + 1, sizeof *s->args))) {
+        if (!conv) free(s);
+        chat_conv_destroy(conv);
+        return err_set(err, "out of memory");
+    }
+    conv->n_msgs = n;
+    conv->tools = cJSON_IsArray(tools) ? tools : NULL;
+    size_t i = 0, part_used = 0, call_used = 0;
+    for (const cJSON *j = messages->child; j; j = j->next, i++) {
+        chat_msg_t *m = &conv->msgs[i];
+        if (!cJSON_IsObject(j)) {
+            err_set(err, "chat: message %zu must be an object", i);
+            goto fail;
+        }
+        m->role_name = string_item(j, "role");
+        if (!m->role_name) {
+            err_set(err, "chat: message %zu has no \"role\" string", i);
+            goto fail;
+        }
+        static const char *const roles[] = {"system", "user", "assistant", "tool"};
+        m->role = CHAT_OTHER;
+        for (int r = 0; r < 4; r++)
+            if (strcmp(m->role_name, roles[r]) == 0) m->role = (chat_role_t)r;
+        if (parse_content(conv, i, cJSON_GetObjectItemCaseSensitive(j, "content"), flags,
+                          &part_used, err) < 0)
+            goto fail;
+        /* transformers fills reasoning_content from the first of these that is not null. */
+        static const char *const reasoning_keys[] = {"reasoning_content", "thinking", "reasoning"};
+        for (int r = 0; r < 3; r++) {
+            const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, reasoning_keys[r]);
+            if (v && !cJSON_IsNull(v)) {
+                m->reasoning = cJSON_IsString(v) ? v->valuestring : NULL;
+                break;
+            }
+        }
+        m->tool_call_id = string_item(j, "tool_call_id");
+        const cJSON *calls = cJSON_GetObjectItemCaseSensitive(j, "tool_calls");
+        if (calls && !cJSON_IsNull(calls) && !cJSON_IsArray(calls)) {
+            err_set(err, "chat: message %zu: \"tool_calls\" must be an array", i);
+            goto fail;
+        }
+        m->tool_calls = s->calls + call_used;
+        for (const cJSON *c = calls ? calls->child : NULL; c; c = c->next) {
+            if (parse_tool_call(conv, i, c, flags, &s->calls[call_used], err) < 0) goto fail;
+            call_used++;
+            m->n_tool_calls++;
+        }
+    }
+    *out = conv;
+    return 0;
+fail:
+    chat_conv_destroy(conv);
+    return -1;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reasoning split
+
+static const char THINK_OPEN[] = "<think>";
+static const char THINK_CLOSE[] = "</think>";
+static const char TOOL_CALL[] = "<tool_call>";
+static const char FUNCTION_OPEN[] = "<function";
+
+typedef enum { TC_GENUINE, TC_NOT, TC_UNDECIDED } tc_verdict_t;
+
+/* Whether the text after a <tool_call> makes it the start of a real call: vLLM requires
+ * after.lstrip() to match <function[\s=]. TC_UNDECIDED: the text so far is a prefix of that. */
+static tc_verdict_t tool_call_verdict(const char *after, size_t n) {
+    sv_t rest = sv_lstrip_py((sv_t){after, n});
+    size_t k = sizeof FUNCTION_OPEN - 1;
+    if (rest.n <= k) return memcmp(rest.p, FUNCTION_OPEN, rest.n) == 0 ? TC_UNDECIDED : TC_NOT;
+    if (memcmp(rest.p, FUNCTION_OPEN, k) != 0) return TC_NOT;
+    return rest.p[k] == '=' || py_space_at(rest.p + k, rest.n - k) ? TC_GENUINE : TC_NOT;
+}
+
+void chat_reasoning_split(const char *text, size_t len, bool thinking_disabled, chat_split_t *out) {
+    sv_t s = {text, len};
+    const char *open = sv_find(s, THINK_OPEN);
+    if (open) s = (sv_t){open + 7, len - (size_t)(open + 7 - text)};
+    *out = (chat_split_t){0};
+    const char *close = sv_find(s, THINK_CLOSE);
+    if (close) {
+        out->reasoning = s.p;
+        out->reasoning_len = (size_t)(close - s.p);
+        size_t after = s.n - out->reasoning_len - 8;
+        if (after) {
+            out->content = close + 8;
+            out->content_len = after;
+        }
+        return;
+    }
+    if (thinking_disabled) {
+        out->content = s.p;
+        out->content_len = s.n;
+        return;
+    }
+    const char *tc = sv_find(s, TOOL_CALL);
+    if (tc && tool_call_verdict(tc + 11, s.n - (size_t)(tc + 11 - s.p)) == TC_GENUINE) {
+        if (tc > s.p) {
+            out->reasoning = s.p;
+            out->reasoning_len = (size_t)(tc - s.p);
+        }
+        out->content = tc;
+        out->content_len = s.n - (size_t)(tc - s.p);
+        return;
+    }
+    out->reasoning = s.p;
+    out->reasoning_len = s.n;
+}
+
+struct chat_reasoning {
+    bool passthrough;   /* the prompt ended the reasoning: everything is content */
+    bool ended;         /* </think> or a genuine tool call seen: everything is content */
+    bool think_dropped; /* the first <think> was dropped */
+    bool tc_checked;    /* the first <tool_call> was not a call: no later one ends reasoning */
+    sb_t held;          /* text not returned yet, waiting for the next delta to decide */
+    sb_t work, r, c;    /* held + delta, and this call's reasoning and content */
+};
+
+int chat_reasoning_create(bool prompt_is_reasoning_end, chat_reasoning_t **out, err_t *err) {
+    chat_reasoning_t *rs = calloc(1, sizeof *rs);
+    if (!rs) return err_set(err, "out of memory");
+    rs->passthrough = prompt_is_reasoning_end;
+    *out = rs;
+    return 0;
+}
+
+void chat_reasoning_destroy(chat_reasoning_t *rs) {
+    if (!rs) return;
+    free(rs->held.p);
+    free(rs->work.p);
+    free(rs->r.p);
+    free(rs->c.p);
+    free(rs);
+}
+
+/* Length of the longest suffix of s that is a proper prefix of tag. */
+static size_t partial_tag(sv_t s, const char *tag) {
+    size_t k = strlen(tag) - 1;
+    if (k > s.n) k = s.n;
+    for (; k > 0; k--)
+        if (memcmp(s.p + s.n - k, tag, k) == 0) return k;
+    return 0;
+}
+
+/* The earliest of the tags still able to change the state, at or after s.p. */
+static const char *next_tag(const chat_reasoning_t *rs, sv_t s, const char **tag) {
+    const char *best = NULL;
+    const char *tags[3] = {THINK_CLOSE, rs->think_dropped ? NULL : THINK_OPEN,
+                           rs->tc_checked ? NULL : TOOL_CALL};
+    for (int i = 0; i < 3; i++) {
+        const char *p = tags[i] ? sv_find(s, tags[i]) : NULL;
+        if (p && (!best || p < best)) {
+            best = p;
+            *tag = tags[i];
+        }
+    }
+    return best;
+}
+
+static void set_out(chat_split_t *out, const sb_t *r, const sb_t *c) {
+    *out = (chat_split_t){0};
+    if (r->len) {
+        out->reasoning = r->p;
+        out->reasoning_len = r->len;
+    }
+    if (c->len) {
+        out->content = c->p;
+        out->content_len = c->len;
+    }
+}
+
+int chat_reasoning_feed(chat_reasoning_t *rs, const char *delta, size_t len, chat_split_t *out,
+                        err_t *err) {
+    *out = (chat_split_t){0};
+    if (rs->passthrough || rs->ended) {
+        if (len) {
+            out->content = delta;
+            out->content_len = len;
+        }
+        return 0;
+    }
+    rs->work.len = rs->r.len = rs->c.len = 0;
+    sb_add(&rs->work, rs->held.p, rs->held.len);
+    sb_add(&rs->work, delta, len);
+    rs->held.len = 0;
+    sv_t s = {rs->work.p, rs->work.len};
+    while (s.n) {
+        const char *tag = NULL;
+        const char *at = next_tag(rs, s, &tag);
+        if (!at) {
+            size_t keep = partial_tag(s, THINK_CLOSE);
+            if (!rs->think_dropped && partial_tag(s, THINK_OPEN) > keep)
+                keep = partial_tag(s, THINK_OPEN);
+            if (!rs->tc_checked && partial_tag(s, TOOL_CALL) > keep)
+                keep = partial_tag(s, TOOL_CALL);
+            sb_add(&rs->r, s.p, s.n - keep);
+            sb_add(&rs->held, s.p + s.n - keep, keep);
+            break;
+        }
+        size_t before = (size_t)(at - s.p), taglen = strlen(tag);
+        sb_add(&rs->r, s.p, before);
+        sv_t after = {at + taglen, s.n - before - taglen};
+        if (tag == THINK_OPEN) {
+            rs->think_dropped = true;
+            s = after;
+        } else if (tag == THINK_CLOSE) {
+            rs->ended = true;
+            sb_sv(&rs->c, after);
+            break;
+        } else {
+            tc_verdict_t v = tool_call_verdict(after.p, after.n);
+            if (v == TC_GENUINE) {
+                rs->ended = true;
+                sb_add(&rs->c, at, s.n - before);
+                break;
+            }
+            if (v == TC_UNDECIDED) {
+                sb_add(&rs->held, at, s.n - before);
+                break;
+            }
+            rs->tc_checked = true;
+            sb_add(&rs->r, at, taglen);
+            s = after;
+        }
+    }
+    if (rs->work.oom || rs->held.oom || rs->r.oom || rs->c.oom)
+        return err_set(err, "out of memory splitting reasoning");
+    set_out(out, &rs->r, &rs->c);
+    return 0;
+}
+
+void chat_reasoning_finish(chat_reasoning_t *rs, chat_split_t *out) {
+    *out = (chat_split_t){0};
+    if (!rs->held.len) return;
+    rs->r.len = rs->c.len = 0;
+    sb_add(&rs->r, rs->held.p, rs->held.len);
+    rs->held.len = 0;
+    set_out(out, &rs->r, &rs->c);
+}
