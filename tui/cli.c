@@ -86,7 +86,30 @@ int cli_model_open(cli_model_t *m) {
     return 0;
 }
 
+int cli_model_open_text(cli_model_t *m, bool chat) {
+    err_t err = {{0}};
+    mdir_t *dir = weights_dir(m->weights);
+    if (!dir) {
+        fprintf(stderr,
+                "tachyon: preset %s has no tokenizer: give token ids (--prompt-ids), or a model "
+                "directory with --load-format dummy\n",
+                m->src.model);
+        return -1;
+    }
+    if (tok_load(dir, &m->tok, &err) < 0 || genconfig_load(dir, &m->gen, &err) < 0 ||
+        (chat && chat_detect_dir(dir, &m->chat_format, &err) < 0)) {
+        fprintf(stderr, "tachyon: %s\n", err.msg);
+        return -1;
+    }
+    int primary = tok_eos_id(m->tok);
+    if (primary < 0) primary = weights_config(m->weights)->eos_token_id;
+    m->n_stop_ids = genconfig_stop_ids(&m->gen, primary, m->stop_ids, GENCONFIG_MAX_EOS + 1);
+    return 0;
+}
+
 void cli_model_close(cli_model_t *m) {
+    tok_destroy(m->tok);
+    m->tok = NULL;
     backend_destroy(m->be);
     weights_destroy(m->weights);
     m->be = NULL;

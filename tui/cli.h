@@ -13,6 +13,9 @@
 #include <stdint.h>
 
 #include "backend.h"
+#include "chat.h"
+#include "genconfig.h"
+#include "tokenizer.h"
 #include "weights.h"
 
 typedef struct cli_model {
@@ -22,6 +25,13 @@ typedef struct cli_model {
     /* opened by cli_model_open */
     model_weights_t *weights;
     backend_t *be;
+    /* opened by cli_model_open_text: the model directory's tokenizer, generation defaults and
+     * chat format */
+    tokenizer_t *tok;
+    genconfig_t gen;
+    chat_format_t chat_format;
+    int32_t stop_ids[GENCONFIG_MAX_EOS + 1];
+    int n_stop_ids;
 } cli_model_t;
 
 /* Long options for choosing a model; cli_model_option handles them. Ids start at 1000. */
@@ -51,6 +61,10 @@ int cli_model_option(cli_model_t *m, int opt, const char *arg);
 /* Opens the weights and creates the backend; prints the problem and returns -1 on failure. */
 int cli_model_open(cli_model_t *m);
 
+/* Loads the tokenizer, generation_config.json and (when `chat`) the chat format of the opened
+ * model's directory; prints the problem and returns -1 on failure (a preset has no tokenizer). */
+int cli_model_open_text(cli_model_t *m, bool chat);
+
 void cli_model_close(cli_model_t *m);
 
 /* Parses "1,2,3" into a new array (caller frees); -1 on a bad list. */
@@ -60,5 +74,7 @@ int cli_parse_ids(const char *text, int32_t **ids, int *n);
 int cli_parse_long(const char *text, long min, long max, long *out);
 
 int cmd_complete(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
+int cmd_chat(int argc, char **argv);
 
 #endif

@@ -6,12 +6,17 @@
 
 #include "cli.h"
 #include "oneshot.h"
+#include "textstream.h"
 
 static const char complete_usage[] =
     "usage: tachyon complete [options] (--prompt TEXT | --prompt-ids 1,2,3)\n"
     "\n"
-    "Generates a completion of the prompt and prints it (or its ids with --token-ids).\n"
+    "Generates a completion of the prompt and prints it as it comes (or its ids with\n"
+    "--token-ids).\n"
     "\n"
+    "  --prompt TEXT              the prompt, encoded with the model's tokenizer\n"
+    "  --chat                     wrap --prompt as one user message in the model's chat format\n"
+    "  --no-think                 with --chat: enable_thinking false\n"
     "  --prompt-ids LIST          the prompt as comma-separated token ids\n"
     "  -n, --max-tokens N         tokens to generate (default 16)\n"
     "  --temperature T            0 = greedy (default 0)\n"
@@ -35,9 +40,47 @@ static void print_stats(const oneshot_result_t *r) {
             ru.ru_maxrss / 1024.0);
 }
 
+static int print_token(void *ctx, int32_t id) {
+    textstream_push(ctx, id);
+    return 0;
+}
+
+/* Encodes the prompt text, as one user message in the chat format when `chat`. */
+static int encode_prompt(cli_model_t *m, const char *text, bool chat, bool no_think, int32_t **ids,
+                         int *n) {
+    err_t err = {{0}};
+    char *rendered = NULL;
+    size_t len = strlen(text);
+    if (chat) {
+        chat_msg_t msg = {.role = CHAT_USER,
+                          .role_name = "user",
+                          .content_kind = CHAT_CONTENT_TEXT,
+                          .content = text};
+        chat_opts_t opts = {.add_generation_prompt = true,
+                            .enable_thinking = no_think ? CHAT_THINK_OFF : CHAT_THINK_DEFAULT};
+        if (chat_render(m->chat_format, &msg, 1, NULL, &opts, &rendered, &len, &err) < 0) {
+            fprintf(stderr, "tachyon: %s\n", err.msg);
+            return -1;
+        }
+        text = rendered;
+    }
+    size_t count;
+    int rc = tok_encode(m->tok, text, len, ids, &count, &err);
+    free(rendered);
+    if (rc < 0) {
+        fprintf(stderr, "tachyon: %s\n", err.msg);
+        return -1;
+    }
+    *n = (int)count;
+    return 0;
+}
+
 int cmd_complete(int argc, char **argv) {
     static const struct option longopts[] = {
         {"prompt-ids", required_argument, 0, 'p'},
+        {"prompt", required_argument, 0, 'P'},
+        {"chat", no_argument, 0, 'C'},
+        {"no-think", no_argument, 0, 'T'},
         {"max-tokens", required_argument, 0, 'n'},
         {"temperature", required_argument, 0, 't'},
         {"sampling-seed", required_argument, 0, 's'},
@@ -53,8 +96,8 @@ int cmd_complete(int argc, char **argv) {
     cli_model_t m;
     cli_model_init(&m);
     oneshot_opts_t o = oneshot_defaults();
-    const char *prompt_ids = NULL;
-    bool token_ids = false, stats = false, ignore_eos = false;
+    const char *prompt_ids = NULL, *prompt_text = NULL;
+    bool token_ids = false, stats = false, ignore_eos = false, chat = false, no_think = false;
     int opt;
     long v;
     optind = 1;
@@ -64,6 +107,9 @@ int cmd_complete(int argc, char **argv) {
         if (handled) continue;
         switch (opt) {
             case 'p': prompt_ids = optarg; break;
+            case 'P': prompt_text = optarg; break;
+            case 'C': chat = true; break;
+            case 'T': no_think = true; break;
             case 'n':
                 if (cli_parse_long(optarg, 0, 1 << 24, &v) < 0) {
                     fprintf(stderr, "tachyon: --max-tokens must be a non-negative integer\n");
@@ -108,13 +154,13 @@ int cmd_complete(int argc, char **argv) {
             default: fputs(complete_usage, stderr); return 2;
         }
     }
-    if (optind < argc || !prompt_ids) {
+    if (optind < argc || !prompt_ids == !prompt_text || (chat && !prompt_text)) {
         fputs(complete_usage, stderr);
         return 2;
     }
-    int32_t *prompt;
-    int n_prompt;
-    if (cli_parse_ids(prompt_ids, &prompt, &n_prompt) < 0) {
+    int32_t *prompt = NULL;
+    int n_prompt = 0;
+    if (prompt_ids && cli_parse_ids(prompt_ids, &prompt, &n_prompt) < 0) {
         fprintf(stderr, "tachyon: --prompt-ids must be a comma-separated list of token ids\n");
         return 2;
     }
@@ -123,10 +169,32 @@ int cmd_complete(int argc, char **argv) {
         return 1;
     }
     const model_config_t *cfg = weights_config(m.weights);
-    int32_t eos = cfg->eos_token_id;
-    if (!ignore_eos && eos >= 0) {
-        o.stop_ids = &eos;
-        o.n_stop_ids = 1;
+    /* Text needs the directory's tokenizer; ids in and out work with any model. */
+    bool text_out = !token_ids && weights_dir(m.weights);
+    if ((prompt_text || text_out) && cli_model_open_text(&m, chat) < 0) {
+        free(prompt);
+        cli_model_close(&m);
+        return 1;
+    }
+    if (prompt_text && encode_prompt(&m, prompt_text, chat, no_think, &prompt, &n_prompt) < 0) {
+        cli_model_close(&m);
+        return 1;
+    }
+    int32_t config_eos = cfg->eos_token_id;
+    if (!ignore_eos) {
+        o.stop_ids = m.tok ? m.stop_ids : &config_eos;
+        o.n_stop_ids = m.tok ? m.n_stop_ids : (config_eos >= 0);
+    }
+    textstream_t ts;
+    if (!token_ids && m.tok) {
+        if (textstream_init(&ts, m.tok, stdout, TEXTSTREAM_RAW, false) < 0) {
+            fprintf(stderr, "tachyon: out of memory\n");
+            free(prompt);
+            cli_model_close(&m);
+            return 1;
+        }
+        o.on_token = print_token;
+        o.ctx = &ts;
     }
     err_t err = {{0}};
     oneshot_result_t r;
@@ -135,13 +203,17 @@ int cmd_complete(int argc, char **argv) {
         fprintf(stderr, "tachyon: %s\n", err.msg);
         rc = 1;
     } else {
-        if (token_ids) {
+        if (o.on_token) {
+            textstream_finish(&ts);
+            printf("\n");
+        } else {
             for (int i = 0; i < r.n_ids; i++) printf("%s%d", i ? "," : "", r.ids[i]);
             printf("\n");
         }
         if (stats) print_stats(&r);
         oneshot_result_free(&r);
     }
+    if (o.on_token) textstream_free(&ts);
     free(prompt);
     cli_model_close(&m);
     return rc;

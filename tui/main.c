@@ -16,7 +16,9 @@ static const char usage[] =
     "usage: tachyon <command> [options]\n"
     "\n"
     "commands:\n"
+    "  chat       line-mode chat with the model (default: the embedded model)\n"
     "  complete   generate a completion of a prompt (tachyon complete --help)\n"
+    "  tokenize   encode text with a model's tokenizer\n"
     "  version    print the version and the backends built in\n"
     "\n"
     "Run `tachyon <command> --help` for a command's options.\n";
@@ -42,6 +44,8 @@ int main(int argc, char **argv) {
     }
     const char *cmd = argv[1];
     if (!strcmp(cmd, "complete")) return cmd_complete(argc - 1, argv + 1);
+    if (!strcmp(cmd, "chat")) return cmd_chat(argc - 1, argv + 1);
+    if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 1, argv + 1);
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) return cmd_version();
     if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
         fputs(usage, stdout);

@@ -1,0 +1,275 @@
+/* `tachyon chat`: a line-mode chat with the model, for terminals without the console and for
+ * scripts (it reads lines from standard input). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "oneshot.h"
+#include "textstream.h"
+
+static const char chat_usage[] =
+    "usage: tachyon chat [options]\n"
+    "\n"
+    "Chats with the model line by line: each line of input is a user message, the reply\n"
+    "streams back (reasoning dimmed). Commands: /new (forget the conversation), /system TEXT,\n"
+    "/think on|off, /help, /quit.\n"
+    "\n"
+    "  --system TEXT        system message\n"
+    "  --no-think           enable_thinking false\n"
+    "  --hide-reasoning     print only the content of replies\n"
+    "  -n, --max-tokens N   tokens per reply (default 512)\n"
+    "  --temperature T      default: the model's generation_config.json, else 0.7\n"
+    "  --sampling-seed N    first turn's seed (default 0; each turn adds 1)\n" CLI_MODEL_HELP;
+
+static const char chat_help[] = "/new  /system TEXT  /think on|off  /help  /quit\n";
+
+typedef struct history {
+    chat_msg_t *msgs; /* [cap]; msgs[0] is the system message when has_system */
+    char **texts;     /* owned contents, parallel to msgs */
+    size_t n, cap;
+} history_t;
+
+static int history_add(history_t *h, chat_role_t role, const char *text) {
+    if (h->n == h->cap) {
+        size_t cap = h->cap ? 2 * h->cap : 16;
+        chat_msg_t *msgs = realloc(h->msgs, cap * sizeof *msgs);
+        if (!msgs) return -1;
+        h->msgs = msgs;
+        char **texts = realloc(h->texts, cap * sizeof *texts);
+        if (!texts) return -1;
+        h->texts = texts;
+        h->cap = cap;
+    }
+    char *copy = strdup(text);
+    if (!copy) return -1;
+    static const char *const names[] = {"system", "user", "assistant", "tool", "other"};
+    h->texts[h->n] = copy;
+    h->msgs[h->n++] = (chat_msg_t){.role = role,
+                                   .role_name = names[role],
+                                   .content_kind = CHAT_CONTENT_TEXT,
+                                   .content = copy};
+    return 0;
+}
+
+static void history_clear(history_t *h) {
+    for (size_t i = 0; i < h->n; i++) free(h->texts[i]);
+    h->n = 0;
+}
+
+static void history_free(history_t *h) {
+    history_clear(h);
+    free(h->msgs);
+    free(h->texts);
+}
+
+/* Starts a conversation, with the system message when there is one. */
+static int history_reset(history_t *h, const char *system) {
+    history_clear(h);
+    return system && *system ? history_add(h, CHAT_SYSTEM, system) : 0;
+}
+
+static int print_token(void *ctx, int32_t id) {
+    textstream_push(ctx, id);
+    return 0;
+}
+
+typedef struct chat_state {
+    cli_model_t *m;
+    history_t history;
+    char *system;
+    bool think;
+    textstream_mode_t mode;
+    oneshot_opts_t opts;
+} chat_state_t;
+
+/* One user turn: render, encode, generate while printing, remember the reply. */
+static int chat_turn(chat_state_t *st, const char *line) {
+    err_t err = {{0}};
+    if (history_add(&st->history, CHAT_USER, line) < 0) return -1;
+    chat_opts_t copts = {.add_generation_prompt = true,
+                         .enable_thinking = st->think ? CHAT_THINK_DEFAULT : CHAT_THINK_OFF};
+    char *prompt;
+    size_t len;
+    if (chat_render(st->m->chat_format, st->history.msgs, st->history.n, NULL, &copts, &prompt,
+                    &len, &err) < 0) {
+        fprintf(stderr, "tachyon: %s\n", err.msg);
+        st->history.n--;
+        free(st->history.texts[st->history.n]);
+        return 0;
+    }
+    int32_t *ids;
+    size_t n_ids;
+    int rc = tok_encode(st->m->tok, prompt, len, &ids, &n_ids, &err);
+    free(prompt);
+    if (rc < 0) {
+        fprintf(stderr, "tachyon: %s\n", err.msg);
+        return -1;
+    }
+    const model_config_t *cfg = weights_config(st->m->weights);
+    oneshot_opts_t o = st->opts;
+    if ((int)n_ids + o.max_new_tokens > cfg->max_position_embeddings) {
+        fprintf(stderr,
+                "tachyon: the conversation (%zu tokens) leaves no room for a reply in the "
+                "model's context of %d: /new starts over\n",
+                n_ids, cfg->max_position_embeddings);
+        free(ids);
+        st->history.n--;
+        free(st->history.texts[st->history.n]);
+        return 0;
+    }
+    textstream_t ts;
+    if (textstream_init(&ts, st->m->tok, stdout, st->mode,
+                        chat_prompt_ends_reasoning(st->m->chat_format, &copts)) < 0) {
+        free(ids);
+        return -1;
+    }
+    o.on_token = print_token;
+    o.ctx = &ts;
+    oneshot_result_t r;
+    rc = oneshot_generate(st->m->be, cfg, ids, (int)n_ids, &o, &r, &err);
+    free(ids);
+    if (rc < 0) {
+        fprintf(stderr, "tachyon: %s\n", err.msg);
+        textstream_free(&ts);
+        return -1;
+    }
+    textstream_finish(&ts);
+    printf("\n");
+    oneshot_result_free(&r);
+    rc = history_add(&st->history, CHAT_ASSISTANT, ts.reply);
+    textstream_free(&ts);
+    st->opts.seed++;
+    return rc;
+}
+
+/* A slash command; returns 1 to quit. */
+static int chat_command(chat_state_t *st, const char *line) {
+    if (!strcmp(line, "/quit") || !strcmp(line, "/exit")) return 1;
+    if (!strcmp(line, "/help")) {
+        fputs(chat_help, stdout);
+    } else if (!strcmp(line, "/new")) {
+        history_reset(&st->history, st->system);
+        printf("(new conversation)\n");
+    } else if (!strncmp(line, "/system", 7) && (line[7] == ' ' || !line[7])) {
+        free(st->system);
+        st->system = strdup(line[7] ? line + 8 : "");
+        history_reset(&st->history, st->system);
+        printf("(new conversation with %s)\n", *st->system ? "this system message" : "no system message");
+    } else if (!strcmp(line, "/think on") || !strcmp(line, "/think off")) {
+        st->think = !strcmp(line, "/think on");
+        printf("(thinking %s)\n", st->think ? "on" : "off");
+    } else {
+        printf("unknown command %s; %s", line, chat_help);
+    }
+    return 0;
+}
+
+int cmd_chat(int argc, char **argv) {
+    static const struct option longopts[] = {
+        {"system", required_argument, 0, 's'},
+        {"no-think", no_argument, 0, 'T'},
+        {"hide-reasoning", no_argument, 0, 'H'},
+        {"max-tokens", required_argument, 0, 'n'},
+        {"temperature", required_argument, 0, 't'},
+        {"sampling-seed", required_argument, 0, 'S'},
+        {"help", no_argument, 0, 'h'},
+        CLI_MODEL_OPTIONS,
+        {0, 0, 0, 0},
+    };
+    cli_model_t m;
+    cli_model_init(&m);
+    chat_state_t st = {.m = &m, .think = true, .mode = TEXTSTREAM_SHOW_REASONING};
+    st.opts = oneshot_defaults();
+    st.opts.max_new_tokens = 512;
+    float temperature = -1;
+    const char *system = NULL;
+    int opt;
+    long v;
+    optind = 1;
+    while ((opt = getopt_long(argc, argv, "n:h", longopts, NULL)) != -1) {
+        int handled = cli_model_option(&m, opt, optarg);
+        if (handled < 0) return 2;
+        if (handled) continue;
+        switch (opt) {
+            case 's': system = optarg; break;
+            case 'T': st.think = false; break;
+            case 'H': st.mode = TEXTSTREAM_HIDE_REASONING; break;
+            case 'n':
+                if (cli_parse_long(optarg, 1, 1 << 20, &v) < 0) {
+                    fprintf(stderr, "tachyon: --max-tokens must be a positive integer\n");
+                    return 2;
+                }
+                st.opts.max_new_tokens = (int)v;
+                break;
+            case 't': {
+                char *end;
+                temperature = strtof(optarg, &end);
+                if (*end || end == optarg || !(temperature >= 0)) {
+                    fprintf(stderr, "tachyon: --temperature must be a number >= 0\n");
+                    return 2;
+                }
+                break;
+            }
+            case 'S':
+                if (cli_parse_long(optarg, 0, __LONG_MAX__, &v) < 0) {
+                    fprintf(stderr, "tachyon: --sampling-seed must be a non-negative integer\n");
+                    return 2;
+                }
+                st.opts.seed = (uint64_t)v;
+                break;
+            case 'h': fputs(chat_usage, stdout); return 0;
+            default: fputs(chat_usage, stderr); return 2;
+        }
+    }
+    if (optind < argc) {
+        fputs(chat_usage, stderr);
+        return 2;
+    }
+    if (cli_model_open(&m) < 0) return 1;
+    if (cli_model_open_text(&m, true) < 0) {
+        cli_model_close(&m);
+        return 1;
+    }
+    st.opts.temperature = temperature >= 0 ? temperature
+                          : m.gen.has_temperature ? (float)m.gen.temperature
+                                                  : 0.7f;
+    st.opts.stop_ids = m.stop_ids;
+    st.opts.n_stop_ids = m.n_stop_ids;
+    st.system = strdup(system ? system : "");
+    history_reset(&st.history, st.system);
+
+    bool tty = isatty(STDIN_FILENO);
+    if (tty) {
+        char desc[256];
+        model_config_describe(weights_config(m.weights), desc, sizeof desc);
+        printf("tachyon chat: %s (%s)\n%s", m.src.model, desc, chat_help);
+    }
+    char *line = NULL;
+    size_t cap = 0;
+    int rc = 0;
+    for (;;) {
+        if (tty) {
+            printf("> ");
+            fflush(stdout);
+        }
+        ssize_t n = getline(&line, &cap, stdin);
+        if (n < 0) break;
+        while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r')) line[--n] = '\0';
+        if (n == 0) continue;
+        if (line[0] == '/') {
+            if (chat_command(&st, line)) break;
+            continue;
+        }
+        if (chat_turn(&st, line) < 0) {
+            rc = 1;
+            break;
+        }
+    }
+    free(line);
+    free(st.system);
+    history_free(&st.history);
+    cli_model_close(&m);
+    return rc;
+}
