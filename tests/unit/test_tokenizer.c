@@ -1,8 +1,9 @@
 /*
  * Tokenizer tests against Hugging Face `tokenizers` golden data (tests/fixtures/tokenizer,
  * written by scripts/make_tokenizer_corpus.py): every corpus string's ids and both decodings
- * for every tokenizer listed there, streaming detokenization, random id sequences, invalid
- * UTF-8, bad tokenizer.json files, long inputs and concurrent use.
+ * for every tokenizer listed there, the decode(encode(x)) round trip, streaming
+ * detokenization, random id sequences, invalid UTF-8, bad tokenizer.json files, long inputs
+ * and concurrent use.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -16,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <utf8proc.h>
 
 #include "testutil.h"
 #include "tokenizer.h"
@@ -362,6 +364,164 @@ static void test_decode_sequences_match_hf(void **state) {
     assert_int_equal(bad, 0);
 }
 
+/* What a round trip may legitimately change, read from tokenizer.json rather than from the
+ * tokenizer under test: whether text is NFC-normalized, and which ids cannot come back as the
+ * text they matched. Those are added tokens that swallow the whitespace beside them
+ * (lstrip/rstrip) and added tokens whose content decoding does not give back (HF's ByteLevel
+ * decoder reads non-ASCII content through the byte table: "n\u0303o" decodes to "\uFFFDo"). */
+typedef struct round_trip_rules {
+    bool nfc;
+    bool *lossy; /* by id */
+    int n_lossy;
+} round_trip_rules_t;
+
+static bool normalizer_has_nfc(const cJSON *norm) {
+    const cJSON *type = cJSON_GetObjectItem(norm, "type");
+    if (!cJSON_IsString(type)) return false;
+    if (strcmp(type->valuestring, "NFC") == 0) return true;
+    const cJSON *sub;
+    if (strcmp(type->valuestring, "Sequence") == 0)
+        cJSON_ArrayForEach(sub, cJSON_GetObjectItem(norm, "normalizers")) {
+            if (normalizer_has_nfc(sub)) return true;
+        }
+    return false;
+}
+
+static void round_trip_rules(int t, round_trip_rules_t *r) {
+    char *json;
+    size_t len;
+    err_t err = {0};
+    assert_int_equal(mdir_read_text(fx.dirs[t], "tokenizer.json", &json, &len, &err), 0);
+    cJSON *root = cJSON_Parse(json);
+    assert_non_null(root);
+    free(json);
+    r->nfc = normalizer_has_nfc(cJSON_GetObjectItem(root, "normalizer"));
+    r->lossy = calloc((size_t)tok_vocab_size(fx.toks[t]), sizeof *r->lossy);
+    r->n_lossy = 0;
+    const cJSON *a;
+    cJSON_ArrayForEach(a, cJSON_GetObjectItem(root, "added_tokens")) {
+        int32_t id = (int32_t)cJSON_GetObjectItem(a, "id")->valuedouble;
+        const char *content = cJSON_GetObjectItem(a, "content")->valuestring;
+        char *text;
+        size_t n;
+        assert_int_equal(tok_decode(fx.toks[t], &id, 1, false, &text, &n, &err), 0);
+        if (cJSON_IsTrue(cJSON_GetObjectItem(a, "lstrip")) ||
+            cJSON_IsTrue(cJSON_GetObjectItem(a, "rstrip")) || n != strlen(content) ||
+            memcmp(text, content, n) != 0) {
+            r->lossy[id] = true;
+            r->n_lossy++;
+        }
+        free(text);
+    }
+    cJSON_Delete(root);
+}
+
+/* NFC of valid UTF-8 by utf8proc (NULs are characters); the caller frees the result. */
+static char *nfc_of(const char *s, size_t n, size_t *out_len) {
+    utf8proc_uint8_t *out = NULL;
+    utf8proc_ssize_t len = utf8proc_map((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n, &out,
+                                        UTF8PROC_STABLE | UTF8PROC_COMPOSE);
+    assert_true(len >= 0);
+    *out_len = (size_t)len;
+    return (char *)out;
+}
+
+/* For every valid UTF-8 corpus string x: decode(encode(x)) keeping special tokens is x
+ * byte for byte when x is NFC (or the tokenizer does not normalize), NFC(x) otherwise. One
+ * stream per tokenizer serves every string in turn, reset after junk that leaves a character
+ * unfinished, and must give the same text. */
+static void test_round_trip(void **state) {
+    for (int t = 0; t < fx.n_toks; t++) {
+        tokenizer_t *tok = fx.toks[t];
+        round_trip_rules_t rules;
+        round_trip_rules(t, &rules);
+        int32_t lead = tok_token_to_id(tok, "\xc3\xa4"); /* the byte E4, a 3-byte lead */
+        int32_t junk[] = {tok_token_to_id(tok, "a"), lead};
+        assert_true(lead >= 0 && junk[0] >= 0);
+        tok_stream_t *st = tok_stream_create(tok, false);
+        assert_non_null(st);
+        size_t cap = tok_stream_max_chunk(tok);
+        char *chunk = malloc(cap), *streamed = NULL;
+        size_t streamed_cap = 0;
+        int exact = 0, normalized = 0, skipped = 0, bad = 0;
+        for (int i = 0; i < fx.n_lines; i++) {
+            const line_t *l = &fx.lines[i];
+            if (!utf8_ok((const unsigned char *)l->input, l->input_len)) continue;
+            size_t nlen;
+            char *norm = nfc_of(l->input, l->input_len, &nlen);
+            bool is_nfc = nlen == l->input_len && memcmp(norm, l->input, nlen) == 0;
+            const char *want = rules.nfc ? norm : l->input;
+            size_t wlen = rules.nfc ? nlen : l->input_len;
+            int32_t *ids;
+            size_t n;
+            err_t err = {0};
+            assert_int_equal(tok_encode(tok, l->input, l->input_len, &ids, &n, &err), 0);
+            bool lossy = false;
+            for (size_t k = 0; k < n; k++)
+                lossy |= rules.lossy[ids[k]];
+            if (lossy) {
+                skipped++;
+                free(ids);
+                free(norm);
+                continue;
+            }
+            char *got;
+            size_t glen;
+            assert_int_equal(tok_decode(tok, ids, n, false, &got, &glen, &err), 0);
+            if (glen != wlen || memcmp(got, want, wlen) != 0) {
+                if (bad++ < 10)
+                    fprintf(stderr, "[%s] line %d: decode(encode(\"%.60s\")) = \"%.60s\"\n",
+                            fx.names[t], i + 2, l->input, got);
+            }
+            if (is_nfc)
+                exact++;
+            else
+                normalized++;
+
+            if (i % 2) {
+                size_t len;
+                for (size_t k = 0; k < sizeof junk / sizeof *junk; k++)
+                    assert_int_equal(tok_stream_push(st, junk[k], chunk, cap, &len), 0);
+                tok_stream_reset(st);
+            }
+            if (streamed_cap < cap * (n + 1)) {
+                streamed_cap = cap * (n + 1);
+                streamed = realloc(streamed, streamed_cap);
+            }
+            size_t slen = 0;
+            for (size_t k = 0; k <= n; k++) {
+                size_t len;
+                assert_int_equal(k < n ? tok_stream_push(st, ids[k], chunk, cap, &len)
+                                       : tok_stream_finish(st, chunk, cap, &len),
+                                 0);
+                memcpy(streamed + slen, chunk, len);
+                slen += len;
+            }
+            if (slen != glen || memcmp(streamed, got, glen) != 0) {
+                if (bad++ < 10)
+                    fprintf(stderr, "[%s] line %d: reused stream differs from decode\n",
+                            fx.names[t], i + 2);
+            }
+            free(got);
+            free(ids);
+            free(norm);
+        }
+        fprintf(stderr,
+                "round trip [%s]: %d NFC strings exact, %d others %s, %d skipped (%d lossy "
+                "added tokens)\n",
+                fx.names[t], exact, normalized, rules.nfc ? "to NFC" : "exact", skipped,
+                rules.n_lossy);
+        assert_true(exact >= 2000);
+        assert_true(normalized >= 100);
+        assert_true(skipped <= 50);
+        assert_int_equal(bad, 0);
+        free(streamed);
+        free(chunk);
+        free(rules.lossy);
+        tok_stream_destroy(st);
+    }
+}
+
 static uint64_t rng_next(uint64_t *s) {
     *s = *s * 6364136223846793005ull + 1442695040888963407ull;
     return *s >> 33;
@@ -676,6 +836,7 @@ int main(void) {
         cmocka_unit_test(test_encode_matches_hf),
         cmocka_unit_test(test_decode_and_stream_match_hf),
         cmocka_unit_test(test_decode_sequences_match_hf),
+        cmocka_unit_test(test_round_trip),
         cmocka_unit_test(test_arbitrary_bytes),
         cmocka_unit_test(test_lookups),
         cmocka_unit_test(test_stream_edges),

@@ -1,0 +1,574 @@
+/*
+ * The CPU backend: Qwen3 dense forward in f32 over one varlen batch (models.md 1.3), the
+ * reference numerics of the project. GEMMs split output rows over the thread pool; attention
+ * splits (token, head) pairs. Every output element is computed by one thread in a fixed order,
+ * so results are bit-identical for any thread count and batch composition.
+ */
+#include <inttypes.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backend.h"
+#include "cpu_ops.h"
+#include "cpu_pool.h"
+
+#define MAX_THREADS 256
+
+/* Multiply-adds below which an op runs on the calling thread alone: waking workers costs a few
+ * microseconds (far more on a loaded machine), the time of ~1e5 multiply-adds. */
+#define PARALLEL_MIN_MACS (1 << 19)
+
+typedef struct cpu_layer {
+    const float *attn_norm, *mlp_norm; /* [H] */
+    const float *q_norm, *k_norm;      /* [D] */
+    const wtensor_t *wq, *wk, *wv, *wo, *wg, *wu, *wd;
+} cpu_layer_t;
+
+typedef struct cpu_backend {
+    backend_t base;
+    const model_config_t *cfg;
+    int n_threads;
+    bool emulate_fp8;
+    cpu_pool_t *pool;
+
+    const wtensor_t *embed, *lm_head;
+    cpu_layer_t *layers;
+    float *norms;      /* f32 copies of every norm weight (tiny) */
+    float *final_norm; /* [H], inside norms */
+    float *inv_freq;   /* [D/2] */
+    int kmax;          /* widest GEMM input: max(H, nH*D, I) */
+
+    /* KV pool, f32 [n_layers][num_blocks][block_size][n_kv_heads][head_dim] each */
+    float *k_pool, *v_pool;
+    int num_blocks, block_size;
+    size_t layer_floats;
+
+    /* Activations for up to cap_tokens tokens, grown when a larger batch arrives. */
+    int cap_tokens;
+    float *h;         /* [T, H] residual stream */
+    float *xn;        /* [T, H] normed input, then projection outputs */
+    float *q;         /* [T, nH*D] */
+    float *k, *v;     /* [T, nKV*D] */
+    float *att;       /* [T, nH*D] attention output */
+    float *gate;      /* [T, I] */
+    float *up;        /* [T, I] */
+    float *aq;        /* [T, kmax] GEMM input after W8A8 quantization */
+    float *rope_cos;  /* [T, D/2] */
+    float *rope_sin;  /* [T, D/2] */
+    int32_t *tok_seq; /* [T] sequence of each token */
+
+    float **wbuf;   /* [n_threads][CPU_MM_ROWS * kmax] dequantized weight rows */
+    float **scores; /* [n_threads][cap_ctx] attention scores */
+    int64_t cap_ctx;
+    int64_t max_ctx; /* longest context of the current batch */
+} cpu_backend_t;
+
+/* ---------------------------------------------------------------------------------------------
+ * Parallel jobs */
+
+typedef struct gemm_job {
+    cpu_backend_t *be;
+    const float *x;
+    int T;
+    const wtensor_t *w;
+    float *y;
+    int64_t ldy;
+} gemm_job_t;
+
+static void gemm_rows(void *ctx, int thread, int64_t begin, int64_t end) {
+    gemm_job_t *j = ctx;
+    cpu_matmul_rows(j->x, j->T, j->w, begin, end, j->y, j->ldy, j->be->wbuf[thread]);
+}
+
+/* y[T, N] (row stride ldy) = x[T, K] W^T, quantizing x first when W8A8 is emulated. */
+static void gemm(cpu_backend_t *be, const float *x, int T, const wtensor_t *w, float *y,
+                 int64_t ldy) {
+    if (T == 0) return;
+    x = cpu_linear_input(x, T, w, be->emulate_fp8, be->aq);
+    gemm_job_t job = {be, x, T, w, y, ldy};
+    /* Chunks of whole CPU_MM_ROWS groups, about four per thread for balance; one chunk (run by
+     * the caller alone) when the GEMM is too small to pay for waking the workers. */
+    int64_t grain = (w->rows + 4 * be->n_threads - 1) / (4 * be->n_threads);
+    grain = (grain + CPU_MM_ROWS - 1) / CPU_MM_ROWS * CPU_MM_ROWS;
+    if ((int64_t)T * w->rows * w->cols < PARALLEL_MIN_MACS) grain = w->rows;
+    cpu_pool_run(be->pool, w->rows, grain, gemm_rows, &job);
+}
+
+typedef struct attn_job {
+    cpu_backend_t *be;
+    const cpu_attn_t *a;
+} attn_job_t;
+
+static void attn_items(void *ctx, int thread, int64_t begin, int64_t end) {
+    attn_job_t *j = ctx;
+    int n_heads = j->a->n_heads;
+    for (int64_t i = begin; i < end; i++) {
+        int t = (int)(i / n_heads), h = (int)(i % n_heads);
+        cpu_attention_head(j->a, j->be->tok_seq[t], t, h, j->be->scores[thread]);
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Buffers */
+
+static void *alloc_floats(size_t n) {
+    /* 64-byte aligned, size rounded up as aligned_alloc requires */
+    size_t bytes = (n * sizeof(float) + 63) / 64 * 64;
+    return aligned_alloc(64, bytes ? bytes : 64);
+}
+
+static void free_activations(cpu_backend_t *be) {
+    float **bufs[] = {&be->h,    &be->xn, &be->q,  &be->k,        &be->v,       &be->att,
+                      &be->gate, &be->up, &be->aq, &be->rope_cos, &be->rope_sin};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
+        free(*bufs[i]);
+        *bufs[i] = NULL;
+    }
+    free(be->tok_seq);
+    be->tok_seq = NULL;
+    be->cap_tokens = 0;
+}
+
+static int ensure_tokens(cpu_backend_t *be, int n_tokens, err_t *err) {
+    if (n_tokens <= be->cap_tokens) return 0;
+    const model_config_t *c = be->cfg;
+    size_t T = (size_t)(n_tokens + 63) / 64 * 64;
+    free_activations(be);
+    size_t H = (size_t)c->hidden_size, qd = (size_t)model_q_dim(c), kvd = (size_t)model_kv_dim(c);
+    size_t I = (size_t)c->intermediate_size, half = (size_t)c->head_dim / 2;
+    be->h = alloc_floats(T * H);
+    be->xn = alloc_floats(T * H);
+    be->q = alloc_floats(T * qd);
+    be->k = alloc_floats(T * kvd);
+    be->v = alloc_floats(T * kvd);
+    be->att = alloc_floats(T * qd);
+    be->gate = alloc_floats(T * I);
+    be->up = alloc_floats(T * I);
+    be->aq = alloc_floats(T * (size_t)be->kmax);
+    be->rope_cos = alloc_floats(T * half);
+    be->rope_sin = alloc_floats(T * half);
+    be->tok_seq = malloc(T * sizeof(int32_t));
+    if (!be->h || !be->xn || !be->q || !be->k || !be->v || !be->att || !be->gate || !be->up ||
+        !be->aq || !be->rope_cos || !be->rope_sin || !be->tok_seq) {
+        free_activations(be);
+        return err_set(err, "cpu backend: out of memory for a batch of %d tokens", n_tokens);
+    }
+    be->cap_tokens = (int)T;
+    return 0;
+}
+
+static int ensure_context(cpu_backend_t *be, int64_t ctx, err_t *err) {
+    if (ctx <= be->cap_ctx) return 0;
+    int64_t cap = (ctx + 1023) / 1024 * 1024;
+    for (int i = 0; i < be->n_threads; i++) {
+        free(be->scores[i]);
+        be->scores[i] = alloc_floats((size_t)cap);
+        if (!be->scores[i]) {
+            be->cap_ctx = 0;
+            return err_set(err, "cpu backend: out of memory for a context of %" PRId64 " tokens",
+                           ctx);
+        }
+    }
+    be->cap_ctx = cap;
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * create / destroy */
+
+static void cpu_destroy(backend_t *base) {
+    cpu_backend_t *be = (cpu_backend_t *)base;
+    if (!be) return;
+    cpu_pool_destroy(be->pool);
+    free_activations(be);
+    for (int i = 0; be->wbuf && i < be->n_threads; i++)
+        free(be->wbuf[i]);
+    for (int i = 0; be->scores && i < be->n_threads; i++)
+        free(be->scores[i]);
+    free(be->wbuf);
+    free(be->scores);
+    free(be->k_pool);
+    free(be->v_pool);
+    free(be->inv_freq);
+    free(be->norms);
+    free(be->layers);
+    free(be);
+}
+
+/* Checks one weight: present, the shape the config implies, a float dtype, valid FP8 scales.
+ * `layer` is -1 for the model-wide tensors. */
+static int check_tensor(const wtensor_t *t, const char *what, int layer, int64_t rows, int64_t cols,
+                        err_t *err) {
+    char where[64];
+    if (layer < 0)
+        snprintf(where, sizeof where, "%s", what);
+    else
+        snprintf(where, sizeof where, "layer %d %s", layer, what);
+    if (!t || !t->data) return err_set(err, "cpu backend: %s missing", where);
+    if (t->rows != rows || t->cols != cols)
+        return err_set(err,
+                       "cpu backend: %s is [%" PRId64 ", %" PRId64 "], expected [%" PRId64
+                       ", %" PRId64 "]",
+                       where, t->rows, t->cols, rows, cols);
+    switch (t->dtype) {
+        case DT_BF16:
+        case DT_F16:
+        case DT_F32:
+            return 0;
+        case DT_F8_E4M3:
+            if (!t->scale_inv || t->block_n < 1 || t->block_k < 1 ||
+                t->scale_rows != (rows + t->block_n - 1) / t->block_n ||
+                t->scale_cols != (cols + t->block_k - 1) / t->block_k)
+                return err_set(err, "cpu backend: %s: FP8 without valid block scales", where);
+            return 0;
+        default:
+            return err_set(err, "cpu backend: %s has dtype %s (not a float weight)", where,
+                           dtype_name(t->dtype));
+    }
+}
+
+/* Copies a norm weight to f32 (the only weights the backend copies: a few KiB). */
+static float *take_norm(const wtensor_t *t, float **cursor) {
+    float *dst = *cursor;
+    cpu_dequant_rows(t, 0, 1, dst);
+    *cursor += t->cols;
+    return dst;
+}
+
+static int cpu_create(const backend_options_t *opts, const model_weights_t *w, backend_t **out,
+                      err_t *err) {
+    *out = NULL;
+    const model_config_t *c = weights_config(w);
+    if (strcmp(c->model_type, "qwen3") != 0)
+        return err_set(err, "cpu backend: model type %s is not supported (qwen3 only)",
+                       c->model_type);
+    if (c->hidden_size < 1 || c->n_layers < 1 || c->n_heads < 1 || c->n_kv_heads < 1 ||
+        c->head_dim < 2 || c->head_dim % 2 != 0 || c->n_heads % c->n_kv_heads != 0 ||
+        c->intermediate_size < 1 || c->vocab_size < 1)
+        return err_set(err, "cpu backend: unusable config (%s)", c->source);
+    int n_threads = opts ? opts->n_threads : 0;
+    if (n_threads < 0 || n_threads > MAX_THREADS)
+        return err_set(err, "cpu backend: %d threads (0..%d)", n_threads, MAX_THREADS);
+    if (n_threads == 0) {
+        long online = sysconf(_SC_NPROCESSORS_ONLN);
+        n_threads = online < 1 ? 1 : online > MAX_THREADS ? MAX_THREADS : (int)online;
+    }
+
+    int64_t H = c->hidden_size, D = c->head_dim, I = c->intermediate_size;
+    int64_t qd = model_q_dim(c), kvd = model_kv_dim(c), V = c->vocab_size;
+    const wtensor_t *embed = weights_global(w, G_EMBED);
+    const wtensor_t *lm_head = weights_global(w, G_LM_HEAD);
+    const wtensor_t *final_norm = weights_global(w, G_FINAL_NORM);
+    if (check_tensor(embed, "embed_tokens", -1, V, H, err) < 0 ||
+        check_tensor(lm_head, "lm_head", -1, V, H, err) < 0 ||
+        check_tensor(final_norm, "norm", -1, 1, H, err) < 0)
+        return -1;
+    for (int l = 0; l < c->n_layers; l++) {
+        static const struct {
+            lslot_t slot;
+            const char *name;
+        } names[] = {{L_ATTN_NORM, "input_layernorm"},
+                     {L_Q, "q_proj"},
+                     {L_K, "k_proj"},
+                     {L_V, "v_proj"},
+                     {L_O, "o_proj"},
+                     {L_Q_NORM, "q_norm"},
+                     {L_K_NORM, "k_norm"},
+                     {L_MLP_NORM, "post_attention_layernorm"},
+                     {L_GATE, "gate_proj"},
+                     {L_UP, "up_proj"},
+                     {L_DOWN, "down_proj"}};
+        int64_t shapes[L_COUNT][2] = {
+            [L_ATTN_NORM] = {1, H}, [L_Q] = {qd, H},     [L_K] = {kvd, H},    [L_V] = {kvd, H},
+            [L_O] = {H, qd},        [L_Q_NORM] = {1, D}, [L_K_NORM] = {1, D}, [L_MLP_NORM] = {1, H},
+            [L_GATE] = {I, H},      [L_UP] = {I, H},     [L_DOWN] = {H, I}};
+        for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+            lslot_t s = names[i].slot;
+            if (check_tensor(weights_layer(w, l, s), names[i].name, l, shapes[s][0], shapes[s][1],
+                             err) < 0)
+                return -1;
+        }
+    }
+
+    cpu_backend_t *be = calloc(1, sizeof *be);
+    if (!be) return err_set(err, "cpu backend: out of memory");
+    be->base.ops = &cpu_backend_ops;
+    be->cfg = c;
+    be->n_threads = n_threads;
+    be->emulate_fp8 = opts && opts->emulate_fp8_activations;
+    be->embed = embed;
+    be->lm_head = lm_head;
+    be->kmax = (int)(H > qd ? H : qd);
+    if (I > be->kmax) be->kmax = (int)I;
+
+    size_t norm_floats = (size_t)c->n_layers * (size_t)(2 * H + 2 * D) + (size_t)H;
+    be->layers = calloc((size_t)c->n_layers, sizeof *be->layers);
+    be->norms = alloc_floats(norm_floats);
+    be->inv_freq = alloc_floats((size_t)D / 2);
+    be->wbuf = calloc((size_t)n_threads, sizeof *be->wbuf);
+    be->scores = calloc((size_t)n_threads, sizeof *be->scores);
+    if (!be->layers || !be->norms || !be->inv_freq || !be->wbuf || !be->scores) {
+        cpu_destroy(&be->base);
+        return err_set(err, "cpu backend: out of memory");
+    }
+    for (int i = 0; i < n_threads; i++) {
+        be->wbuf[i] = alloc_floats((size_t)CPU_MM_ROWS * (size_t)be->kmax);
+        if (!be->wbuf[i]) {
+            cpu_destroy(&be->base);
+            return err_set(err, "cpu backend: out of memory");
+        }
+    }
+    float *cursor = be->norms;
+    for (int l = 0; l < c->n_layers; l++) {
+        cpu_layer_t *L = &be->layers[l];
+        L->attn_norm = take_norm(weights_layer(w, l, L_ATTN_NORM), &cursor);
+        L->mlp_norm = take_norm(weights_layer(w, l, L_MLP_NORM), &cursor);
+        L->q_norm = take_norm(weights_layer(w, l, L_Q_NORM), &cursor);
+        L->k_norm = take_norm(weights_layer(w, l, L_K_NORM), &cursor);
+        L->wq = weights_layer(w, l, L_Q);
+        L->wk = weights_layer(w, l, L_K);
+        L->wv = weights_layer(w, l, L_V);
+        L->wo = weights_layer(w, l, L_O);
+        L->wg = weights_layer(w, l, L_GATE);
+        L->wu = weights_layer(w, l, L_UP);
+        L->wd = weights_layer(w, l, L_DOWN);
+    }
+    be->final_norm = take_norm(final_norm, &cursor);
+    cpu_rope_inv_freq(c->head_dim, c->rope_theta, be->inv_freq);
+
+    if (cpu_pool_create(n_threads, &be->pool, err) < 0 || ensure_tokens(be, 64, err) < 0 ||
+        ensure_context(be, 1024, err) < 0) {
+        cpu_destroy(&be->base);
+        return -1;
+    }
+    *out = &be->base;
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * KV pool */
+
+static size_t cpu_kv_block_bytes(const backend_t *base, int block_size) {
+    const cpu_backend_t *be = (const cpu_backend_t *)base;
+    const model_config_t *c = be->cfg;
+    return 2 * (size_t)c->n_layers * (size_t)block_size * (size_t)model_kv_dim(c) * sizeof(float);
+}
+
+static int cpu_kv_reserve(backend_t *base, int num_blocks, int block_size, err_t *err) {
+    cpu_backend_t *be = (cpu_backend_t *)base;
+    const model_config_t *c = be->cfg;
+    free(be->k_pool);
+    free(be->v_pool);
+    be->k_pool = be->v_pool = NULL;
+    be->num_blocks = be->block_size = 0;
+    if (num_blocks < 1 || block_size < 1)
+        return err_set(err, "cpu backend: KV pool of %d blocks of %d tokens", num_blocks,
+                       block_size);
+    size_t layer_floats, total;
+    if (__builtin_mul_overflow((size_t)num_blocks, (size_t)block_size, &layer_floats) ||
+        __builtin_mul_overflow(layer_floats, (size_t)model_kv_dim(c), &layer_floats) ||
+        __builtin_mul_overflow(layer_floats, (size_t)c->n_layers, &total) ||
+        total > SIZE_MAX / sizeof(float))
+        return err_set(err, "cpu backend: KV pool of %d blocks of %d tokens is too large",
+                       num_blocks, block_size);
+    /* calloc: large pools come as untouched zero pages, paid for when first written */
+    be->k_pool = calloc(total, sizeof(float));
+    be->v_pool = calloc(total, sizeof(float));
+    if (!be->k_pool || !be->v_pool) {
+        free(be->k_pool);
+        free(be->v_pool);
+        be->k_pool = be->v_pool = NULL;
+        return err_set(err, "cpu backend: out of memory for a KV pool of %d blocks (%zu MiB)",
+                       num_blocks, 2 * total * sizeof(float) >> 20);
+    }
+    be->num_blocks = num_blocks;
+    be->block_size = block_size;
+    be->layer_floats = layer_floats;
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * forward */
+
+/* What must hold for forward() not to read or write out of bounds; cheap, checked every step
+ * (backend_check_batch adds the semantic checks in debug builds). */
+static int check_bounds(const cpu_backend_t *be, const be_batch_t *b, const float *logits,
+                        err_t *err) {
+    if (!b) return err_set(err, "cpu backend: NULL batch");
+    if (!be->k_pool) return err_set(err, "cpu backend: forward before kv_reserve");
+    if (b->n_tokens < 0 || b->n_seqs < 0 || b->n_logits < 0 || b->n_logits > b->n_tokens)
+        return err_set(err, "cpu backend: batch of %d tokens, %d sequences, %d logit rows",
+                       b->n_tokens, b->n_seqs, b->n_logits);
+    if (b->n_tokens == 0) return 0;
+    if (!b->token_ids || !b->positions || !b->slot_mapping || !b->query_start || !b->context_len ||
+        !b->block_tables || (b->n_logits > 0 && (!b->logit_rows || !logits)))
+        return err_set(err, "cpu backend: batch array missing");
+    if (b->query_start[0] != 0 || b->query_start[b->n_seqs] != b->n_tokens)
+        return err_set(err, "cpu backend: query_start does not span the %d tokens", b->n_tokens);
+    for (int s = 0; s < b->n_seqs; s++) {
+        int n_new = b->query_start[s + 1] - b->query_start[s];
+        int ctx = b->context_len[s];
+        if (n_new < 0 || ctx < n_new ||
+            ((int64_t)ctx + be->block_size - 1) / be->block_size > b->block_table_stride)
+            return err_set(err, "cpu backend: sequence %d: %d new tokens, context %d", s, n_new,
+                           ctx);
+        const int32_t *row = b->block_tables + (int64_t)s * b->block_table_stride;
+        for (int i = 0; i * be->block_size < ctx; i++)
+            if (row[i] < 0 || row[i] >= be->num_blocks)
+                return err_set(err, "cpu backend: sequence %d: block %d out of range [0, %d)", s,
+                               row[i], be->num_blocks);
+    }
+    int64_t slots = (int64_t)be->num_blocks * be->block_size;
+    for (int t = 0; t < b->n_tokens; t++) {
+        if (b->token_ids[t] < 0 || b->token_ids[t] >= be->cfg->vocab_size)
+            return err_set(err, "cpu backend: token %d: id %d out of range [0, %d)", t,
+                           b->token_ids[t], be->cfg->vocab_size);
+        if (b->slot_mapping[t] < -1 || b->slot_mapping[t] >= slots)
+            return err_set(err,
+                           "cpu backend: token %d: slot %" PRId64 " out of range [0, %" PRId64 ")",
+                           t, b->slot_mapping[t], slots);
+    }
+    for (int i = 0; i < b->n_logits; i++)
+        if (b->logit_rows[i] < 0 || b->logit_rows[i] >= b->n_tokens)
+            return err_set(err, "cpu backend: logit row %d out of range [0, %d)", b->logit_rows[i],
+                           b->n_tokens);
+    return 0;
+}
+
+static void attention_block(cpu_backend_t *be, const be_batch_t *b, int layer) {
+    const model_config_t *c = be->cfg;
+    const cpu_layer_t *L = &be->layers[layer];
+    int T = b->n_tokens, D = c->head_dim, half = D / 2;
+    int qd = model_q_dim(c), kvd = model_kv_dim(c), H = c->hidden_size;
+
+    for (int t = 0; t < T; t++)
+        cpu_rmsnorm(be->h + (int64_t)t * H, L->attn_norm, H, c->rms_norm_eps,
+                    be->xn + (int64_t)t * H);
+    gemm(be, be->xn, T, L->wq, be->q, qd);
+    gemm(be, be->xn, T, L->wk, be->k, kvd);
+    gemm(be, be->xn, T, L->wv, be->v, kvd);
+
+    float *k_layer = be->k_pool + (size_t)layer * be->layer_floats;
+    float *v_layer = be->v_pool + (size_t)layer * be->layer_floats;
+    for (int t = 0; t < T; t++) {
+        const float *cs = be->rope_cos + (int64_t)t * half, *sn = be->rope_sin + (int64_t)t * half;
+        for (int h = 0; h < c->n_heads; h++) {
+            float *x = be->q + (int64_t)t * qd + (int64_t)h * D;
+            cpu_rmsnorm(x, L->q_norm, D, c->rms_norm_eps, x);
+            cpu_rope_apply(x, D, cs, sn);
+        }
+        for (int h = 0; h < c->n_kv_heads; h++) {
+            float *x = be->k + (int64_t)t * kvd + (int64_t)h * D;
+            cpu_rmsnorm(x, L->k_norm, D, c->rms_norm_eps, x);
+            cpu_rope_apply(x, D, cs, sn);
+        }
+        int64_t slot = b->slot_mapping[t];
+        if (slot >= 0) {
+            memcpy(k_layer + slot * kvd, be->k + (int64_t)t * kvd, (size_t)kvd * sizeof(float));
+            memcpy(v_layer + slot * kvd, be->v + (int64_t)t * kvd, (size_t)kvd * sizeof(float));
+        }
+    }
+
+    cpu_attn_t a = {
+        .q = be->q,
+        .out = be->att,
+        .k_cache = k_layer,
+        .v_cache = v_layer,
+        .block_size = be->block_size,
+        .n_heads = c->n_heads,
+        .n_kv_heads = c->n_kv_heads,
+        .head_dim = D,
+        .scale = (float)(1.0 / sqrt((double)D)), /* transformers: head_dim**-0.5, a double */
+        .query_start = b->query_start,
+        .context_len = b->context_len,
+        .block_tables = b->block_tables,
+        .block_table_stride = b->block_table_stride,
+    };
+    attn_job_t job = {be, &a};
+    int64_t items = (int64_t)T * c->n_heads;
+    int64_t grain = (items + 8 * be->n_threads - 1) / (8 * be->n_threads);
+    if (items * be->max_ctx * D < PARALLEL_MIN_MACS) grain = items;
+    cpu_pool_run(be->pool, items, grain, attn_items, &job);
+
+    gemm(be, be->att, T, L->wo, be->xn, H);
+    int64_t n = (int64_t)T * H;
+    for (int64_t i = 0; i < n; i++)
+        be->h[i] += be->xn[i];
+}
+
+static void mlp_block(cpu_backend_t *be, int T, int layer) {
+    const model_config_t *c = be->cfg;
+    const cpu_layer_t *L = &be->layers[layer];
+    int H = c->hidden_size, I = c->intermediate_size;
+
+    for (int t = 0; t < T; t++)
+        cpu_rmsnorm(be->h + (int64_t)t * H, L->mlp_norm, H, c->rms_norm_eps,
+                    be->xn + (int64_t)t * H);
+    gemm(be, be->xn, T, L->wg, be->gate, I);
+    gemm(be, be->xn, T, L->wu, be->up, I);
+    int64_t n = (int64_t)T * I;
+    for (int64_t i = 0; i < n; i++) {
+        float g = be->gate[i];
+        be->gate[i] = g / (1.0f + expf(-g)) * be->up[i];
+    }
+    gemm(be, be->gate, T, L->wd, be->xn, H);
+    n = (int64_t)T * H;
+    for (int64_t i = 0; i < n; i++)
+        be->h[i] += be->xn[i];
+}
+
+static int cpu_forward(backend_t *base, const be_batch_t *b, float *logits, err_t *err) {
+    cpu_backend_t *be = (cpu_backend_t *)base;
+    const model_config_t *c = be->cfg;
+#ifndef NDEBUG
+    if (be->k_pool && backend_check_batch(b, be->num_blocks, be->block_size, err) < 0)
+        return err_prefix(err, "cpu backend");
+#endif
+    if (check_bounds(be, b, logits, err) < 0) return -1;
+    int T = b->n_tokens;
+    if (T == 0) return 0;
+    int64_t max_ctx = 0;
+    for (int s = 0; s < b->n_seqs; s++)
+        if (b->context_len[s] > max_ctx) max_ctx = b->context_len[s];
+    if (ensure_tokens(be, T, err) < 0 || ensure_context(be, max_ctx, err) < 0) return -1;
+    be->max_ctx = max_ctx;
+
+    int H = c->hidden_size, half = c->head_dim / 2;
+    for (int s = 0; s < b->n_seqs; s++)
+        for (int t = b->query_start[s]; t < b->query_start[s + 1]; t++)
+            be->tok_seq[t] = s;
+    for (int t = 0; t < T; t++) {
+        cpu_dequant_rows(be->embed, b->token_ids[t], 1, be->h + (int64_t)t * H);
+        cpu_rope_cos_sin(b->positions[t], be->inv_freq, half, be->rope_cos + (int64_t)t * half,
+                         be->rope_sin + (int64_t)t * half);
+    }
+    for (int l = 0; l < c->n_layers; l++) {
+        attention_block(be, b, l);
+        mlp_block(be, T, l);
+    }
+    for (int i = 0; i < b->n_logits; i++)
+        cpu_rmsnorm(be->h + (int64_t)b->logit_rows[i] * H, be->final_norm, H, c->rms_norm_eps,
+                    be->xn + (int64_t)i * H);
+    gemm(be, be->xn, b->n_logits, be->lm_head, logits, c->vocab_size);
+    return 0;
+}
+
+static void cpu_describe(const backend_t *base, char *buf, size_t size) {
+    const cpu_backend_t *be = (const cpu_backend_t *)base;
+    snprintf(buf, size, "cpu, %d thread%s, f32 (W8A8 emulation %s)", be->n_threads,
+             be->n_threads == 1 ? "" : "s", be->emulate_fp8 ? "on" : "off");
+}
+
+const backend_ops_t cpu_backend_ops = {
+    .name = "cpu",
+    .create = cpu_create,
+    .destroy = cpu_destroy,
+    .kv_block_bytes = cpu_kv_block_bytes,
+    .kv_reserve = cpu_kv_reserve,
+    .forward = cpu_forward,
+    .describe = cpu_describe,
+};
