@@ -156,14 +156,14 @@ static int parse_qwen3(const cJSON *json, const char *file, model_config_t *cfg,
     if (get_int(json, file, "head_dim", cfg->hidden_size / cfg->n_heads, 2, &cfg->head_dim, err) <
         0)
         return -1;
-    double eps;
+    double eps = 0;
     if (get_double(json, file, "rms_norm_eps", 1e-6, &eps, err) < 0) return -1;
     cfg->rms_norm_eps = (float)eps;
     if (get_bool(json, file, "tie_word_embeddings", false, &cfg->tie_word_embeddings, err) < 0)
         return -1;
     if (parse_rope(json, file, cfg, err) < 0) return -1;
 
-    bool flag;
+    bool flag = false;
     if (get_bool(json, file, "attention_bias", false, &flag, err) < 0) return -1;
     if (flag) return err_set(err, "%s: attention_bias true is not supported for qwen3", file);
     if (get_bool(json, file, "use_sliding_window", false, &flag, err) < 0) return -1;
