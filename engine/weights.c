@@ -247,7 +247,8 @@ static int make_dummy(model_weights_t *w, const wspec_t *s, uint64_t stream, uin
     const model_config_t *cfg = &w->config;
     int64_t rows = model_dim(cfg, s->rows), cols = model_dim(cfg, s->cols);
     size_t n = (size_t)(rows * cols);
-    bool fp8 = cfg->fp8 && s->kind == WK_LINEAR;
+    /* Real -FP8 checkpoints keep lm_head in BF16 (HF always skips it when quantizing). */
+    bool fp8 = cfg->fp8 && s->kind == WK_LINEAR && !(!s->per_layer && s->slot == G_LM_HEAD);
     *out = (wtensor_t){.dtype = fp8 ? DT_F8_E4M3 : DT_BF16, .rows = rows, .cols = cols};
     void *data = malloc(n * dtype_size(out->dtype));
     if (own(w, data, err) < 0) return -1;

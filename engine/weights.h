@@ -67,7 +67,8 @@ typedef struct model_weights model_weights_t;
 int weights_load(mdir_t *dir, const model_config_t *cfg, model_weights_t **out, err_t *err);
 
 /* Random weights for any config: norms are 1, other tensors uniform with the std of HF's
- * initializer (0.02), stored in BF16, or block FP8 with F32 scales when cfg->fp8. Values depend
+ * initializer (0.02), stored in BF16, or (projections other than lm_head, as in real -FP8
+ * checkpoints) block FP8 with F32 scales when cfg->fp8. Values depend
  * only on (seed, tensor, element), not on the thread count, so any backend can regenerate them.
  * The caller owns *out. */
 int weights_dummy(const model_config_t *cfg, uint64_t seed, model_weights_t **out, err_t *err);

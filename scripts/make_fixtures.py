@@ -12,11 +12,12 @@ package versions give the same bytes.
 """
 
 import hashlib
+import importlib
+import inspect
 import json
 import math
 import random
 import shutil
-import struct
 import sys
 import tempfile
 import time
@@ -28,8 +29,8 @@ import safetensors.torch
 import tokenizers
 import torch
 import transformers
-from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
-from tokenizers import processors, trainers
+from tokenizers import AddedToken, Regex, Tokenizer, models, normalizers, pre_tokenizers, processors
+from tokenizers import trainers
 from transformers import AutoTokenizer, Qwen3Config, Qwen3ForCausalLM
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -234,9 +235,6 @@ CODE_MODULES = ["bisect", "colorsys", "fnmatch", "heapq", "json.decoder", "json.
 
 def stdlib_docstrings():
     """(subject, docstring) pairs of stdlib modules and their public members, in a fixed order."""
-    import importlib
-    import inspect
-
     out, seen = [], set()
 
     def add(subject, obj):
@@ -273,9 +271,6 @@ def pydoc_topics():
 
 
 def code_texts():
-    import importlib
-    import inspect
-
     return [inspect.getsource(importlib.import_module(m)) for m in CODE_MODULES]
 
 
@@ -289,7 +284,8 @@ def number_texts(rng):
         elif kind == 1:
             lines.append(f"{a} * {b} = {a * b}")
         elif kind == 2:
-            lines.append(f"{rng.randint(1900, 2030)}-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}")
+            year, month, day = rng.randint(1900, 2030), rng.randint(1, 12), rng.randint(1, 28)
+            lines.append(f"{year}-{month:02d}-{day:02d}")
         elif kind == 3:
             lines.append(f"{a / b:.4f}")
         elif kind == 4:
@@ -450,6 +446,7 @@ def write_json(path, obj):
 
 
 def write_tokenizer_files(tok, directory):
+    # Unindented: the pretty form is twice the size and the fixtures have a size budget.
     tok.save(str(directory / "tokenizer.json"), pretty=False)
     write_json(directory / "tokenizer_config.json", tokenizer_config())
     write_json(directory / "generation_config.json", GENERATION_CONFIG)
@@ -603,9 +600,9 @@ def hf_config(cfg, attn):
 
 def training_stream(tok, docs, chats, rng):
     """One token array: shuffled documents and conversations, each closed by <|endoftext|>."""
-    items = [(d, False) for d in docs] + [(c, True) for c in chats]
+    items = docs + chats
     rng.shuffle(items)
-    encoded = tok.encode_batch([text for text, _ in items])
+    encoded = tok.encode_batch(items)
     ids = []
     for enc in encoded:
         ids.extend(enc.ids)
@@ -614,11 +611,18 @@ def training_stream(tok, docs, chats, rng):
 
 
 def train(model, stream, steps, lr, seed, label):
+    """Next-token training on random SEQ_LEN windows of the stream; returns the mean loss of the
+    last logged stretch of steps."""
     gen = torch.Generator().manual_seed(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.01)
     warmup = max(1, steps // 20)
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / warmup) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * s / steps))))
+
+    def lr_factor(step):
+        # Linear warmup, then cosine decay to 10%.
+        decay = 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * step / steps))
+        return min(1.0, (step + 1) / warmup) * decay
+
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_factor)
     model.train()
     t0, recent = time.time(), []
     for step in range(steps):
@@ -815,9 +819,9 @@ PROMPTS = [
           "the assignment operator, the right-hand side",
           "When a description of an arithmetic operator below uses the phrase \"the numeric "
           "arguments are converted to a common type\", this means"]),
-    (60, ["The value 3.14 was rounded to 3.\nThe string 'naïve café' has 10 code points; 東京 is "
-          "a city. A function definition is an executable statement. Its execution binds the "
-          "function name to",
+    (60, ["The value 3.14 was rounded to 3.\nThe string 'naïve café' has 10 code points; "
+          "東京 is a city. A function definition is an executable statement. Its execution "
+          "binds the function name to",
           "The \"for\" statement is used to iterate over the elements of a sequence (such as a "
           "string, tuple or list) or other iterable object. The expression list is evaluated "
           "once; it should yield an iterable object. An iterator is created for the",
