@@ -6,9 +6,9 @@
 #define MAX_BACKENDS 8
 
 /* Registration happens in main() before any other thread starts; lookups only read. */
-static const backend_ops_t *table[MAX_BACKENDS] = {&cpu_backend_ops};
-static const char *names[MAX_BACKENDS + 1] = {"cpu", NULL};
-static int n_backends = 1;
+static const backend_ops_t *table[MAX_BACKENDS] = {&cpu_backend_ops, &null_backend_ops};
+static const char *names[MAX_BACKENDS + 1] = {"cpu", "null", NULL};
+static int n_backends = 2;
 
 int backend_register(const backend_ops_t *ops) {
     if (!ops || !ops->name) return -1;

@@ -26,6 +26,7 @@
 #include <stdint.h>
 
 #include "err.h"
+#include "sampler.h"
 #include "weights.h"
 
 /* One step's work. Sequence s owns tokens [query_start[s], query_start[s+1]) of the flattened
@@ -67,8 +68,14 @@ typedef struct backend_ops {
     size_t (*kv_block_bytes)(const backend_t *be, int block_size);
     /* (Re)allocates the KV pool; previous contents are lost. */
     int (*kv_reserve)(backend_t *be, int num_blocks, int block_size, err_t *err);
-    /* Runs the model over the batch; writes logits [n_logits, vocab_size] f32 (host memory). */
+    /* Runs the model over the batch; writes logits [n_logits, vocab_size] f32 (host memory).
+     * With a `sample` op, logits is NULL: the logits stay on the device for sample(). */
     int (*forward)(backend_t *be, const be_batch_t *batch, float *logits, err_t *err);
+    /* Optional (NULL: the engine samples on the host from forward's logits). Samples the rows of
+     * the last forward's logits on the device, row i = batch.logit_rows[i], with the same
+     * semantics as sampler.h; only ids and requested logprobs come back. */
+    int (*sample)(backend_t *be, const sampler_row_t *rows, int n_rows, sampler_result_t *out,
+                  err_t *err);
     /* A one-line description ("cpu, 2 threads, f32"). */
     void (*describe)(const backend_t *be, char *buf, size_t size);
 } backend_ops_t;
@@ -102,5 +109,10 @@ static inline int backend_forward(backend_t *be, const be_batch_t *b, float *log
 int backend_check_batch(const be_batch_t *b, int num_blocks, int block_size, err_t *err);
 
 extern const backend_ops_t cpu_backend_ops;
+
+/* "null": no model computation at all. Samples a token that depends only on the row's last token
+ * and position (and the seed when temperature > 0), deterministically, so engine logic can be
+ * tested and its own CPU cost measured with the backend's cost taken out. */
+extern const backend_ops_t null_backend_ops;
 
 #endif

@@ -1,19 +1,12 @@
 #include "cli.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "mdir.h"
-
-void cli_model_init(cli_model_t *m) {
-    memset(m, 0, sizeof *m);
-    m->src.model = MDIR_EMBEDDED;
-    m->src.format = LOAD_AUTO;
-    m->backend = "cpu";
-    m->be_opts.gpu_memory_utilization = 0.9;
-}
 
 int cli_parse_long(const char *text, long min, long max, long *out) {
     char *end;
@@ -24,96 +17,121 @@ int cli_parse_long(const char *text, long min, long max, long *out) {
     return 0;
 }
 
-int cli_model_option(cli_model_t *m, int opt, const char *arg) {
-    long v;
-    switch (opt) {
-        case 1000: m->src.model = arg; return 1;
-        case 1001: {
-            int f = load_format_parse(arg);
-            if (f < 0) {
-                fprintf(stderr, "tachyon: --load-format must be auto, safetensors or dummy\n");
-                return -1;
-            }
-            m->src.format = (load_format_t)f;
-            return 1;
+int cli_parse_float(const char *text, float min, float max, float *out) {
+    char *end;
+    errno = 0;
+    float v = strtof(text, &end);
+    if (errno || end == text || *end || !(v >= min && v <= max)) return -1;
+    *out = v;
+    return 0;
+}
+
+/* One model option (with its value in `value`, or NULL when it takes none); 1 = handled,
+ * 0 = not a model option, -1 = bad value (printed). */
+static int model_option(cli_engine_t *ce, const char *name, const char *value) {
+    engine_opts_t *o = &ce->opts;
+    if (!strcmp(name, "model")) {
+        o->model.model = value;
+    } else if (!strcmp(name, "load-format")) {
+        int f = load_format_parse(value);
+        if (f < 0) {
+            fprintf(stderr, "tachyon: --load-format must be auto, safetensors or dummy\n");
+            return -1;
         }
-        case 1002:
-            if (strcmp(arg, "bf16") && strcmp(arg, "fp8")) {
-                fprintf(stderr, "tachyon: --dtype must be bf16 or fp8\n");
-                return -1;
-            }
-            m->src.dummy_fp8 = !strcmp(arg, "fp8");
-            return 1;
-        case 1003:
-            if (cli_parse_long(arg, 0, __LONG_MAX__, &v) < 0) {
-                fprintf(stderr, "tachyon: --seed must be a non-negative integer\n");
-                return -1;
-            }
-            m->src.seed = (uint64_t)v;
-            return 1;
-        case 1004: m->backend = arg; return 1;
-        case 1005:
-            if (cli_parse_long(arg, 0, 1024, &v) < 0) {
-                fprintf(stderr, "tachyon: --threads must be an integer in 0..1024\n");
-                return -1;
-            }
-            m->be_opts.n_threads = (int)v;
-            return 1;
-        case 1006: m->be_opts.emulate_fp8_activations = true; return 1;
-        default: return 0;
+        o->model.format = (load_format_t)f;
+    } else if (!strcmp(name, "dtype")) {
+        if (strcmp(value, "bf16") && strcmp(value, "fp8")) {
+            fprintf(stderr, "tachyon: --dtype must be bf16 or fp8\n");
+            return -1;
+        }
+        o->model.dummy_fp8 = !strcmp(value, "fp8");
+    } else if (!strcmp(name, "backend")) {
+        o->backend = value;
+    } else if (!strcmp(name, "threads")) {
+        long v;
+        if (cli_parse_long(value, 0, 1024, &v) < 0) {
+            fprintf(stderr, "tachyon: --threads must be an integer in 0..1024\n");
+            return -1;
+        }
+        o->backend_opts.n_threads = (int)v;
+    } else {
+        return 0;
     }
+    return 1;
 }
 
-int cli_model_open(cli_model_t *m) {
+static bool model_option_takes_value(const char *name) {
+    static const char *const with_value[] = {"model", "load-format", "dtype", "backend", "threads"};
+    for (size_t i = 0; i < sizeof with_value / sizeof with_value[0]; i++)
+        if (!strcmp(name, with_value[i])) return true;
+    return false;
+}
+
+int cli_engine_args(cli_engine_t *ce, int *argc, char **argv) {
+    memset(ce, 0, sizeof *ce);
+    engine_opts_init(&ce->opts);
+    int out = 1;
+    for (int i = 1; i < *argc; i++) {
+        const char *arg = argv[i], *next = i + 1 < *argc ? argv[i + 1] : NULL;
+        if (!strcmp(arg, "--")) { /* the rest is the subcommand's */
+            while (i < *argc) argv[out++] = argv[i++];
+            break;
+        }
+        if (!strcmp(arg, "--emulate-fp8-activations")) {
+            ce->opts.backend_opts.emulate_fp8_activations = true;
+            continue;
+        }
+        if (!strncmp(arg, "--", 2)) {
+            char name[64];
+            const char *eq = strchr(arg + 2, '=');
+            size_t len = eq ? (size_t)(eq - arg - 2) : strlen(arg + 2);
+            if (len < sizeof name) {
+                memcpy(name, arg + 2, len);
+                name[len] = '\0';
+                if (model_option_takes_value(name)) {
+                    const char *value = eq ? eq + 1 : next;
+                    if (!value) {
+                        fprintf(stderr, "tachyon: --%s needs a value\n", name);
+                        return -1;
+                    }
+                    if (model_option(ce, name, value) < 0) return -1;
+                    if (!eq) i++;
+                    continue;
+                }
+            }
+            err_t err = {{0}};
+            int used = 0;
+            int rc = flags_parse_arg(arg, next, &ce->opts.flags, &used, &err);
+            if (rc < 0) {
+                fprintf(stderr, "tachyon: %s\n", err.msg);
+                return -1;
+            }
+            if (rc > 0) {
+                i += used - 1;
+                continue;
+            }
+        }
+        argv[out++] = argv[i];
+    }
+    *argc = out;
+    argv[out] = NULL;
+    ce->opts.model.seed = ce->opts.flags.seed;
+    return 0;
+}
+
+int cli_engine_open(cli_engine_t *ce) {
     err_t err = {{0}};
-    const backend_ops_t *ops = backend_find(m->backend);
-    if (!ops) {
-        fprintf(stderr, "tachyon: unknown backend \"%s\" (available:", m->backend);
-        for (const char *const *n = backend_names(); *n; n++) fprintf(stderr, " %s", *n);
-        fprintf(stderr, ")\n");
-        return -1;
-    }
-    if (weights_open(&m->src, &m->weights, &err) < 0) {
+    ce->opts.model.seed = ce->opts.flags.seed;
+    if (engine_open(&ce->opts, &ce->eng, &err) < 0) {
         fprintf(stderr, "tachyon: %s\n", err.msg);
-        return -1;
-    }
-    if (ops->create(&m->be_opts, m->weights, &m->be, &err) < 0) {
-        fprintf(stderr, "tachyon: %s backend: %s\n", m->backend, err.msg);
-        weights_destroy(m->weights);
-        m->weights = NULL;
         return -1;
     }
     return 0;
 }
 
-int cli_model_open_text(cli_model_t *m, bool chat) {
-    err_t err = {{0}};
-    mdir_t *dir = weights_dir(m->weights);
-    if (!dir) {
-        fprintf(stderr,
-                "tachyon: preset %s has no tokenizer: give token ids (--prompt-ids), or a model "
-                "directory with --load-format dummy\n",
-                m->src.model);
-        return -1;
-    }
-    if (tok_load(dir, &m->tok, &err) < 0 || genconfig_load(dir, &m->gen, &err) < 0 ||
-        (chat && chat_detect_dir(dir, &m->chat_format, &err) < 0)) {
-        fprintf(stderr, "tachyon: %s\n", err.msg);
-        return -1;
-    }
-    int primary = tok_eos_id(m->tok);
-    if (primary < 0) primary = weights_config(m->weights)->eos_token_id;
-    m->n_stop_ids = genconfig_stop_ids(&m->gen, primary, m->stop_ids, GENCONFIG_MAX_EOS + 1);
-    return 0;
-}
-
-void cli_model_close(cli_model_t *m) {
-    tok_destroy(m->tok);
-    m->tok = NULL;
-    backend_destroy(m->be);
-    weights_destroy(m->weights);
-    m->be = NULL;
-    m->weights = NULL;
+void cli_engine_close(cli_engine_t *ce) {
+    engine_close(ce->eng);
+    ce->eng = NULL;
 }
 
 int cli_parse_ids(const char *text, int32_t **ids, int *n) {

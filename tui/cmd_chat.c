@@ -6,7 +6,6 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "oneshot.h"
 #include "textstream.h"
 
 static const char chat_usage[] =
@@ -20,8 +19,9 @@ static const char chat_usage[] =
     "  --no-think           enable_thinking false\n"
     "  --hide-reasoning     print only the content of replies\n"
     "  -n, --max-tokens N   tokens per reply (default 512)\n"
-    "  --temperature T      default: the model's generation_config.json, else 0.7\n"
-    "  --sampling-seed N    first turn's seed (default 0; each turn adds 1)\n" CLI_MODEL_HELP;
+    "  --temperature T      default: the model's generation_config.json\n"
+    "  --sampling-seed N    first turn's seed (each turn adds 1; default: unseeded)\n"
+    "\n" CLI_ENGINE_HELP;
 
 static const char chat_help[] = "/new  /system TEXT  /think on|off  /help  /quit\n";
 
@@ -70,21 +70,23 @@ static int history_reset(history_t *h, const char *system) {
     return system && *system ? history_add(h, CHAT_SYSTEM, system) : 0;
 }
 
-static int print_token(void *ctx, int32_t id) {
-    textstream_push(ctx, id);
-    return 0;
-}
-
 typedef struct chat_state {
-    cli_model_t *m;
+    engine_t *eng;
+    chat_format_t format;
     history_t history;
     char *system;
     bool think;
     textstream_mode_t mode;
-    oneshot_opts_t opts;
+    sampling_params_t sampling; /* per turn; unset fields: the model's defaults */
 } chat_state_t;
 
-/* One user turn: render, encode, generate while printing, remember the reply. */
+static void forget_last(history_t *h) {
+    h->n--;
+    free(h->texts[h->n]);
+}
+
+/* One user turn: render, encode, stream the reply while printing it, remember it. Returns -1
+ * only on a failure that ends the chat (out of memory). */
 static int chat_turn(chat_state_t *st, const char *line) {
     err_t err = {{0}};
     if (history_add(&st->history, CHAT_USER, line) < 0) return -1;
@@ -92,55 +94,52 @@ static int chat_turn(chat_state_t *st, const char *line) {
                          .enable_thinking = st->think ? CHAT_THINK_DEFAULT : CHAT_THINK_OFF};
     char *prompt;
     size_t len;
-    if (chat_render(st->m->chat_format, st->history.msgs, st->history.n, NULL, &copts, &prompt,
-                    &len, &err) < 0) {
+    if (chat_render(st->format, st->history.msgs, st->history.n, NULL, &copts, &prompt, &len,
+                    &err) < 0) {
         fprintf(stderr, "tachyon: %s\n", err.msg);
-        st->history.n--;
-        free(st->history.texts[st->history.n]);
+        forget_last(&st->history);
         return 0;
     }
     int32_t *ids;
     size_t n_ids;
-    int rc = tok_encode(st->m->tok, prompt, len, &ids, &n_ids, &err);
+    int rc = tok_encode(engine_tokenizer(st->eng), prompt, len, &ids, &n_ids, &err);
     free(prompt);
     if (rc < 0) {
         fprintf(stderr, "tachyon: %s\n", err.msg);
-        return -1;
+        forget_last(&st->history);
+        return 0;
     }
-    const model_config_t *cfg = weights_config(st->m->weights);
-    oneshot_opts_t o = st->opts;
-    if ((int)n_ids + o.max_new_tokens > cfg->max_position_embeddings) {
-        fprintf(stderr,
-                "tachyon: the conversation (%zu tokens) leaves no room for a reply in the "
-                "model's context of %d: /new starts over\n",
-                n_ids, cfg->max_position_embeddings);
-        free(ids);
-        st->history.n--;
-        free(st->history.texts[st->history.n]);
+    engine_request_t req = {.prompt = ids, .n_prompt = (int)n_ids, .sampling = st->sampling};
+    engine_stream_t *s;
+    rc = engine_submit(st->eng, &req, &s, &err);
+    free(ids);
+    if (rc < 0) { /* too long for the context, most likely: say so, keep the chat */
+        fprintf(stderr, "tachyon: %s (/new starts over)\n", err.msg);
+        forget_last(&st->history);
         return 0;
     }
     textstream_t ts;
-    if (textstream_init(&ts, st->m->tok, stdout, st->mode,
-                        chat_prompt_ends_reasoning(st->m->chat_format, &copts)) < 0) {
-        free(ids);
+    if (textstream_init(&ts, stdout, st->mode, chat_prompt_ends_reasoning(st->format, &copts)) < 0) {
+        engine_stream_release(s);
         return -1;
     }
-    o.on_token = print_token;
-    o.ctx = &ts;
-    oneshot_result_t r;
-    rc = oneshot_generate(st->m->be, cfg, ids, (int)n_ids, &o, &r, &err);
-    free(ids);
-    if (rc < 0) {
-        fprintf(stderr, "tachyon: %s\n", err.msg);
-        textstream_free(&ts);
-        return -1;
+    engine_event_t ev;
+    bool ok = true;
+    while (engine_stream_wait(s, &ev, -1) > 0) {
+        textstream_push(&ts, ev.text, ev.text_len);
+        if (ev.type == ENGINE_EV_FINISH && ev.reason == ENGINE_FINISH_ERROR) {
+            fprintf(stderr, "\ntachyon: %s\n", ev.error ? ev.error : "generation failed");
+            ok = false;
+        }
+        engine_event_clear(&ev);
     }
+    engine_stream_release(s);
     textstream_finish(&ts);
     printf("\n");
-    oneshot_result_free(&r);
-    rc = history_add(&st->history, CHAT_ASSISTANT, ts.reply);
+    rc = ok ? history_add(&st->history, CHAT_ASSISTANT, ts.reply) : 0;
+    if (!ok) forget_last(&st->history);
     textstream_free(&ts);
-    st->opts.seed++;
+    if (st->sampling.has_seed) st->sampling.seed++;
     return rc;
 }
 
@@ -175,23 +174,18 @@ int cmd_chat(int argc, char **argv) {
         {"temperature", required_argument, 0, 't'},
         {"sampling-seed", required_argument, 0, 'S'},
         {"help", no_argument, 0, 'h'},
-        CLI_MODEL_OPTIONS,
         {0, 0, 0, 0},
     };
-    cli_model_t m;
-    cli_model_init(&m);
-    chat_state_t st = {.m = &m, .think = true, .mode = TEXTSTREAM_SHOW_REASONING};
-    st.opts = oneshot_defaults();
-    st.opts.max_new_tokens = 512;
-    float temperature = -1;
+    cli_engine_t ce;
+    if (cli_engine_args(&ce, &argc, argv) < 0) return 2;
+    chat_state_t st = {.think = true, .mode = TEXTSTREAM_SHOW_REASONING};
+    sampling_params_init(&st.sampling);
+    st.sampling.max_tokens = 512;
     const char *system = NULL;
     int opt;
     long v;
     optind = 1;
     while ((opt = getopt_long(argc, argv, "n:h", longopts, NULL)) != -1) {
-        int handled = cli_model_option(&m, opt, optarg);
-        if (handled < 0) return 2;
-        if (handled) continue;
         switch (opt) {
             case 's': system = optarg; break;
             case 'T': st.think = false; break;
@@ -201,23 +195,21 @@ int cmd_chat(int argc, char **argv) {
                     fprintf(stderr, "tachyon: --max-tokens must be a positive integer\n");
                     return 2;
                 }
-                st.opts.max_new_tokens = (int)v;
+                st.sampling.max_tokens = (int)v;
                 break;
-            case 't': {
-                char *end;
-                temperature = strtof(optarg, &end);
-                if (*end || end == optarg || !(temperature >= 0)) {
-                    fprintf(stderr, "tachyon: --temperature must be a number >= 0\n");
+            case 't':
+                if (cli_parse_float(optarg, 0, 2, &st.sampling.temperature) < 0) {
+                    fprintf(stderr, "tachyon: --temperature must be a number in [0, 2]\n");
                     return 2;
                 }
                 break;
-            }
             case 'S':
                 if (cli_parse_long(optarg, 0, __LONG_MAX__, &v) < 0) {
                     fprintf(stderr, "tachyon: --sampling-seed must be a non-negative integer\n");
                     return 2;
                 }
-                st.opts.seed = (uint64_t)v;
+                st.sampling.has_seed = true;
+                st.sampling.seed = (uint64_t)v;
                 break;
             case 'h': fputs(chat_usage, stdout); return 0;
             default: fputs(chat_usage, stderr); return 2;
@@ -227,24 +219,23 @@ int cmd_chat(int argc, char **argv) {
         fputs(chat_usage, stderr);
         return 2;
     }
-    if (cli_model_open(&m) < 0) return 1;
-    if (cli_model_open_text(&m, true) < 0) {
-        cli_model_close(&m);
+    if (cli_engine_open(&ce) < 0) return 1;
+    st.eng = ce.eng;
+    int fmt = engine_chat_format(ce.eng);
+    if (!engine_tokenizer(ce.eng) || fmt < 0) {
+        fprintf(stderr, "tachyon: chat needs a model with a tokenizer and a chat template\n");
+        cli_engine_close(&ce);
         return 1;
     }
-    st.opts.temperature = temperature >= 0 ? temperature
-                          : m.gen.has_temperature ? (float)m.gen.temperature
-                                                  : 0.7f;
-    st.opts.stop_ids = m.stop_ids;
-    st.opts.n_stop_ids = m.n_stop_ids;
+    st.format = (chat_format_t)fmt;
     st.system = strdup(system ? system : "");
     history_reset(&st.history, st.system);
 
     bool tty = isatty(STDIN_FILENO);
     if (tty) {
         char desc[256];
-        model_config_describe(weights_config(m.weights), desc, sizeof desc);
-        printf("tachyon chat: %s (%s)\n%s", m.src.model, desc, chat_help);
+        model_config_describe(engine_model_config(ce.eng), desc, sizeof desc);
+        printf("tachyon chat: %s (%s)\n%s", ce.opts.model.model, desc, chat_help);
     }
     char *line = NULL;
     size_t cap = 0;
@@ -270,6 +261,7 @@ int cmd_chat(int argc, char **argv) {
     free(line);
     free(st.system);
     history_free(&st.history);
-    cli_model_close(&m);
+    sampling_params_free(&st.sampling);
+    cli_engine_close(&ce);
     return rc;
 }

@@ -1,12 +1,11 @@
-/* `tachyon complete`: one prompt in, one completion out, for scripts and tests. */
+/* `tachyon complete`: one prompt in, one completion out, through the engine. For scripts and
+ * tests. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 
 #include "cli.h"
-#include "oneshot.h"
-#include "textstream.h"
 
 static const char complete_usage[] =
     "usage: tachyon complete [options] (--prompt TEXT | --prompt-ids 1,2,3)\n"
@@ -20,52 +19,45 @@ static const char complete_usage[] =
     "  --prompt-ids LIST          the prompt as comma-separated token ids\n"
     "  -n, --max-tokens N         tokens to generate (default 16)\n"
     "  --temperature T            0 = greedy (default 0)\n"
-    "  --sampling-seed N          seed for temperature sampling (default 0)\n"
-    "  --ignore-eos               do not stop at the model's end-of-sequence token\n"
+    "  --top-k K, --top-p P, --min-p P\n"
+    "  --sampling-seed N          the request's seed\n"
+    "  --stop TEXT                stop string (repeatable)\n"
+    "  --ignore-eos               do not stop at the model's end-of-sequence tokens\n"
     "  --token-ids                print the generated ids, comma-separated\n"
-    "  --max-num-batched-tokens N prefill chunk size in tokens (default 2048)\n"
-    "  --block-size N             KV cache block size in tokens (default 16)\n"
-    "  --stats                    print prefill and decode speed and peak memory to stderr\n" CLI_MODEL_HELP;
-
-static void print_stats(const oneshot_result_t *r) {
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    int n_decode = r->n_ids > 0 ? r->n_ids - 1 : 0;
-    fprintf(stderr,
-            "prefill: %d tokens in %.1f ms (%.1f tokens/s)\n"
-            "decode: %d tokens in %.1f ms (%.1f tokens/s)\n"
-            "peak memory: %.1f MiB\n",
-            r->n_prompt, r->prefill_ms, r->prefill_ms > 0 ? r->n_prompt * 1e3 / r->prefill_ms : 0,
-            n_decode, r->decode_ms, r->decode_ms > 0 ? n_decode * 1e3 / r->decode_ms : 0,
-            ru.ru_maxrss / 1024.0);
-}
-
-static int print_token(void *ctx, int32_t id) {
-    textstream_push(ctx, id);
-    return 0;
-}
+    "  --stats                    print prefill and decode speed and peak memory to stderr\n"
+    "\n" CLI_ENGINE_HELP;
 
 /* Encodes the prompt text, as one user message in the chat format when `chat`. */
-static int encode_prompt(cli_model_t *m, const char *text, bool chat, bool no_think, int32_t **ids,
+static int encode_prompt(engine_t *eng, const char *text, bool chat, bool no_think, int32_t **ids,
                          int *n) {
     err_t err = {{0}};
+    const tokenizer_t *tok = engine_tokenizer(eng);
+    if (!tok) {
+        fprintf(stderr, "tachyon: this model has no tokenizer: give --prompt-ids\n");
+        return -1;
+    }
     char *rendered = NULL;
     size_t len = strlen(text);
     if (chat) {
+        int fmt = engine_chat_format(eng);
+        if (fmt < 0) {
+            fprintf(stderr, "tachyon: this model has no chat template\n");
+            return -1;
+        }
         chat_msg_t msg = {.role = CHAT_USER,
                           .role_name = "user",
                           .content_kind = CHAT_CONTENT_TEXT,
                           .content = text};
         chat_opts_t opts = {.add_generation_prompt = true,
                             .enable_thinking = no_think ? CHAT_THINK_OFF : CHAT_THINK_DEFAULT};
-        if (chat_render(m->chat_format, &msg, 1, NULL, &opts, &rendered, &len, &err) < 0) {
+        if (chat_render((chat_format_t)fmt, &msg, 1, NULL, &opts, &rendered, &len, &err) < 0) {
             fprintf(stderr, "tachyon: %s\n", err.msg);
             return -1;
         }
         text = rendered;
     }
     size_t count;
-    int rc = tok_encode(m->tok, text, len, ids, &count, &err);
+    int rc = tok_encode(tok, text, len, ids, &count, &err);
     free(rendered);
     if (rc < 0) {
         fprintf(stderr, "tachyon: %s\n", err.msg);
@@ -73,6 +65,19 @@ static int encode_prompt(cli_model_t *m, const char *text, bool chat, bool no_th
     }
     *n = (int)count;
     return 0;
+}
+
+static void print_stats(int n_prompt, int n_out, double ttft_s, double e2e_s) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    int n_decode = n_out > 0 ? n_out - 1 : 0;
+    double decode_s = e2e_s - ttft_s;
+    fprintf(stderr,
+            "prefill: %d tokens in %.1f ms (%.1f tokens/s)\n"
+            "decode: %d tokens in %.1f ms (%.1f tokens/s)\n"
+            "peak memory: %.1f MiB\n",
+            n_prompt, ttft_s * 1e3, ttft_s > 0 ? n_prompt / ttft_s : 0, n_decode, decode_s * 1e3,
+            decode_s > 0 ? n_decode / decode_s : 0, ru.ru_maxrss / 1024.0);
 }
 
 int cmd_complete(int argc, char **argv) {
@@ -83,138 +88,145 @@ int cmd_complete(int argc, char **argv) {
         {"no-think", no_argument, 0, 'T'},
         {"max-tokens", required_argument, 0, 'n'},
         {"temperature", required_argument, 0, 't'},
+        {"top-k", required_argument, 0, 'k'},
+        {"top-p", required_argument, 0, 'q'},
+        {"min-p", required_argument, 0, 'm'},
         {"sampling-seed", required_argument, 0, 's'},
+        {"stop", required_argument, 0, 'x'},
         {"ignore-eos", no_argument, 0, 'e'},
         {"token-ids", no_argument, 0, 'i'},
-        {"max-num-batched-tokens", required_argument, 0, 'c'},
-        {"block-size", required_argument, 0, 'b'},
         {"stats", no_argument, 0, 'S'},
         {"help", no_argument, 0, 'h'},
-        CLI_MODEL_OPTIONS,
         {0, 0, 0, 0},
     };
-    cli_model_t m;
-    cli_model_init(&m);
-    oneshot_opts_t o = oneshot_defaults();
+    cli_engine_t ce;
+    if (cli_engine_args(&ce, &argc, argv) < 0) return 2;
+    engine_request_t req = {0};
+    sampling_params_t *p = &req.sampling;
+    sampling_params_init(p);
+    p->max_tokens = 16;
+    p->temperature = 0.0f;
     const char *prompt_ids = NULL, *prompt_text = NULL;
-    bool token_ids = false, stats = false, ignore_eos = false, chat = false, no_think = false;
-    int opt;
+    bool token_ids = false, stats = false, chat = false, no_think = false;
+    int opt, rc = 2;
     long v;
+    err_t err = {{0}};
     optind = 1;
     while ((opt = getopt_long(argc, argv, "n:h", longopts, NULL)) != -1) {
-        int handled = cli_model_option(&m, opt, optarg);
-        if (handled < 0) return 2;
-        if (handled) continue;
         switch (opt) {
             case 'p': prompt_ids = optarg; break;
             case 'P': prompt_text = optarg; break;
             case 'C': chat = true; break;
             case 'T': no_think = true; break;
             case 'n':
+                if (cli_parse_long(optarg, 1, 1 << 24, &v) < 0) {
+                    fprintf(stderr, "tachyon: --max-tokens must be a positive integer\n");
+                    goto out;
+                }
+                p->max_tokens = (int)v;
+                break;
+            case 't':
+                if (cli_parse_float(optarg, 0, 2, &p->temperature) < 0) {
+                    fprintf(stderr, "tachyon: --temperature must be a number in [0, 2]\n");
+                    goto out;
+                }
+                break;
+            case 'k':
                 if (cli_parse_long(optarg, 0, 1 << 24, &v) < 0) {
-                    fprintf(stderr, "tachyon: --max-tokens must be a non-negative integer\n");
-                    return 2;
+                    fprintf(stderr, "tachyon: --top-k must be a non-negative integer\n");
+                    goto out;
                 }
-                o.max_new_tokens = (int)v;
+                p->top_k = (int)v;
                 break;
-            case 't': {
-                char *end;
-                o.temperature = strtof(optarg, &end);
-                if (*end || end == optarg || !(o.temperature >= 0)) {
-                    fprintf(stderr, "tachyon: --temperature must be a number >= 0\n");
-                    return 2;
+            case 'q':
+                if (cli_parse_float(optarg, 1e-6f, 1, &p->top_p) < 0) {
+                    fprintf(stderr, "tachyon: --top-p must be a number in (0, 1]\n");
+                    goto out;
                 }
                 break;
-            }
+            case 'm':
+                if (cli_parse_float(optarg, 0, 1, &p->min_p) < 0) {
+                    fprintf(stderr, "tachyon: --min-p must be a number in [0, 1]\n");
+                    goto out;
+                }
+                break;
             case 's':
                 if (cli_parse_long(optarg, 0, __LONG_MAX__, &v) < 0) {
                     fprintf(stderr, "tachyon: --sampling-seed must be a non-negative integer\n");
-                    return 2;
+                    goto out;
                 }
-                o.seed = (uint64_t)v;
+                p->has_seed = true;
+                p->seed = (uint64_t)v;
                 break;
-            case 'e': ignore_eos = true; break;
+            case 'x':
+                if (sampling_params_add_stop(p, optarg, &err) < 0) {
+                    fprintf(stderr, "tachyon: %s\n", err.msg);
+                    goto out;
+                }
+                break;
+            case 'e': p->ignore_eos = true; break;
             case 'i': token_ids = true; break;
-            case 'c':
-                if (cli_parse_long(optarg, 1, 1 << 20, &v) < 0) {
-                    fprintf(stderr, "tachyon: --max-num-batched-tokens must be a positive integer\n");
-                    return 2;
-                }
-                o.chunk_tokens = (int)v;
-                break;
-            case 'b':
-                if (cli_parse_long(optarg, 1, 1024, &v) < 0) {
-                    fprintf(stderr, "tachyon: --block-size must be in 1..1024\n");
-                    return 2;
-                }
-                o.block_size = (int)v;
-                break;
             case 'S': stats = true; break;
-            case 'h': fputs(complete_usage, stdout); return 0;
-            default: fputs(complete_usage, stderr); return 2;
+            case 'h':
+                fputs(complete_usage, stdout);
+                rc = 0;
+                goto out;
+            default: fputs(complete_usage, stderr); goto out;
         }
     }
     if (optind < argc || !prompt_ids == !prompt_text || (chat && !prompt_text)) {
         fputs(complete_usage, stderr);
-        return 2;
+        goto out;
     }
     int32_t *prompt = NULL;
-    int n_prompt = 0;
-    if (prompt_ids && cli_parse_ids(prompt_ids, &prompt, &n_prompt) < 0) {
+    if (prompt_ids && cli_parse_ids(prompt_ids, &prompt, &req.n_prompt) < 0) {
         fprintf(stderr, "tachyon: --prompt-ids must be a comma-separated list of token ids\n");
-        return 2;
+        goto out;
     }
-    if (cli_model_open(&m) < 0) {
+    rc = 1;
+    if (cli_engine_open(&ce) < 0) {
         free(prompt);
-        return 1;
+        goto out;
     }
-    const model_config_t *cfg = weights_config(m.weights);
-    /* Text needs the directory's tokenizer; ids in and out work with any model. */
-    bool text_out = !token_ids && weights_dir(m.weights);
-    if ((prompt_text || text_out) && cli_model_open_text(&m, chat) < 0) {
-        free(prompt);
-        cli_model_close(&m);
-        return 1;
-    }
-    if (prompt_text && encode_prompt(&m, prompt_text, chat, no_think, &prompt, &n_prompt) < 0) {
-        cli_model_close(&m);
-        return 1;
-    }
-    int32_t config_eos = cfg->eos_token_id;
-    if (!ignore_eos) {
-        o.stop_ids = m.tok ? m.stop_ids : &config_eos;
-        o.n_stop_ids = m.tok ? m.n_stop_ids : (config_eos >= 0);
-    }
-    textstream_t ts;
-    if (!token_ids && m.tok) {
-        if (textstream_init(&ts, m.tok, stdout, TEXTSTREAM_RAW, false) < 0) {
-            fprintf(stderr, "tachyon: out of memory\n");
-            free(prompt);
-            cli_model_close(&m);
-            return 1;
-        }
-        o.on_token = print_token;
-        o.ctx = &ts;
-    }
-    err_t err = {{0}};
-    oneshot_result_t r;
-    int rc = 0;
-    if (oneshot_generate(m.be, cfg, prompt, n_prompt, &o, &r, &err) < 0) {
+    if (prompt_text && encode_prompt(ce.eng, prompt_text, chat, no_think, &prompt, &req.n_prompt) < 0)
+        goto close;
+    req.prompt = prompt;
+    bool text_out = !token_ids && engine_tokenizer(ce.eng);
+    engine_stream_t *s;
+    if (engine_submit(ce.eng, &req, &s, &err) < 0) {
         fprintf(stderr, "tachyon: %s\n", err.msg);
-        rc = 1;
-    } else {
-        if (o.on_token) {
-            textstream_finish(&ts);
-            printf("\n");
-        } else {
-            for (int i = 0; i < r.n_ids; i++) printf("%s%d", i ? "," : "", r.ids[i]);
-            printf("\n");
-        }
-        if (stats) print_stats(&r);
-        oneshot_result_free(&r);
+        goto close;
     }
-    if (o.on_token) textstream_free(&ts);
+    engine_event_t ev;
+    int n_out = 0;
+    double ttft = 0, e2e = 0;
+    bool failed = false;
+    while (engine_stream_wait(s, &ev, -1) > 0) {
+        if (text_out) {
+            fwrite(ev.text, 1, ev.text_len, stdout);
+            fflush(stdout);
+        } else {
+            for (int i = 0; i < ev.n_tokens; i++) printf("%s%d", n_out + i ? "," : "", ev.token_ids[i]);
+        }
+        n_out += ev.n_tokens;
+        if (ev.type == ENGINE_EV_FINISH) {
+            ttft = ev.ttft_s;
+            e2e = ev.e2e_s;
+            if (ev.reason == ENGINE_FINISH_ERROR) {
+                fprintf(stderr, "tachyon: %s\n", ev.error ? ev.error : "generation failed");
+                failed = true;
+            }
+        }
+        engine_event_clear(&ev);
+    }
+    printf("\n");
+    engine_stream_release(s);
+    if (stats) print_stats(req.n_prompt, n_out, ttft, e2e);
+    rc = failed;
+close:
     free(prompt);
-    cli_model_close(&m);
+    cli_engine_close(&ce);
+out:
+    sampling_params_free(p);
     return rc;
 }

@@ -19,6 +19,7 @@ static const char usage[] =
     "  chat       line-mode chat with the model (default: the embedded model)\n"
     "  complete   generate a completion of a prompt (tachyon complete --help)\n"
     "  tokenize   encode text with a model's tokenizer\n"
+    "  flags      list the engine flags (live, rebuild, reload)\n"
     "  version    print the version and the backends built in\n"
     "\n"
     "Run `tachyon <command> --help` for a command's options.\n";
@@ -46,6 +47,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "complete")) return cmd_complete(argc - 1, argv + 1);
     if (!strcmp(cmd, "chat")) return cmd_chat(argc - 1, argv + 1);
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 1, argv + 1);
+    if (!strcmp(cmd, "flags")) return cmd_flags(argc - 1, argv + 1);
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) return cmd_version();
     if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
         fputs(usage, stdout);

@@ -7,20 +7,16 @@
 #define DIM "\033[2m"
 #define UNDIM "\033[22m"
 
-int textstream_init(textstream_t *ts, const tokenizer_t *tok, FILE *out, textstream_mode_t mode,
-                    bool prompt_ends_reasoning) {
+int textstream_init(textstream_t *ts, FILE *out, textstream_mode_t mode, bool prompt_ends_reasoning) {
     memset(ts, 0, sizeof *ts);
     ts->out = out;
     ts->mode = mode;
     const char *no_color = getenv("NO_COLOR");
     ts->styled = isatty(fileno(out)) && !(no_color && *no_color);
-    ts->chunk_cap = tok_stream_max_chunk(tok);
-    ts->chunk = malloc(ts->chunk_cap);
     ts->reply_cap = 256;
     ts->reply = malloc(ts->reply_cap);
-    ts->stream = tok_stream_create(tok, true);
     err_t err;
-    if (!ts->chunk || !ts->reply || !ts->stream ||
+    if (!ts->reply ||
         (mode != TEXTSTREAM_RAW &&
          chat_reasoning_create(prompt_ends_reasoning, &ts->reasoning, &err) < 0)) {
         textstream_free(ts);
@@ -31,9 +27,7 @@ int textstream_init(textstream_t *ts, const tokenizer_t *tok, FILE *out, textstr
 }
 
 void textstream_free(textstream_t *ts) {
-    tok_stream_destroy(ts->stream);
     chat_reasoning_destroy(ts->reasoning);
-    free(ts->chunk);
     free(ts->reply);
     memset(ts, 0, sizeof *ts);
 }
@@ -67,7 +61,7 @@ static void print_split(textstream_t *ts, const chat_split_t *s) {
     print_part(ts, s->content, s->content_len, false);
 }
 
-static int emit(textstream_t *ts, const char *text, size_t len) {
+int textstream_push(textstream_t *ts, const char *text, size_t len) {
     if (!len) return 0;
     if (keep(ts, text, len) < 0) return -1;
     if (ts->mode == TEXTSTREAM_RAW) {
@@ -82,16 +76,7 @@ static int emit(textstream_t *ts, const char *text, size_t len) {
     return 0;
 }
 
-int textstream_push(textstream_t *ts, int32_t id) {
-    size_t len;
-    if (tok_stream_push(ts->stream, id, ts->chunk, ts->chunk_cap, &len) < 0) return -1;
-    return emit(ts, ts->chunk, len);
-}
-
 int textstream_finish(textstream_t *ts) {
-    size_t len;
-    if (tok_stream_finish(ts->stream, ts->chunk, ts->chunk_cap, &len) < 0) return -1;
-    if (emit(ts, ts->chunk, len) < 0) return -1;
     if (ts->reasoning) {
         chat_split_t s;
         chat_reasoning_finish(ts->reasoning, &s);

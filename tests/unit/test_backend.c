@@ -16,8 +16,10 @@ static void test_table(void **state) {
     assert_ptr_equal(backend_find("cpu"), &cpu_backend_ops);
     assert_null(backend_find("nope"));
     assert_null(backend_find(NULL));
+    assert_ptr_equal(backend_find("null"), &null_backend_ops);
     const char *const *names = backend_names();
     assert_string_equal(names[0], "cpu");
+    assert_string_equal(names[1], "null");
 
     static const backend_ops_t fake = {.name = "fake"};
     static const backend_ops_t impostor = {.name = "cpu"};
@@ -31,8 +33,8 @@ static void test_table(void **state) {
     int n = 0;
     while (names[n])
         n++;
-    assert_int_equal(n, 2);
-    assert_string_equal(names[1], "fake");
+    assert_int_equal(n, 3);
+    assert_string_equal(names[2], "fake");
 }
 
 /* Pool of 8 blocks of 4. Sequence 0: 3 cached tokens + 3 new (context 6, blocks 5, 1);

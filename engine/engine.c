@@ -1,0 +1,1631 @@
+/*
+ * engine: requests and streams on the caller's side, and the engine thread that owns the
+ * scheduler, the KV pool, the backend and the sampler.
+ *
+ * Other threads reach the engine thread through an inbox under `mu` (submitted requests, cancel
+ * notices, flag changes); it answers through the streams. A stream is a single-producer queue:
+ * the engine thread writes a step's events into the stream's segment (no lock, no allocation
+ * per event), publishes them all at the end of the step with one fence, then wakes readers.
+ * Per step the engine does O(scheduled sequences + new tokens + new blocks) work: the batch's
+ * block table persists across steps (a sequence keeps its row and only appends).
+ */
+#include "engine.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdalign.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kvcache.h"
+#include "rng.h"
+#include "sampler.h"
+#include "scheduler.h"
+
+#define AUTO_POOL_MAX (4ull << 30) /* bytes: the automatic pool is 25% of RAM, at most this */
+#define TOKENS_AHEAD  64           /* room for output tokens reserved at submit */
+
+typedef struct eng_req eng_req_t;
+
+/* One choice of a request. */
+typedef struct eng_seq {
+    sched_seq_t s; /* first: the scheduler's pointers convert back */
+    eng_req_t *req;
+    int choice;
+    bool started; /* in the scheduler: choice 0 from the inbox, the others from the fork */
+    bool finished;
+    tok_stream_t *ts; /* NULL without a tokenizer */
+    char *pend;       /* [cap_pend] decoded text not emitted yet (a possible stop string start) */
+    size_t n_pend, cap_pend;
+    double t_sched, t_first, t_last; /* first scheduled, first and latest token; 0 = not yet */
+    /* Its row in the batch's block table, kept from step to step (-1: none) and how much of it
+     * is written, for the table generation and block generation it was written under. */
+    int row, row_blocks;
+    uint32_t row_gen, row_bgen;
+} eng_seq_t;
+
+struct eng_req {
+    eng_req_t *next, *prev; /* the inbox (next only), then the live list */
+    eng_req_t *next_done;
+    engine_stream_t *stream;
+    sampling_params_t sp; /* resolved */
+    int max_tokens;       /* INT_MAX: up to the context limit */
+    bool max_tokens_set;  /* given by the request (it must fit max-model-len) */
+    bool queued;          /* counted in n_queued until its first admission */
+    uint64_t seed;
+    int n, n_started, n_finished;
+    eng_seq_t *seqs; /* [n] */
+    double arrival;
+    char *id;
+};
+
+/* A segment of a stream's event queue: event slots and an arena for their payloads (token ids,
+ * logprobs, text), in one allocation. The engine thread writes and publishes; the reader takes
+ * events in order and moves on to the next segment once this one is used up and the engine has
+ * moved on too.
+ *
+ * A segment is freed when the reader has moved past it and every event taken from it has been
+ * cleared (engine_event_t.mem_ points to it). `refs` starts at SEG_BIAS; each clear takes 1,
+ * and the reader leaving takes SEG_BIAS - n (n: the segment's final event count), so it reaches
+ * 0 exactly when both are done, and the engine thread never touches it: no atomic operation on
+ * a line the reader writes, per event, on the engine's side. */
+typedef struct evseg {
+    atomic_int refs;              /* reader side (its own cache line) */
+    alignas(64) atomic_int n_pub; /* events published */
+    _Atomic(struct evseg *) next; /* published once every event here is */
+    struct evseg *pnext;          /* engine thread: the next one, published or not */
+    int cap, n_written;           /* slots; engine thread: slots filled */
+    size_t arena_cap, arena_used; /* bytes; engine thread: bytes taken */
+    engine_event_t *ev;           /* [cap] */
+    char *arena;                  /* [arena_cap] */
+} evseg_t;
+
+#define SEG_BIAS (1 << 30)
+
+/* Fields are grouped by the thread that writes them, a cache line each, so that the engine
+ * thread and a reader polling in a loop do not keep taking lines from each other. */
+struct engine_stream {
+    /* engine thread (the only producer) */
+    evseg_t *ptail;  /* the segment being written */
+    evseg_t *pub;    /* the oldest segment with unpublished events */
+    int lost_finish; /* FINISH events that could not be queued (out of memory), not yet told */
+    bool pending;    /* in the engine's list of streams to publish */
+    engine_stream_t *next_pending;
+    eng_req_t *req; /* the request while it is live */
+    void (*wake)(void *ctx);
+    void *wake_ctx;
+    /* reader, under mu (so that two readers cannot race, though one at a time is the rule) */
+    alignas(64) pthread_mutex_t mu;
+    pthread_cond_t cv;
+    evseg_t *chead;
+    int cidx, n_finish_read;
+    bool cancel_requested;        /* under mu */
+    engine_t *eng;                /* under mu: while the engine serves the stream */
+    engine_stream_t *next_cancel; /* the engine's cancel list (eng->mu) */
+    /* shared */
+    alignas(64) int n_choices; /* set at creation */
+    atomic_int waiters;        /* readers blocked in engine_stream_wait */
+    atomic_int n_finish_lost;
+    atomic_bool released;
+    atomic_int in_wake; /* wake calls in progress (release waits for them) */
+    atomic_int refs;    /* the reader, the engine, and a queued cancel notice */
+};
+
+struct engine {
+    /* set by engine_open, then read-only */
+    model_weights_t *w;
+    const model_config_t *cfg;
+    tokenizer_t *tok;
+    genconfig_t gc;
+    int chat_format;
+    const backend_ops_t *ops;
+    backend_t *be;
+    int stop_ids[GENCONFIG_MAX_EOS + 1]; /* tokenizer eos, then generation_config eos ids */
+    int n_stop_ids;
+    size_t max_chunk; /* tok_stream_max_chunk */
+    stats_t *stats;
+
+    /* shared, under mu */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;      /* wakes the engine thread */
+    pthread_cond_t flag_cv; /* a rebuild was answered */
+    flag_values_t flags;    /* current values; rebuild flags once applied */
+    uint64_t flags_gen;
+    eng_req_t *inbox_head, *inbox_tail;
+    engine_stream_t *cancels;
+    bool rebuild_pending, rebuild_done;
+    flag_values_t rebuild_flags;
+    int rebuild_rc;
+    err_t rebuild_err;
+    bool closing;
+    uint64_t n_submitted;
+    atomic_int n_queued;     /* requests submitted and not yet admitted */
+    pthread_mutex_t flag_mu; /* one flag change at a time */
+    pthread_t thread;
+    bool thread_started;
+
+    /* engine thread only */
+    flag_values_t f; /* applied */
+    uint64_t applied_gen;
+    int mml, bs, num_blocks;
+    kv_pool_t *kv;
+    sched_t *sched;
+    sampler_t *smp; /* NULL when the backend samples */
+    eng_req_t *live;
+    eng_req_t *done; /* finished requests, freed after their events are pushed */
+    bool stalled;    /* the last step had nothing to run: wait for news */
+    int extra_preempted;
+    stats_step_t last_rec; /* the last step recorded (its gauges) */
+    /* The step's inter-token latencies, grouped: every choice that also got a token in the
+     * previous step has the same one. [n_itl] (value s, count). */
+    double itl_v[8];
+    uint64_t itl_n[8];
+    int n_itl;
+    engine_stream_t *to_publish; /* streams with events written this step */
+    /* the batch, grown geometrically and kept */
+    int32_t *b_tokens, *b_pos;
+    int64_t *b_slots;
+    int cap_tok;
+    int32_t *b_qstart, *b_ctx, *b_rows, *b_row_seq;
+    int cap_seq;
+    /* The block table persists: row r holds row_seq[r]'s blocks, so that a sequence keeping
+     * its row only adds the blocks it gained. A new stride rewrites every row (table_gen). */
+    int32_t *b_tables; /* [cap_seq, stride] */
+    size_t cap_tables;
+    int stride;
+    uint32_t table_gen;
+    eng_seq_t **row_seq; /* [cap_seq] */
+    int32_t *row_out;    /* [cap_seq] the plan index in each row this step */
+    sampler_row_t *rows;
+    sampler_result_t *results;
+    int cap_rows;
+    float *logits;
+    size_t cap_logits;
+};
+
+double engine_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+const char *engine_finish_reason_name(engine_finish_reason_t r) {
+    switch (r) {
+        case ENGINE_FINISH_STOP:
+            return "stop";
+        case ENGINE_FINISH_LENGTH:
+            return "length";
+        case ENGINE_FINISH_ABORT:
+            return "abort";
+        case ENGINE_FINISH_ERROR:
+            return "error";
+    }
+    return "unknown";
+}
+
+void engine_opts_init(engine_opts_t *o) {
+    memset(o, 0, sizeof *o);
+    o->model.model = MDIR_EMBEDDED;
+    o->model.format = LOAD_AUTO;
+    o->backend = "cpu";
+    flags_init(&o->flags);
+    o->backend_opts.gpu_memory_utilization = o->flags.gpu_memory_utilization;
+}
+
+static int grow(void **arr, size_t *cap, size_t need, size_t size) {
+    if (need <= *cap) return 0;
+    size_t n = *cap > 0 ? *cap : 16;
+    while (n < need)
+        n *= 2;
+    void *p = realloc(*arr, n * size);
+    if (!p) return -1;
+    *arr = p;
+    *cap = n;
+    return 0;
+}
+
+static int grow_int(void **arr, int *cap, int need, size_t size) {
+    size_t c = (size_t)*cap;
+    if (grow(arr, &c, (size_t)need, size) < 0) return -1;
+    *cap = (int)c;
+    return 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Streams
+
+enum { SEG_FIRST = 8, SEG_MAX = 256, ARENA_PER_EVENT = 64 };
+
+static evseg_t *seg_create(int cap, size_t arena) {
+    size_t head = (sizeof(evseg_t) + 63) & ~(size_t)63;
+    evseg_t *g =
+        aligned_alloc(64, (head + (size_t)cap * sizeof(engine_event_t) + arena + 63) & ~(size_t)63);
+    if (!g) return NULL;
+    atomic_init(&g->refs, SEG_BIAS);
+    atomic_init(&g->n_pub, 0);
+    atomic_init(&g->next, NULL);
+    g->pnext = NULL;
+    g->cap = cap;
+    g->n_written = 0;
+    g->arena_cap = arena;
+    g->arena_used = 0;
+    g->ev = (engine_event_t *)((char *)g + head);
+    g->arena = (char *)(g->ev + cap);
+    return g;
+}
+
+static void seg_unref(evseg_t *g, int n) {
+    if (atomic_fetch_sub(&g->refs, n) == n) free(g);
+}
+
+static engine_stream_t *stream_create(const engine_request_t *r, int n_choices) {
+    engine_stream_t *s = aligned_alloc(alignof(engine_stream_t), sizeof *s);
+    if (!s) return NULL;
+    memset(s, 0, sizeof *s);
+    s->chead = s->ptail = s->pub = seg_create(SEG_FIRST, SEG_FIRST * ARENA_PER_EVENT);
+    if (!s->chead) {
+        free(s);
+        return NULL;
+    }
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    s->n_choices = n_choices;
+    s->wake = r->wake;
+    s->wake_ctx = r->wake_ctx;
+    atomic_init(&s->n_finish_lost, 0);
+    atomic_init(&s->waiters, 0);
+    atomic_init(&s->released, false);
+    atomic_init(&s->in_wake, 0);
+    atomic_init(&s->refs, 2);
+    return s;
+}
+
+void engine_event_clear(engine_event_t *ev) {
+    if (!ev) return;
+    if (ev->mem_) seg_unref(ev->mem_, 1);
+    free(ev->stop_str);
+    free(ev->error);
+    memset(ev, 0, sizeof *ev);
+}
+
+/* Frees the stream when its last holder lets go; events never taken are cleared. */
+static void stream_unref(engine_stream_t *s) {
+    if (atomic_fetch_sub(&s->refs, 1) != 1) return;
+    evseg_t *g = s->chead;
+    int from = s->cidx;
+    while (g) {
+        evseg_t *next = g->pnext;
+        int n = g->n_written;
+        for (int i = from; i < n; i++)
+            engine_event_clear(&g->ev[i]);
+        seg_unref(g, SEG_BIAS - n);
+        g = next;
+        from = 0;
+    }
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
+    free(s);
+}
+
+/* 1 = took an event, 0 = none yet, -1 = over. Under s->mu. */
+static int stream_pop(engine_stream_t *s, engine_event_t *ev) {
+    for (;;) {
+        evseg_t *g = s->chead;
+        if (s->cidx < atomic_load_explicit(&g->n_pub, memory_order_acquire)) {
+            *ev = g->ev[s->cidx++];
+            if (ev->type == ENGINE_EV_FINISH) s->n_finish_read++;
+            return 1;
+        }
+        evseg_t *next = atomic_load_explicit(&g->next, memory_order_acquire);
+        if (!next) break;
+        /* n_pub was final before next was set: look once more before leaving */
+        int n = atomic_load_explicit(&g->n_pub, memory_order_acquire);
+        if (s->cidx < n) continue;
+        s->chead = next;
+        s->cidx = 0;
+        seg_unref(g, SEG_BIAS - n);
+    }
+    return s->n_finish_read + atomic_load(&s->n_finish_lost) >= s->n_choices ? -1 : 0;
+}
+
+int engine_stream_poll(engine_stream_t *s, engine_event_t *ev) {
+    pthread_mutex_lock(&s->mu);
+    int rc = stream_pop(s, ev);
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+int engine_stream_wait(engine_stream_t *s, engine_event_t *ev, int timeout_ms) {
+    struct timespec deadline;
+    if (timeout_ms > 0) {
+        clock_gettime(CLOCK_MONOTONIC, &deadline);
+        deadline.tv_sec += timeout_ms / 1000;
+        deadline.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+        if (deadline.tv_nsec >= 1000000000L) {
+            deadline.tv_sec++;
+            deadline.tv_nsec -= 1000000000L;
+        }
+    }
+    pthread_mutex_lock(&s->mu);
+    int rc;
+    while ((rc = stream_pop(s, ev)) == 0 && timeout_ms != 0) {
+        /* Registered before looking again: the engine either sees the waiter (and signals
+         * under mu, which this thread holds until it sleeps) or this look sees its events. */
+        atomic_fetch_add(&s->waiters, 1);
+        atomic_thread_fence(memory_order_seq_cst);
+        int w = 0;
+        if ((rc = stream_pop(s, ev)) == 0)
+            w = timeout_ms < 0 ? pthread_cond_wait(&s->cv, &s->mu)
+                               : pthread_cond_timedwait(&s->cv, &s->mu, &deadline);
+        atomic_fetch_sub(&s->waiters, 1);
+        if (rc != 0) break;
+        if (w == ETIMEDOUT) {
+            rc = stream_pop(s, ev);
+            break;
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+void engine_stream_cancel(engine_stream_t *s) {
+    if (!s) return;
+    pthread_mutex_lock(&s->mu);
+    engine_t *e = s->eng;
+    if (!s->cancel_requested && e) {
+        s->cancel_requested = true;
+        /* The notice holds a reference: the request may end and the reader release the
+         * stream before the engine thread reads it. Lock order: stream, then engine. */
+        atomic_fetch_add(&s->refs, 1);
+        pthread_mutex_lock(&e->mu);
+        s->next_cancel = e->cancels;
+        e->cancels = s;
+        pthread_cond_signal(&e->cv);
+        pthread_mutex_unlock(&e->mu);
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+void engine_stream_release(engine_stream_t *s) {
+    if (!s) return;
+    engine_stream_cancel(s);
+    atomic_store(&s->released, true);
+    /* A wake call that started before `released` was set may still run: its context must
+     * stay valid until it returns. Wake hooks are short by contract. */
+    while (atomic_load(&s->in_wake) > 0)
+        sched_yield();
+    stream_unref(s);
+}
+
+/* Room for one more event with `payload` bytes in the stream's last segment, starting a new
+ * segment when it is full. The event is written but not visible until stream_publish. NULL
+ * when out of memory. Engine thread. */
+static engine_event_t *stream_slot(engine_stream_t *s, size_t payload, char **mem) {
+    payload = (payload + 7) & ~(size_t)7;
+    evseg_t *g = s->ptail;
+    if (g->n_written == g->cap || g->arena_cap - g->arena_used < payload) {
+        int cap = g->cap * 2 < SEG_MAX ? g->cap * 2 : SEG_MAX;
+        size_t arena = (size_t)cap * ARENA_PER_EVENT;
+        evseg_t *n = seg_create(cap, arena > payload ? arena : payload);
+        if (!n) return NULL;
+        g->pnext = n;
+        s->ptail = g = n;
+    }
+    *mem = g->arena + g->arena_used;
+    g->arena_used += payload;
+    return &g->ev[g->n_written++];
+}
+
+/* Makes the events written so far visible. Engine thread. */
+static void stream_publish(engine_stream_t *s) {
+    for (evseg_t *g = s->pub; g != s->ptail;) {
+        evseg_t *next = g->pnext;
+        atomic_store_explicit(&g->n_pub, g->n_written, memory_order_release);
+        atomic_store_explicit(&g->next, next, memory_order_release); /* g may be gone now */
+        g = next;
+    }
+    atomic_store_explicit(&s->ptail->n_pub, s->ptail->n_written, memory_order_release);
+    s->pub = s->ptail;
+    if (s->lost_finish) {
+        atomic_fetch_add(&s->n_finish_lost, s->lost_finish);
+        s->lost_finish = 0;
+    }
+}
+
+/* After stream_publish and a full fence: wakes a blocked reader and calls the wake hook
+ * (outside any lock, since it may call engine_stream_poll; never after the reader's
+ * engine_stream_release has returned). Engine thread. */
+static void stream_notify(engine_stream_t *s) {
+    if (atomic_load_explicit(&s->waiters, memory_order_relaxed) > 0) {
+        pthread_mutex_lock(&s->mu);
+        pthread_cond_broadcast(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+    }
+    if (s->wake) {
+        atomic_fetch_add(&s->in_wake, 1);
+        if (!atomic_load(&s->released)) s->wake(s->wake_ctx);
+        atomic_fetch_sub(&s->in_wake, 1);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Flags and defaults
+
+static void defaults_from(const engine_t *e, const flag_values_t *f, sampling_params_t *d) {
+    sampling_params_init(d);
+    const genconfig_t *g = &e->gc;
+    if (!f->generation_config_vllm) {
+        if (g->has_temperature) d->temperature = (float)g->temperature;
+        if (g->has_top_k) d->top_k = g->top_k;
+        if (g->has_top_p) d->top_p = (float)g->top_p;
+        if (g->has_min_p) d->min_p = (float)g->min_p;
+        if (g->has_repetition_penalty) d->repetition_penalty = (float)g->repetition_penalty;
+        if (g->has_max_new_tokens) d->max_tokens = g->max_new_tokens;
+    }
+    if (!isnan(f->default_temperature)) d->temperature = f->default_temperature;
+    if (!isnan(f->default_top_p)) d->top_p = f->default_top_p;
+    if (!isnan(f->default_min_p)) d->min_p = f->default_min_p;
+    if (!isnan(f->default_repetition_penalty))
+        d->repetition_penalty = f->default_repetition_penalty;
+    if (f->default_top_k != SAMPLING_UNSET_I) d->top_k = f->default_top_k;
+}
+
+void engine_default_sampling(const engine_t *eng, sampling_params_t *out) {
+    engine_t *e = (engine_t *)eng;
+    pthread_mutex_lock(&e->mu);
+    flag_values_t f = e->flags;
+    pthread_mutex_unlock(&e->mu);
+    defaults_from(e, &f, out);
+}
+
+/* Checks rebuild flags that do not need the engine thread. Normalises max-model-len 0 to the
+ * model's context. */
+static uint64_t auto_pool_bytes(void);
+
+static int check_rebuild_flags(const engine_t *e, flag_values_t *f, err_t *err) {
+    int model_len = e->cfg->max_position_embeddings;
+    if (f->max_model_len == 0) {
+        /* auto: the model's context, or as much of it as the pool can give one sequence (a
+         * 40k-token Qwen3 context does not fit the CPU's default pool for the bigger presets) */
+        f->max_model_len = model_len;
+        size_t per_block = e->be->ops->kv_block_bytes(e->be, f->block_size);
+        uint64_t bytes = f->kv_cache_memory ? f->kv_cache_memory : auto_pool_bytes();
+        uint64_t fit = per_block ? bytes / per_block * (uint64_t)f->block_size : 0;
+        if (fit >= (uint64_t)f->block_size && fit < (uint64_t)model_len) {
+            f->max_model_len = (int)fit;
+            fprintf(stderr,
+                    "tachyon: max-model-len %d: the KV pool (%llu MiB) holds %llu tokens, less "
+                    "than the model's context of %d (raise kv-cache-memory for more)\n",
+                    f->max_model_len, (unsigned long long)(bytes >> 20),
+                    (unsigned long long)fit, model_len);
+        }
+    }
+    if (f->max_model_len > model_len)
+        return err_set(err,
+                       "max-model-len %d is more than the model's max_position_embeddings (%d)",
+                       f->max_model_len, model_len);
+    if (f->kv_cache_dtype == KV_DTYPE_FP8 && strcmp(e->ops->name, "cuda") != 0)
+        return err_set(err, "kv-cache-dtype fp8 needs the cuda backend (this engine runs on %s)",
+                       e->ops->name);
+    return 0;
+}
+
+static uint64_t auto_pool_bytes(void) {
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    uint64_t ram = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : AUTO_POOL_MAX * 4;
+    uint64_t b = ram / 4;
+    return b < AUTO_POOL_MAX ? b : AUTO_POOL_MAX;
+}
+
+/* Blocks the pool gets under flags f (max_model_len normalised), or -1 with a message when one
+ * max-model-len sequence would not fit. The cuda backend will size its pool from
+ * gpu-memory-utilization once it can report the free device memory; until then every backend
+ * takes kv-cache-memory. */
+static int pool_blocks(const engine_t *e, const flag_values_t *f, err_t *err) {
+    uint64_t bytes = f->kv_cache_memory ? f->kv_cache_memory : auto_pool_bytes();
+    size_t per_block = e->be->ops->kv_block_bytes(e->be, f->block_size);
+    if (per_block == 0) return err_set(err, "%s backend: a KV block takes 0 bytes", e->ops->name);
+    uint64_t nb = bytes / per_block;
+    if (nb > INT_MAX / 2) nb = INT_MAX / 2;
+    uint64_t need = ((uint64_t)f->max_model_len + (uint64_t)f->block_size - 1) / f->block_size;
+    if (nb < need)
+        return err_set(err,
+                       "the KV pool (%llu MiB: %llu blocks of %d tokens) cannot hold one "
+                       "max-model-len sequence of %d tokens (%llu blocks, %llu MiB): raise "
+                       "kv-cache-memory or lower max-model-len",
+                       (unsigned long long)(bytes >> 20), (unsigned long long)nb, f->block_size,
+                       f->max_model_len, (unsigned long long)need,
+                       (unsigned long long)((need * per_block + (1 << 20) - 1) >> 20));
+    return (int)nb;
+}
+
+static sched_config_t sched_config_of(const flag_values_t *f) {
+    return (sched_config_t){.max_num_seqs = f->max_num_seqs,
+                            .max_num_batched_tokens = f->max_num_batched_tokens,
+                            .chunked_prefill = f->enable_chunked_prefill,
+                            .policy = f->scheduling_policy};
+}
+
+// ---------------------------------------------------------------------------------------------
+// Events (engine thread)
+
+/* Writes an event of choice q into its stream: the text and, when r is not NULL, the step's
+ * token (with its logprobs when the request asked for them). Published at the end of the step.
+ * NULL when out of memory (the caller decides what is lost). */
+static engine_event_t *write_event(engine_t *e, eng_seq_t *q, engine_event_type_t type,
+                                   const sampler_result_t *r, const char *text, size_t len) {
+    eng_req_t *req = q->req;
+    engine_stream_t *s = req->stream;
+    int n_tok = r ? 1 : 0;
+    int n_top = r && req->sp.logprobs >= 0 ? r->n_top : 0;
+    int n_lp = r && req->sp.logprobs >= 0 ? 1 + n_top : 0;
+    size_t size =
+        (size_t)n_lp * sizeof(engine_token_logprob_t) + (size_t)n_tok * sizeof(int32_t) + len + 1;
+    char *p;
+    engine_event_t *ev = stream_slot(s, size, &p);
+    if (!ev) return NULL;
+    *ev = (engine_event_t){.type = type, .choice = q->choice, .stop_token = -1, .mem_ = s->ptail};
+    if (n_lp) {
+        engine_token_logprob_t *lp = (engine_token_logprob_t *)p;
+        lp[0] = (engine_token_logprob_t){r->token, r->logprob};
+        for (int i = 0; i < n_top; i++)
+            lp[1 + i] = (engine_token_logprob_t){r->top_ids[i], r->top_logprobs[i]};
+        ev->logprobs = lp;
+        ev->n_top = n_top;
+        p += (size_t)n_lp * sizeof *lp;
+    }
+    if (n_tok) {
+        ev->token_ids = (int32_t *)p;
+        ev->token_ids[0] = r->token;
+        ev->n_tokens = 1;
+        p += sizeof(int32_t);
+    }
+    memcpy(p, text, len);
+    p[len] = '\0';
+    ev->text = p;
+    ev->text_len = len;
+    if (!s->pending) {
+        s->pending = true;
+        s->next_pending = e->to_publish;
+        e->to_publish = s;
+    }
+    return ev;
+}
+
+/* Publishes the step's events, then notifies. One fence for all streams orders every
+ * publication before every look at a stream's waiters (engine_stream_wait registers itself and
+ * looks again after a fence of its own, so no wakeup is lost). */
+static void flush_events(engine_t *e) {
+    for (engine_stream_t *s = e->to_publish; s; s = s->next_pending)
+        stream_publish(s);
+    atomic_thread_fence(memory_order_seq_cst);
+    while (e->to_publish) {
+        engine_stream_t *s = e->to_publish;
+        e->to_publish = s->next_pending;
+        s->pending = false;
+        stream_notify(s);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Requests (engine thread)
+
+static eng_seq_t *seq_of(sched_seq_t *s) {
+    return (eng_seq_t *)s;
+}
+
+static void free_request(eng_req_t *req) {
+    for (int c = 0; c < req->n; c++) {
+        tok_stream_destroy(req->seqs[c].ts);
+        free(req->seqs[c].pend);
+        sched_seq_free(&req->seqs[c].s);
+    }
+    free(req->seqs);
+    sampling_params_free(&req->sp);
+    free(req->id);
+    free(req);
+}
+
+/* Ends one choice: frees its blocks, records it and queues its FINISH with the step's token
+ * (r, may be NULL) and the text still held back (already cut at a stop string, if one matched;
+ * otherwise the detokenizer's tail is added). */
+static void finish_choice(engine_t *e, eng_seq_t *q, engine_finish_reason_t reason,
+                          const sampler_result_t *r, int32_t stop_token, int stop_idx,
+                          const char *error) {
+    eng_req_t *req = q->req;
+    if (q->finished) return;
+    q->finished = true;
+    if (q->started) sched_remove(e->sched, &q->s);
+    if (q->row >= 0 && e->row_seq[q->row] == q) e->row_seq[q->row] = NULL;
+    if (q->ts && stop_idx < 0) {
+        size_t len = 0;
+        tok_stream_finish(q->ts, q->pend + q->n_pend, q->cap_pend - q->n_pend, &len);
+        q->n_pend += len;
+    }
+    double now = engine_now();
+    int n_out = q->s.n_tokens - q->s.n_prompt;
+    if (n_out < 0) n_out = 0;
+    stats_request_t sr = {
+        .finish_reason = (int)reason,
+        .prompt_tokens = req->seqs[0].s.n_prompt,
+        .generation_tokens = n_out,
+        .cached_tokens = req->seqs[0].s.cached_tokens,
+        .queue_s = q->t_sched > 0 ? q->t_sched - req->arrival : -1,
+        .ttft_s = q->t_first > 0 ? q->t_first - req->arrival : -1,
+        .tpot_s = n_out > 1 ? (q->t_last - q->t_first) / (n_out - 1) : -1,
+        .e2e_s = now - req->arrival,
+    };
+    stats_record_request(e->stats, &sr);
+    engine_event_t *ev = write_event(e, q, ENGINE_EV_FINISH, r, q->pend ? q->pend : "", q->n_pend);
+    if (ev) {
+        ev->reason = reason;
+        ev->stop_token = stop_token;
+        if (stop_idx >= 0) ev->stop_str = strdup(req->sp.stop[stop_idx]);
+        if (error) ev->error = strdup(error);
+        ev->prompt_tokens = sr.prompt_tokens;
+        ev->completion_tokens = n_out;
+        ev->cached_tokens = sr.cached_tokens;
+        ev->ttft_s = sr.ttft_s;
+        ev->e2e_s = sr.e2e_s;
+    } else {
+        /* the reader must still learn that the choice ended */
+        req->stream->lost_finish++;
+        if (!req->stream->pending) {
+            req->stream->pending = true;
+            req->stream->next_pending = e->to_publish;
+            e->to_publish = req->stream;
+        }
+        fprintf(stderr, "tachyon: engine: out of memory, a finish event was lost\n");
+    }
+    q->n_pend = 0;
+    if (req->queued) {
+        req->queued = false;
+        atomic_fetch_sub(&e->n_queued, 1);
+    }
+    if (++req->n_finished == req->n) {
+        req->stream->req = NULL;
+        if (req->prev)
+            req->prev->next = req->next;
+        else if (e->live == req)
+            e->live = req->next;
+        if (req->next) req->next->prev = req->prev;
+        req->next = req->prev = NULL;
+        req->next_done = e->done;
+        e->done = req;
+    }
+}
+
+/* Finishes every unfinished choice (cancel, error, close). */
+static void end_request(engine_t *e, eng_req_t *req, engine_finish_reason_t reason,
+                        const char *error) {
+    for (int c = 0; c < req->n; c++)
+        finish_choice(e, &req->seqs[c], reason, NULL, -1, -1, error);
+}
+
+/* Detaches the streams of finished requests (after their events were pushed) and frees them. */
+static void free_done(engine_t *e) {
+    while (e->done) {
+        eng_req_t *req = e->done;
+        e->done = req->next_done;
+        engine_stream_t *s = req->stream;
+        pthread_mutex_lock(&s->mu);
+        s->eng = NULL;
+        pthread_mutex_unlock(&s->mu);
+        stream_unref(s);
+        free_request(req);
+    }
+}
+
+static void take_inbox(engine_t *e, eng_req_t *list) {
+    while (list) {
+        eng_req_t *req = list;
+        list = req->next;
+        req->next = e->live;
+        req->prev = NULL;
+        if (e->live) e->live->prev = req;
+        e->live = req;
+        req->stream->req = req;
+        /* max-model-len may have shrunk since the request was checked */
+        int n_prompt = req->seqs[0].s.n_prompt;
+        char msg[160];
+        if (n_prompt >= e->mml || (req->max_tokens_set && n_prompt + req->max_tokens > e->mml)) {
+            snprintf(msg, sizeof msg,
+                     "the request no longer fits max-model-len %d (prompt %d tokens)", e->mml,
+                     n_prompt);
+            end_request(e, req, ENGINE_FINISH_ERROR, msg);
+            continue;
+        }
+        if (sched_add(e->sched, &req->seqs[0].s) < 0) {
+            end_request(e, req, ENGINE_FINISH_ERROR, "out of memory");
+            continue;
+        }
+        req->seqs[0].started = true;
+        req->n_started = 1;
+    }
+}
+
+static void take_cancels(engine_t *e, engine_stream_t *list) {
+    while (list) {
+        engine_stream_t *s = list;
+        list = s->next_cancel;
+        if (s->req) end_request(e, s->req, ENGINE_FINISH_ABORT, NULL);
+        stream_unref(s);
+    }
+}
+
+/* Starts choices 1..n-1 from choice 0, whose prompt is now computed. */
+static void fork_choices(engine_t *e, eng_req_t *req) {
+    eng_seq_t *parent = &req->seqs[0];
+    for (int c = 1; c < req->n; c++) {
+        eng_seq_t *q = &req->seqs[c];
+        q->s.priority = parent->s.priority;
+        q->s.arrival = parent->s.arrival;
+        q->s.order = parent->s.order + (uint64_t)c;
+        if (sched_fork(e->sched, &parent->s, &q->s) < 0) {
+            finish_choice(e, q, ENGINE_FINISH_ERROR, NULL, -1, -1, "out of memory");
+            continue;
+        }
+        q->started = true;
+    }
+    req->n_started = req->n;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Stop strings
+
+/* Bytes at the end of pend[0..n) to hold back: the longest suffix that is a proper prefix of a
+ * stop string (it may still grow into one), moved back to a character boundary. */
+static size_t held_back(const sampling_params_t *sp, const char *pend, size_t n) {
+    size_t h = 0;
+    for (int i = 0; i < sp->n_stop; i++) {
+        size_t len = strlen(sp->stop[i]);
+        size_t k = len - 1 < n ? len - 1 : n;
+        for (; k > h; k--)
+            if (memcmp(pend + n - k, sp->stop[i], k) == 0) break;
+        if (k > h) h = k;
+    }
+    while (h > 0 && h < n && ((unsigned char)pend[n - h] & 0xC0) == 0x80)
+        h++;
+    return h;
+}
+
+/* The earliest stop string in pend[0..n) (the first listed on a tie): its index, or -1. */
+static int find_stop(const sampling_params_t *sp, const char *pend, size_t n, size_t *at) {
+    int best = -1;
+    for (int i = 0; i < sp->n_stop; i++) {
+        const char *m = memmem(pend, n, sp->stop[i], strlen(sp->stop[i]));
+        if (m && (best < 0 || (size_t)(m - pend) < *at)) {
+            best = i;
+            *at = (size_t)(m - pend);
+        }
+    }
+    return best;
+}
+
+static bool has_id(const int32_t *ids, int n, int32_t id) {
+    for (int i = 0; i < n; i++)
+        if (ids[i] == id) return true;
+    return false;
+}
+
+static void flush_itl(engine_t *e) {
+    for (int i = 0; i < e->n_itl; i++)
+        for (uint64_t k = 0; k < e->itl_n[i]; k++)
+            stats_record_itl(e->stats, e->itl_v[i]);
+    e->n_itl = 0;
+}
+
+static void add_itl(engine_t *e, double v) {
+    for (int i = e->n_itl - 1; i >= 0; i--)
+        if (e->itl_v[i] == v) {
+            e->itl_n[i]++;
+            return;
+        }
+    if (e->n_itl == 8) flush_itl(e);
+    e->itl_v[e->n_itl] = v;
+    e->itl_n[e->n_itl++] = 1;
+}
+
+/* Appends a sampled token to its choice, checks the stop conditions in vLLM's order (length,
+ * then past min_tokens EOS and stop ids, then stop strings) and queues what it produced. */
+static void on_token(engine_t *e, eng_seq_t *q, const sampler_result_t *r, double now) {
+    eng_req_t *req = q->req;
+    const sampling_params_t *sp = &req->sp;
+    if (sched_seq_append(&q->s, r->token) < 0) {
+        finish_choice(e, q, ENGINE_FINISH_ERROR, NULL, -1, -1, "out of memory");
+        return;
+    }
+    int n_out = q->s.n_tokens - q->s.n_prompt;
+    if (n_out == 1)
+        q->t_first = now;
+    else
+        add_itl(e, now - q->t_last);
+    q->t_last = now;
+
+    int reason = -1;
+    int32_t stop_token = -1;
+    if (q->s.n_tokens >= e->mml || n_out >= req->max_tokens) {
+        reason = ENGINE_FINISH_LENGTH;
+    } else if (n_out >= sp->min_tokens) {
+        if ((!sp->ignore_eos && has_id(e->stop_ids, e->n_stop_ids, r->token)) ||
+            has_id(sp->stop_token_ids, sp->n_stop_token_ids, r->token)) {
+            reason = ENGINE_FINISH_STOP;
+            stop_token = r->token;
+        }
+    }
+    int stop_idx = -1;
+    if (q->ts) {
+        size_t len = 0;
+        if (stop_token < 0 || sp->include_stop_str_in_output) {
+            tok_stream_push(q->ts, r->token, q->pend + q->n_pend, q->cap_pend - q->n_pend, &len);
+            q->n_pend += len;
+        }
+        size_t at = 0;
+        if (len > 0 && sp->n_stop > 0 && n_out > sp->min_tokens &&
+            (stop_idx = find_stop(sp, q->pend, q->n_pend, &at)) >= 0) {
+            q->n_pend = at + (sp->include_stop_str_in_output ? strlen(sp->stop[stop_idx]) : 0);
+            reason = ENGINE_FINISH_STOP;
+            stop_token = -1;
+        }
+    }
+    if (reason >= 0) {
+        finish_choice(e, q, (engine_finish_reason_t)reason, r, stop_token, stop_idx, NULL);
+        return;
+    }
+    size_t emit = sp->n_stop > 0 ? q->n_pend - held_back(sp, q->pend, q->n_pend) : q->n_pend;
+    if (!write_event(e, q, ENGINE_EV_DELTA, r, q->pend ? q->pend : "", emit)) {
+        fprintf(stderr, "tachyon: engine: out of memory, a delta was lost\n");
+        return; /* its text stays pending and goes out with the next one */
+    }
+    q->n_pend -= emit;
+    if (q->n_pend > 0 && emit > 0) memmove(q->pend, q->pend + emit, q->n_pend);
+}
+
+// ---------------------------------------------------------------------------------------------
+// One step (engine thread)
+
+static int reserve_batch(engine_t *e, int n_tokens, int n_seqs, size_t n_table) {
+    if (n_tokens > e->cap_tok) {
+        int cap = e->cap_tok;
+        if (grow_int((void **)&e->b_tokens, &cap, n_tokens, sizeof *e->b_tokens) < 0) return -1;
+        cap = e->cap_tok;
+        if (grow_int((void **)&e->b_pos, &cap, n_tokens, sizeof *e->b_pos) < 0) return -1;
+        cap = e->cap_tok;
+        if (grow_int((void **)&e->b_slots, &cap, n_tokens, sizeof *e->b_slots) < 0) return -1;
+        e->cap_tok = cap;
+    }
+    if (n_seqs + 1 > e->cap_seq) {
+        int need = n_seqs + 1, cap = e->cap_seq;
+        if (grow_int((void **)&e->b_qstart, &cap, need, sizeof(int32_t)) < 0) return -1;
+        cap = e->cap_seq;
+        if (grow_int((void **)&e->b_ctx, &cap, need, sizeof(int32_t)) < 0) return -1;
+        cap = e->cap_seq;
+        if (grow_int((void **)&e->b_rows, &cap, need, sizeof(int32_t)) < 0) return -1;
+        cap = e->cap_seq;
+        if (grow_int((void **)&e->b_row_seq, &cap, need, sizeof(int32_t)) < 0) return -1;
+        cap = e->cap_seq;
+        if (grow_int((void **)&e->row_out, &cap, need, sizeof(int32_t)) < 0) return -1;
+        cap = e->cap_seq;
+        if (grow_int((void **)&e->row_seq, &cap, need, sizeof(eng_seq_t *)) < 0) return -1;
+        for (int r = e->cap_seq; r < cap; r++)
+            e->row_seq[r] = NULL;
+        e->cap_seq = cap;
+    }
+    if (n_seqs > e->cap_rows) {
+        int cap = e->cap_rows;
+        if (grow_int((void **)&e->rows, &cap, n_seqs, sizeof *e->rows) < 0) return -1;
+        cap = e->cap_rows;
+        if (grow_int((void **)&e->results, &cap, n_seqs, sizeof *e->results) < 0) return -1;
+        e->cap_rows = cap;
+    }
+    /* rows keep their offsets when the table grows with an unchanged stride */
+    return grow((void **)&e->b_tables, &e->cap_tables, n_table, sizeof *e->b_tables);
+}
+
+typedef struct step_counts {
+    int prefill, decode, prompt;
+} step_counts_t;
+
+/* Gives each planned sequence a row of the batch: the one it had last step when it is still
+ * in range and its table there is still valid, else a free one (written from scratch). In a
+ * steady batch almost every sequence keeps its row. Fills row_out. */
+static void assign_rows(engine_t *e, const sched_out_t *out) {
+    int n = out->n;
+    for (int r = 0; r < n; r++)
+        e->row_out[r] = -1;
+    for (int i = 0; i < n; i++) {
+        eng_seq_t *q = seq_of(out->seqs[i]);
+        int r = q->row;
+        if (r >= 0 && r < n && e->row_seq[r] == q && e->row_out[r] < 0 &&
+            q->row_gen == e->table_gen && q->row_bgen == q->s.blocks_gen)
+            e->row_out[r] = i;
+        else
+            q->row = -1;
+    }
+    int free_row = 0;
+    for (int i = 0; i < n; i++) {
+        eng_seq_t *q = seq_of(out->seqs[i]);
+        if (q->row >= 0) continue;
+        while (e->row_out[free_row] >= 0)
+            free_row++;
+        e->row_out[free_row] = i;
+        e->row_seq[free_row] = q;
+        q->row = free_row;
+        q->row_blocks = 0;
+        q->row_gen = e->table_gen;
+        q->row_bgen = q->s.blocks_gen;
+    }
+}
+
+/* Lays the plan out as the backend's varlen batch, in row order. Cost: O(sequences + new
+ * tokens + new blocks). */
+static int build_batch(engine_t *e, const sched_out_t *out, be_batch_t *b, step_counts_t *c) {
+    int bs = e->bs, need = 1;
+    for (int i = 0; i < out->n; i++)
+        if (out->seqs[i]->n_blocks > need) need = out->seqs[i]->n_blocks;
+    if (need > e->stride) {
+        e->stride = need < 8 ? 16 : 2 * need; /* rarely: the longest sequence doubled */
+        e->table_gen++;
+    }
+    int rows = out->n + 1 > e->cap_seq ? out->n + 1 : e->cap_seq;
+    if (reserve_batch(e, out->n_tokens, out->n, (size_t)rows * (size_t)e->stride) < 0) return -1;
+    assign_rows(e, out);
+    int t = 0, n_logits = 0;
+    for (int r = 0; r < out->n; r++) {
+        int i = e->row_out[r];
+        eng_seq_t *q = seq_of(out->seqs[i]);
+        const sched_seq_t *s = &q->s;
+        int c0 = s->n_computed, n_new = out->n_new[i];
+        e->b_qstart[r] = t;
+        /* Positions in the last block need no division (a decode's always is). */
+        int last = (s->n_blocks - 1) * bs;
+        for (int j = 0; j < n_new; j++, t++) {
+            int pos = c0 + j;
+            e->b_tokens[t] = s->tokens[pos];
+            e->b_pos[t] = pos;
+            e->b_slots[t] = pos >= last ? (int64_t)s->blocks[s->n_blocks - 1] * bs + (pos - last)
+                                        : (int64_t)s->blocks[pos / bs] * bs + pos % bs;
+        }
+        e->b_ctx[r] = c0 + n_new;
+        int32_t *row = e->b_tables + (size_t)r * e->stride;
+        for (; q->row_blocks < s->n_blocks; q->row_blocks++) /* usually none, or one */
+            row[q->row_blocks] = s->blocks[q->row_blocks];
+        if (c0 + n_new == s->n_tokens) {
+            e->b_rows[n_logits] = t - 1;
+            e->b_row_seq[n_logits++] = i;
+        }
+        if (n_new == 1 && c0 == s->n_tokens - 1 && c0 >= s->n_prompt)
+            c->decode++;
+        else
+            c->prefill += n_new;
+        if (c0 < s->n_prompt)
+            c->prompt += (c0 + n_new < s->n_prompt ? c0 + n_new : s->n_prompt) - c0;
+    }
+    e->b_qstart[out->n] = t;
+    *b = (be_batch_t){.n_tokens = t,
+                      .n_seqs = out->n,
+                      .token_ids = e->b_tokens,
+                      .positions = e->b_pos,
+                      .slot_mapping = e->b_slots,
+                      .query_start = e->b_qstart,
+                      .context_len = e->b_ctx,
+                      .block_tables = e->b_tables,
+                      .block_table_stride = e->stride,
+                      .n_logits = n_logits,
+                      .logit_rows = e->b_rows};
+    return 0;
+}
+
+/* Every request with a sequence in the failed step ends with the error. */
+static void fail_step(engine_t *e, const sched_out_t *out, const char *what, const char *msg) {
+    fprintf(stderr, "tachyon: engine: %s failed: %s\n", what, msg);
+    char buf[sizeof(((err_t *)0)->msg) + 32];
+    snprintf(buf, sizeof buf, "%s failed: %s", what, msg);
+    for (int i = 0; i < out->n; i++) {
+        eng_req_t *req = seq_of(out->seqs[i])->req;
+        if (req->n_finished < req->n) end_request(e, req, ENGINE_FINISH_ERROR, buf);
+    }
+}
+
+static int sample_rows(engine_t *e, const be_batch_t *b, const sched_out_t *out, err_t *err) {
+    for (int l = 0; l < b->n_logits; l++) {
+        eng_seq_t *q = seq_of(out->seqs[e->b_row_seq[l]]);
+        eng_req_t *req = q->req;
+        e->rows[l] = (sampler_row_t){.params = &req->sp,
+                                     .prompt = q->s.tokens,
+                                     .n_prompt = q->s.n_prompt,
+                                     .output = q->s.tokens + q->s.n_prompt,
+                                     .n_output = q->s.n_tokens - q->s.n_prompt,
+                                     .eos_ids = e->stop_ids,
+                                     .n_eos = e->n_stop_ids,
+                                     .seed = req->seed,
+                                     .choice = q->choice};
+    }
+    if (e->be->ops->sample) return e->be->ops->sample(e->be, e->rows, b->n_logits, e->results, err);
+    size_t vocab = (size_t)e->cfg->vocab_size;
+    for (int l = 0; l < b->n_logits; l++)
+        sampler_sample(e->smp, e->logits + (size_t)l * vocab, &e->rows[l], &e->results[l]);
+    return 0;
+}
+
+/* Runs one step; fills *st (but for its end time and duration) and returns true when one ran. */
+static bool step(engine_t *e, stats_step_t *st) {
+    double t0 = engine_now();
+    sched_out_t out;
+    sched_seq_t *failed;
+    while (sched_schedule(e->sched, &out, &failed) < 0)
+        end_request(e, seq_of(failed)->req, ENGINE_FINISH_ERROR, "out of memory");
+    if (out.n == 0) {
+        e->stalled = out.n_preempted == 0;
+        e->extra_preempted += out.n_preempted;
+        return false;
+    }
+    uint64_t queried = 0, hit = 0;
+    for (int i = 0; i < out.n; i++) {
+        eng_seq_t *q = seq_of(out.seqs[i]);
+        if (q->t_sched > 0) continue;
+        q->t_sched = t0;
+        if (q->choice == 0) {
+            queried += (uint64_t)q->s.prefix_queried;
+            hit += (uint64_t)q->s.cached_tokens;
+            if (q->req->queued) {
+                q->req->queued = false;
+                atomic_fetch_sub(&e->n_queued, 1);
+            }
+        }
+    }
+    if (queried > 0) stats_add_prefix(e->stats, queried, hit);
+
+    be_batch_t b;
+    step_counts_t counts = {0};
+    err_t err = {{0}};
+    double tf0 = 0, tf1 = 0;
+    if (build_batch(e, &out, &b, &counts) < 0) {
+        fail_step(e, &out, "building the batch", "out of memory");
+        goto record;
+    }
+    float *logits = NULL;
+    if (!e->be->ops->sample && b.n_logits > 0) {
+        size_t need = (size_t)b.n_logits * (size_t)e->cfg->vocab_size;
+        if (grow((void **)&e->logits, &e->cap_logits, need, sizeof *e->logits) < 0) {
+            fail_step(e, &out, "allocating logits", "out of memory");
+            goto record;
+        }
+        logits = e->logits;
+    }
+    tf0 = engine_now();
+    int rc = backend_forward(e->be, &b, logits, &err);
+    tf1 = engine_now();
+    if (rc < 0) {
+        fail_step(e, &out, "the forward pass", err.msg);
+        goto record;
+    }
+    if (b.n_logits > 0 && sample_rows(e, &b, &out, &err) < 0) {
+        fail_step(e, &out, "sampling", err.msg);
+        goto record;
+    }
+    sched_advance(e->sched, &out);
+    stats_add_prompt_tokens(e->stats, (uint64_t)counts.prompt);
+    stats_add_generation_tokens(e->stats, (uint64_t)b.n_logits);
+    /* Forks first: a choice 0 that ends on its first token still shares its prompt blocks. */
+    for (int l = 0; l < b.n_logits; l++) {
+        eng_seq_t *q = seq_of(out.seqs[e->b_row_seq[l]]);
+        if (q->choice == 0 && q->req->n_started < q->req->n) fork_choices(e, q->req);
+    }
+    double now = engine_now();
+    for (int l = 0; l < b.n_logits; l++) {
+        eng_seq_t *q = seq_of(out.seqs[e->b_row_seq[l]]);
+        if (!q->finished) on_token(e, q, &e->results[l], now);
+    }
+record:
+    flush_itl(e);
+    *st = (stats_step_t){.t = t0, /* the start, until record_step */
+                         .forward_ms = (float)((tf1 - tf0) * 1e3),
+                         .running = out.n,
+                         .waiting = sched_num_waiting(e->sched),
+                         .kv_used = kv_used(e->kv),
+                         .kv_total = e->num_blocks,
+                         .prefill_tokens = counts.prefill,
+                         .decode_tokens = counts.decode,
+                         .preempted = out.n_preempted + e->extra_preempted};
+    e->extra_preempted = 0;
+    return true;
+}
+
+/* Records a step that started at st->t and ends now. */
+static void record_step(engine_t *e, stats_step_t *st) {
+    double t1 = engine_now();
+    st->step_ms = (float)((t1 - st->t) * 1e3);
+    st->t = t1;
+    stats_record_step(e->stats, st);
+    e->last_rec = *st;
+}
+
+/* Before the engine sleeps: a record of the state it sleeps in (no batch), when the last
+ * record shows another (the last step's batch, a cancel, a rebuild), so that the gauges do not
+ * keep showing finished work. */
+static void record_idle(engine_t *e) {
+    stats_step_t st = {.t = engine_now(),
+                       .waiting = sched_num_waiting(e->sched),
+                       .kv_used = kv_used(e->kv),
+                       .kv_total = e->num_blocks,
+                       .preempted = e->extra_preempted};
+    const stats_step_t *l = &e->last_rec;
+    if (l->running == 0 && l->waiting == st.waiting && l->kv_used == st.kv_used &&
+        l->kv_total == st.kv_total && st.preempted == 0)
+        return;
+    stats_record_step(e->stats, &st);
+    e->last_rec = st;
+    e->extra_preempted = 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Rebuilding the KV pool (engine thread)
+
+/* Sets up the pool for flags f (checked by check_rebuild_flags). */
+static int make_pool(engine_t *e, const flag_values_t *f, err_t *err) {
+    int nb = pool_blocks(e, f, err);
+    if (nb < 0) return -1;
+    kv_pool_t *kv = kv_create(nb, f->block_size, f->enable_prefix_caching);
+    if (!kv) return err_set(err, "out of memory for a KV pool of %d blocks", nb);
+    if (backend_kv_reserve(e->be, nb, f->block_size, err) < 0) {
+        kv_destroy(kv);
+        return -1;
+    }
+    kv_destroy(e->kv);
+    e->kv = kv;
+    e->num_blocks = nb;
+    e->bs = f->block_size;
+    e->mml = f->max_model_len;
+    return 0;
+}
+
+static int rebuild(engine_t *e, flag_values_t *f, err_t *err) {
+    if (check_rebuild_flags(e, f, err) < 0) return -1;
+    if (pool_blocks(e, f, err) < 0) return -1;
+    for (eng_req_t *req = e->live; req; req = req->next) {
+        int n_prompt = req->seqs[0].s.n_prompt;
+        int need = req->max_tokens_set ? n_prompt + req->max_tokens : n_prompt + 1;
+        for (int c = 0; c < req->n; c++)
+            if (!req->seqs[c].finished && req->seqs[c].s.n_tokens + 1 > need)
+                need = req->seqs[c].s.n_tokens + 1;
+        if (need > f->max_model_len)
+            return err_set(err,
+                           "max-model-len %d is too small for request %s, which needs %d tokens",
+                           f->max_model_len, req->id ? req->id : "(no id)", need);
+    }
+    e->extra_preempted += sched_release_all(e->sched);
+    flag_values_t old = e->f;
+    if (make_pool(e, f, err) < 0) {
+        err_t ignored;
+        if (make_pool(e, &old, &ignored) < 0)
+            fprintf(stderr, "tachyon: engine: cannot restore the KV pool either: %s\n",
+                    ignored.msg);
+        sched_set_pool(e->sched, e->kv);
+        return -1;
+    }
+    sched_set_pool(e->sched, e->kv);
+    return 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The engine thread
+
+static void apply_live(engine_t *e, const flag_values_t *f) {
+    if (f->enable_prefix_caching != e->f.enable_prefix_caching)
+        kv_set_prefix_caching(e->kv, f->enable_prefix_caching);
+    sched_config_t sc = sched_config_of(f);
+    sched_set_config(e->sched, &sc);
+    e->f = *f;
+}
+
+static void shutdown_requests(engine_t *e) {
+    pthread_mutex_lock(&e->mu);
+    eng_req_t *inbox = e->inbox_head;
+    e->inbox_head = e->inbox_tail = NULL;
+    pthread_mutex_unlock(&e->mu);
+    take_inbox(e, inbox);
+    while (e->live)
+        end_request(e, e->live, ENGINE_FINISH_ABORT, NULL);
+    flush_events(e);
+    free_done(e);
+    /* Every stream is detached now, so no cancel notice can arrive any more. */
+    pthread_mutex_lock(&e->mu);
+    engine_stream_t *cancels = e->cancels;
+    e->cancels = NULL;
+    if (e->rebuild_pending) {
+        e->rebuild_pending = false;
+        e->rebuild_rc = err_set(&e->rebuild_err, "the engine is closing");
+        e->rebuild_done = true;
+        pthread_cond_broadcast(&e->flag_cv);
+    }
+    pthread_mutex_unlock(&e->mu);
+    take_cancels(e, cancels);
+}
+
+static void *engine_main(void *arg) {
+    engine_t *e = arg;
+    for (;;) {
+        pthread_mutex_lock(&e->mu);
+        while (!e->closing && !e->inbox_head && !e->cancels && !e->rebuild_pending &&
+               e->flags_gen == e->applied_gen && (e->stalled || !sched_has_work(e->sched)))
+            pthread_cond_wait(&e->cv, &e->mu);
+        if (e->closing) {
+            pthread_mutex_unlock(&e->mu);
+            break;
+        }
+        eng_req_t *inbox = e->inbox_head;
+        engine_stream_t *cancels = e->cancels;
+        bool live = e->flags_gen != e->applied_gen;
+        bool rebuild_now = e->rebuild_pending;
+        flag_values_t f = e->flags, rf = e->rebuild_flags;
+        e->inbox_head = e->inbox_tail = NULL;
+        e->cancels = NULL;
+        e->applied_gen = e->flags_gen;
+        e->rebuild_pending = false;
+        pthread_mutex_unlock(&e->mu);
+
+        if (inbox || cancels || live || rebuild_now) e->stalled = false;
+        if (live) apply_live(e, &f);
+        take_inbox(e, inbox);
+        take_cancels(e, cancels);
+        if (rebuild_now) {
+            err_t err = {{0}};
+            int rc = rebuild(e, &rf, &err);
+            if (rc == 0) e->f = rf;
+            pthread_mutex_lock(&e->mu);
+            if (rc == 0) e->flags = rf;
+            e->rebuild_rc = rc;
+            e->rebuild_err = err;
+            e->rebuild_done = true;
+            pthread_cond_broadcast(&e->flag_cv);
+            pthread_mutex_unlock(&e->mu);
+        }
+        stats_step_t st;
+        bool ran = sched_has_work(e->sched) && !e->stalled && step(e, &st);
+        /* A step's time includes publishing its events, so it is recorded after them; but
+         * before sleeping, the gauges are recorded first, so that a reader who got the last
+         * events also sees the engine idle in engine_stats(). */
+        if (e->stalled || !sched_has_work(e->sched)) {
+            if (ran) record_step(e, &st);
+            record_idle(e);
+            flush_events(e);
+        } else {
+            flush_events(e);
+            if (ran) record_step(e, &st);
+        }
+        free_done(e);
+    }
+    shutdown_requests(e);
+    return NULL;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Submitting
+
+static void free_unsubmitted(eng_req_t *req, engine_stream_t *s) {
+    if (s) {
+        atomic_store(&s->refs, 1);
+        stream_unref(s);
+    }
+    if (req) free_request(req);
+}
+
+int engine_submit(engine_t *e, const engine_request_t *r, engine_stream_t **out, err_t *err) {
+    *out = NULL;
+    if (!r || !r->prompt || r->n_prompt <= 0) return err_set(err, "the prompt is empty");
+    int vocab = e->cfg->vocab_size;
+    for (int i = 0; i < r->n_prompt; i++)
+        if (r->prompt[i] < 0 || r->prompt[i] >= vocab)
+            return err_set(err, "prompt token %d (id %d) is outside the vocabulary (0..%d)", i,
+                           r->prompt[i], vocab - 1);
+
+    pthread_mutex_lock(&e->mu);
+    flag_values_t f = e->flags;
+    pthread_mutex_unlock(&e->mu);
+
+    eng_req_t *req = calloc(1, sizeof *req);
+    if (!req) return err_set(err, "out of memory");
+    if (sampling_params_copy(&req->sp, &r->sampling, err) < 0) {
+        free(req);
+        return -1;
+    }
+    sampling_params_t defaults;
+    defaults_from(e, &f, &defaults);
+    int asked = r->sampling.max_tokens;
+    if (sampling_params_resolve(&req->sp, &defaults, err) < 0) goto fail;
+    if (req->sp.n_stop > 0 && !e->tok) {
+        err_set(err, "stop strings need a tokenizer, and this model (%s) has none", e->cfg->source);
+        goto fail;
+    }
+    int mml = f.max_model_len;
+    if (asked != SAMPLING_UNSET_I && r->n_prompt + asked > mml) {
+        err_set(err,
+                "This model's maximum context length is %d tokens. However, you requested %d "
+                "tokens (%d in the messages, %d in the completion). Please reduce the length of "
+                "the messages or completion.",
+                mml, r->n_prompt + asked, r->n_prompt, asked);
+        goto fail;
+    }
+    if (r->n_prompt >= mml) {
+        err_set(err,
+                "This model's maximum context length is %d tokens. However, your prompt has %d "
+                "tokens, which leaves no room for the completion.",
+                mml, r->n_prompt);
+        goto fail;
+    }
+    req->max_tokens_set = asked != SAMPLING_UNSET_I;
+    req->max_tokens = req->sp.max_tokens != SAMPLING_UNSET_I ? req->sp.max_tokens : INT_MAX;
+    /* generation_config.json's max_new_tokens caps even an explicit max_tokens (vLLM) */
+    if (defaults.max_tokens != SAMPLING_UNSET_I && defaults.max_tokens < req->max_tokens)
+        req->max_tokens = defaults.max_tokens;
+    if (req->sp.min_tokens < 0) req->sp.min_tokens = 0;
+    req->n = req->sp.n;
+    req->arrival = r->arrival_time > 0 ? r->arrival_time : engine_now();
+    if (r->request_id && !(req->id = strdup(r->request_id))) goto oom;
+    size_t max_stop = 0;
+    for (int i = 0; i < req->sp.n_stop; i++)
+        if (strlen(req->sp.stop[i]) > max_stop) max_stop = strlen(req->sp.stop[i]);
+    req->seqs = calloc((size_t)req->n, sizeof *req->seqs);
+    if (!req->seqs) goto oom;
+    int ahead = req->max_tokens < TOKENS_AHEAD ? req->max_tokens : TOKENS_AHEAD;
+    for (int c = 0; c < req->n; c++) {
+        eng_seq_t *q = &req->seqs[c];
+        q->req = req;
+        q->choice = c;
+        q->row = -1;
+        /* Choices 1.. get the prompt when they fork from choice 0. */
+        if (sched_seq_init(&q->s, r->prompt, c == 0 ? r->n_prompt : 0,
+                           c == 0 ? ahead : r->n_prompt + ahead) < 0)
+            goto oom;
+        q->s.priority = r->priority;
+        q->s.arrival = req->arrival;
+        if (e->tok) {
+            q->ts = tok_stream_create(e->tok, req->sp.skip_special_tokens);
+            /* held back (< longest stop) + one push, or + the finish tail */
+            q->cap_pend = max_stop + e->max_chunk + 8;
+            q->pend = malloc(q->cap_pend);
+            if (!q->ts || !q->pend) goto oom;
+        }
+    }
+    engine_stream_t *s = stream_create(r, req->n);
+    if (!s) goto oom;
+    req->stream = s;
+    s->eng = e;
+
+    pthread_mutex_lock(&e->mu);
+    if (e->closing) {
+        pthread_mutex_unlock(&e->mu);
+        err_set(err, "the engine is closing");
+        free_unsubmitted(req, s);
+        return -1;
+    }
+    int limit = e->flags.max_queued_requests;
+    if (limit > 0 && atomic_load(&e->n_queued) >= limit) {
+        pthread_mutex_unlock(&e->mu);
+        err_set(err, "too many requests are waiting (max-queued-requests %d); try again later",
+                limit);
+        free_unsubmitted(req, s);
+        return -1;
+    }
+    uint64_t k = e->n_submitted++;
+    req->seed = req->sp.has_seed ? req->sp.seed : rng_bits(e->flags.seed, 0x5eed, k);
+    for (int c = 0; c < req->n; c++)
+        req->seqs[c].s.order = k * SAMPLING_MAX_N + (uint64_t)c;
+    req->queued = true;
+    atomic_fetch_add(&e->n_queued, 1);
+    if (e->inbox_tail)
+        e->inbox_tail->next = req;
+    else
+        e->inbox_head = req;
+    e->inbox_tail = req;
+    pthread_cond_signal(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    stats_add_submitted(e->stats, 1);
+    *out = s;
+    return 0;
+
+oom:
+    err_set(err, "out of memory");
+fail:
+    free_unsubmitted(req, NULL);
+    return -1;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Flags
+
+int engine_flag_get(engine_t *e, const char *name, char *buf, size_t size, err_t *err) {
+    const flag_def_t *d = flags_find(name);
+    if (!d) return err_set(err, "unknown flag \"%s\"", name ? name : "");
+    pthread_mutex_lock(&e->mu);
+    flags_format(d, &e->flags, buf, size);
+    pthread_mutex_unlock(&e->mu);
+    return 0;
+}
+
+int engine_flag_set(engine_t *e, const char *name, const char *value, err_t *err) {
+    const flag_def_t *d = flags_find(name);
+    if (!d) return err_set(err, "unknown flag \"%s\"", name ? name : "");
+    if (d->apply == FLAG_RELOAD)
+        return err_set(err, "%s needs a restart: it changes the model or its parallel layout",
+                       d->name);
+    pthread_mutex_lock(&e->flag_mu);
+    pthread_mutex_lock(&e->mu);
+    flag_values_t nf = e->flags;
+    int rc = flags_set(d, value, &nf, err);
+    if (rc == 0 && d->apply == FLAG_REBUILD) rc = check_rebuild_flags(e, &nf, err);
+    if (rc < 0 || !flags_differ(d, &nf, &e->flags)) {
+        /* nothing to change */
+    } else if (d->apply == FLAG_LIVE) {
+        e->flags = nf;
+        e->flags_gen++;
+        pthread_cond_signal(&e->cv);
+    } else if (e->closing) {
+        rc = err_set(err, "the engine is closing");
+    } else {
+        e->rebuild_flags = nf;
+        e->rebuild_pending = true;
+        e->rebuild_done = false;
+        pthread_cond_signal(&e->cv);
+        while (!e->rebuild_done)
+            pthread_cond_wait(&e->flag_cv, &e->mu);
+        rc = e->rebuild_rc;
+        if (rc < 0 && err) *err = e->rebuild_err;
+    }
+    pthread_mutex_unlock(&e->mu);
+    pthread_mutex_unlock(&e->flag_mu);
+    return rc;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Open and close
+
+const model_config_t *engine_model_config(const engine_t *e) {
+    return e->cfg;
+}
+
+const tokenizer_t *engine_tokenizer(const engine_t *e) {
+    return e->tok;
+}
+
+int engine_chat_format(const engine_t *e) {
+    return e->chat_format;
+}
+
+const genconfig_t *engine_genconfig(const engine_t *e) {
+    return &e->gc;
+}
+
+void engine_describe_backend(const engine_t *e, char *buf, size_t size) {
+    e->be->ops->describe(e->be, buf, size);
+}
+
+void engine_stats(engine_t *e, stats_snapshot_t *out) {
+    stats_snapshot(e->stats, out);
+}
+
+static void engine_free(engine_t *e) {
+    sched_destroy(e->sched);
+    kv_destroy(e->kv);
+    sampler_destroy(e->smp);
+    backend_destroy(e->be);
+    tok_destroy(e->tok);
+    weights_destroy(e->w);
+    stats_destroy(e->stats);
+    free(e->b_tokens);
+    free(e->b_pos);
+    free(e->b_slots);
+    free(e->b_qstart);
+    free(e->b_ctx);
+    free(e->b_rows);
+    free(e->b_row_seq);
+    free(e->row_seq);
+    free(e->row_out);
+    free(e->b_tables);
+    free(e->rows);
+    free(e->results);
+    free(e->logits);
+    pthread_mutex_destroy(&e->mu);
+    pthread_mutex_destroy(&e->flag_mu);
+    pthread_cond_destroy(&e->cv);
+    pthread_cond_destroy(&e->flag_cv);
+    free(e);
+}
+
+static int load_text(engine_t *e, err_t *err) {
+    mdir_t *dir = weights_dir(e->w);
+    e->chat_format = -1;
+    memset(&e->gc, 0, sizeof e->gc);
+    e->gc.bos_token_id = e->gc.pad_token_id = -1;
+    if (dir) {
+        if (mdir_has(dir, "tokenizer.json") && tok_load(dir, &e->tok, err) < 0) return -1;
+        if (genconfig_load(dir, &e->gc, err) < 0) return -1;
+        chat_format_t fmt;
+        err_t ignored;
+        if (chat_detect_dir(dir, &fmt, &ignored) == 0) e->chat_format = (int)fmt;
+    }
+    int primary = e->tok ? tok_eos_id(e->tok) : -1;
+    if (primary < 0) primary = e->cfg->eos_token_id;
+    e->n_stop_ids = genconfig_stop_ids(&e->gc, primary, e->stop_ids, GENCONFIG_MAX_EOS + 1);
+    if (e->tok) e->max_chunk = tok_stream_max_chunk(e->tok);
+    return 0;
+}
+
+int engine_open(const engine_opts_t *o, engine_t **out, err_t *err) {
+    *out = NULL;
+    engine_t *e = calloc(1, sizeof *e);
+    if (!e) return err_set(err, "out of memory");
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_mutex_init(&e->flag_mu, NULL);
+    pthread_cond_init(&e->cv, NULL);
+    pthread_cond_init(&e->flag_cv, NULL);
+    atomic_init(&e->n_queued, 0);
+    const char *backend = o->backend ? o->backend : "cpu";
+    e->ops = backend_find(backend);
+    if (!e->ops) {
+        char names[256] = "";
+        for (const char *const *n = backend_names(); *n; n++) {
+            strncat(names, " ", sizeof names - strlen(names) - 1);
+            strncat(names, *n, sizeof names - strlen(names) - 1);
+        }
+        err_set(err, "unknown backend \"%s\" (available:%s)", backend, names);
+        goto fail;
+    }
+    if (weights_open(&o->model, &e->w, err) < 0) goto fail;
+    e->cfg = weights_config(e->w);
+    if (load_text(e, err) < 0) goto fail;
+
+    flag_values_t f = o->flags;
+    backend_options_t bo = o->backend_opts;
+    bo.gpu_memory_utilization = f.gpu_memory_utilization;
+    if (e->ops->create(&bo, e->w, &e->be, err) < 0) {
+        err_prefix(err, "%s backend", e->ops->name);
+        goto fail;
+    }
+    if (check_rebuild_flags(e, &f, err) < 0) goto fail;
+    if (make_pool(e, &f, err) < 0) goto fail;
+    if (!e->be->ops->sample && !(e->smp = sampler_create(e->cfg->vocab_size))) {
+        err_set(err, "out of memory");
+        goto fail;
+    }
+    sched_config_t sc = sched_config_of(&f);
+    e->stats = stats_create();
+    e->sched = sched_create(e->kv, &sc);
+    if (!e->stats || !e->sched) {
+        err_set(err, "out of memory");
+        goto fail;
+    }
+    e->flags = e->f = f;
+    if (pthread_create(&e->thread, NULL, engine_main, e) != 0) {
+        err_set(err, "cannot start the engine thread");
+        goto fail;
+    }
+    e->thread_started = true;
+    *out = e;
+    return 0;
+fail:
+    engine_free(e);
+    return -1;
+}
+
+void engine_close(engine_t *e) {
+    if (!e) return;
+    pthread_mutex_lock(&e->mu);
+    e->closing = true;
+    pthread_cond_signal(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    if (e->thread_started) pthread_join(e->thread, NULL);
+    engine_free(e);
+}

@@ -1,0 +1,195 @@
+/*
+ * engine: the public API of the inference engine.
+ *
+ * An engine owns a model, a backend, the paged KV cache and one engine thread that loops
+ * schedule -> forward -> sample -> emit while there is work and sleeps when there is none.
+ * Requests are submitted from any thread and answered through a stream of events (text deltas,
+ * then one finish per choice). A stream's `wake` hook is called from the engine thread whenever
+ * new events are queued, so that a server can resume a suspended connection; or a thread can
+ * block in engine_stream_wait().
+ *
+ *     engine_opts_t o;
+ *     engine_opts_init(&o);
+ *     o.model.model = "/models/Qwen3-14B-FP8";
+ *     engine_t *eng;
+ *     if (engine_open(&o, &eng, &err) < 0) ...
+ *     engine_request_t req = {.prompt = ids, .n_prompt = n};
+ *     sampling_params_init(&req.sampling);
+ *     engine_stream_t *s;
+ *     engine_submit(eng, &req, &s, &err);
+ *     engine_event_t ev;
+ *     while (engine_stream_wait(s, &ev, -1) > 0) {
+ *         if (ev.type == ENGINE_EV_DELTA) fwrite(ev.text, 1, ev.text_len, stdout);
+ *         bool last = ev.type == ENGINE_EV_FINISH;   // (one per choice; n = 1 here)
+ *         engine_event_clear(&ev);
+ *         if (last) break;
+ *     }
+ *     engine_stream_release(s);
+ *     engine_close(eng);
+ *
+ * Thread safety: every function may be called from any thread, except that one stream is read
+ * by one thread at a time. Engine flags are read and changed through engine_flag_get/set (see
+ * flags.h for the table).
+ */
+#ifndef TACHYON_ENGINE_H
+#define TACHYON_ENGINE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend.h"
+#include "chat.h"
+#include "err.h"
+#include "flags.h"
+#include "genconfig.h"
+#include "sampling.h"
+#include "stats.h"
+#include "tokenizer.h"
+#include "weights.h"
+
+typedef struct engine engine_t;
+typedef struct engine_stream engine_stream_t;
+
+typedef struct engine_opts {
+    model_source_t model; /* which model (default: the embedded one) */
+    const char *backend;  /* "cpu" (default) or "cuda" */
+    backend_options_t backend_opts;
+    flag_values_t flags; /* every engine flag (flags.h); flags_init() gives defaults */
+} engine_opts_t;
+
+void engine_opts_init(engine_opts_t *o);
+
+/* Opens the model (weights, tokenizer, generation_config.json, chat format), creates the
+ * backend, sizes the KV pool from the flags and starts the engine thread. A model without a
+ * tokenizer (a dummy preset) still runs on token ids; text features then fail per request.
+ * The caller owns *out. */
+int engine_open(const engine_opts_t *o, engine_t **out, err_t *err);
+
+/* Stops the engine thread (aborting requests still in flight: their streams get a finish with
+ * reason "abort") and frees everything. Streams not yet released stay valid until released.
+ * No other call on this engine may run during or after it (streams excepted). */
+void engine_close(engine_t *eng);
+
+// ---------------------------------------------------------------------------------------------
+// What the engine serves
+
+const model_config_t *engine_model_config(const engine_t *eng);
+const tokenizer_t *engine_tokenizer(const engine_t *eng); /* NULL for a preset */
+/* The chat format, or -1 when the model has no chat template. */
+int engine_chat_format(const engine_t *eng);
+const genconfig_t *engine_genconfig(const engine_t *eng);
+/* The defaults requests' unset sampling fields take (generation_config.json, then flags). */
+void engine_default_sampling(const engine_t *eng, sampling_params_t *out);
+/* "cpu, 2 threads, f32" */
+void engine_describe_backend(const engine_t *eng, char *buf, size_t size);
+
+// ---------------------------------------------------------------------------------------------
+// Requests and streams
+
+typedef struct engine_request {
+    const int32_t *prompt; /* token ids (copied) */
+    int n_prompt;
+    sampling_params_t sampling; /* copied; unset fields take the engine defaults */
+    int priority;               /* with --scheduling-policy priority: lower runs first */
+    double arrival_time;        /* engine_now() seconds; 0 = now */
+    const char *request_id;     /* optional, copied; shown in stats and logs */
+    /* Called on the engine thread when the stream gets new events (once per step that gave it
+     * events, possibly after the reader already consumed them), outside any lock of the
+     * engine's, and never after engine_stream_release has returned. Must not block or call back
+     * into the engine except engine_stream_poll. May be NULL. */
+    void (*wake)(void *ctx);
+    void *wake_ctx;
+} engine_request_t;
+
+typedef enum engine_event_type {
+    ENGINE_EV_DELTA,  /* new text and tokens of one choice */
+    ENGINE_EV_FINISH, /* a choice ended; one per choice, always the last event of that choice */
+} engine_event_type_t;
+
+typedef enum engine_finish_reason {
+    ENGINE_FINISH_STOP,   /* EOS, a stop token id or a stop string */
+    ENGINE_FINISH_LENGTH, /* max_tokens or the context limit */
+    ENGINE_FINISH_ABORT,  /* cancelled, or the engine closed */
+    ENGINE_FINISH_ERROR,  /* the backend failed; `error` says why */
+} engine_finish_reason_t;
+
+/* "stop", "length", "abort", "error" */
+const char *engine_finish_reason_name(engine_finish_reason_t r);
+
+typedef struct engine_token_logprob {
+    int32_t id;
+    float logprob;
+} engine_token_logprob_t;
+
+typedef struct engine_event {
+    engine_event_type_t type;
+    int choice; /* 0..n-1 */
+    /* ENGINE_EV_DELTA (also on FINISH: the last text, possibly empty) */
+    char *text; /* UTF-8, never half a code point, never a prefix of a stop string that may
+                   still match; never NULL, NUL-terminated; owned by the event */
+    size_t text_len;
+    int32_t *token_ids; /* [n_tokens] the tokens this delta covers */
+    int n_tokens;
+    /* with logprobs >= 0: per token, the sampled token's logprob then `n_top` alternatives */
+    engine_token_logprob_t *logprobs; /* [n_tokens][1 + n_top] */
+    int n_top;
+    /* ENGINE_EV_FINISH */
+    engine_finish_reason_t reason;
+    char *stop_str;     /* the stop string that matched, or NULL */
+    int32_t stop_token; /* the EOS / stop id that matched, or -1 */
+    char *error;        /* ENGINE_FINISH_ERROR */
+    int prompt_tokens;
+    int completion_tokens; /* of this choice */
+    int cached_tokens;     /* prompt tokens served from the prefix cache */
+    double ttft_s, e2e_s;  /* of this choice */
+    /* Private: text, token_ids and logprobs live in this one allocation (one malloc per event
+     * keeps the engine thread cheap); only engine_event_clear frees it, so do not free or keep
+     * those pointers past it. */
+    void *mem_;
+} engine_event_t;
+
+/* Validates (prompt within the vocabulary and max-model-len, sampling ranges, prompt + max_tokens
+ * within max-model-len, queue limits) and queues the request. On failure nothing is queued and
+ * the message is one an API can show the user. The caller owns *out: engine_stream_release. */
+int engine_submit(engine_t *eng, const engine_request_t *req, engine_stream_t **out, err_t *err);
+
+/* Takes the next event without blocking: 1 = got one, 0 = none yet, -1 = the stream is over
+ * (every choice finished and every event was read). */
+int engine_stream_poll(engine_stream_t *s, engine_event_t *ev);
+
+/* As poll, but waits up to timeout_ms (-1 = forever) for an event. */
+int engine_stream_wait(engine_stream_t *s, engine_event_t *ev, int timeout_ms);
+
+/* Frees what an event owns. */
+void engine_event_clear(engine_event_t *ev);
+
+/* Aborts the request: its sequences leave the batch and free their blocks within one step; the
+ * unfinished choices get a finish with reason abort. Idempotent. */
+void engine_stream_cancel(engine_stream_t *s);
+
+/* The reader is done with the stream: cancels it if unfinished and frees it when the engine is
+ * done with it too. */
+void engine_stream_release(engine_stream_t *s);
+
+// ---------------------------------------------------------------------------------------------
+// Stats and flags
+
+/* A consistent copy of the engine's counters and recent history (stats.h). */
+void engine_stats(engine_t *eng, stats_snapshot_t *out);
+
+/* Reads a flag's current value as text ("512", "true", "fcfs"). */
+int engine_flag_get(engine_t *eng, const char *name, char *buf, size_t size, err_t *err);
+
+/* Changes a flag while the engine runs. live flags apply from the next step; rebuild flags
+ * drain the batch (running requests are preempted and recomputed, none lost), rebuild the KV
+ * pool and resume, and the call returns once that is done (or refused: a max-model-len that a
+ * queued request does not fit in, a pool too small for one max-model-len sequence); reload
+ * flags are refused with a message saying a restart is needed. A bad value changes nothing and
+ * the message says why. max-model-len reads back as the effective value (0 sets the model's). */
+int engine_flag_set(engine_t *eng, const char *name, const char *value, err_t *err);
+
+/* Seconds on the engine's monotonic clock. */
+double engine_now(void);
+
+#endif

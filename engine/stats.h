@@ -1,0 +1,107 @@
+/*
+ * stats: what the engine did, for the console's charts and the /metrics endpoint.
+ *
+ * The engine thread records one stats_step_t per step and one stats_request_t per finished
+ * choice; any thread takes a consistent copy with stats_snapshot() (a short copy under a mutex,
+ * never blocking the engine for longer). The snapshot holds live gauges, monotonic counters,
+ * latency histograms with vLLM's bucket boundaries, and a ring of the most recent steps that the
+ * console samples a few times a second.
+ *
+ *     stats_t *st = stats_create();
+ *     stats_record_step(st, &step);            // engine thread
+ *     stats_snapshot_t snap;
+ *     stats_snapshot(st, &snap);               // any thread
+ *     stats_destroy(st);
+ */
+#ifndef TACHYON_STATS_H
+#define TACHYON_STATS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#define STATS_RING        2048 /* steps kept for the charts */
+#define STATS_MAX_BUCKETS 32   /* histogram bucket bounds, +Inf not counted */
+
+typedef struct stats_step {
+    double t;           /* engine_now() at the end of the step, s */
+    float step_ms;      /* wall time of the step, ms */
+    float forward_ms;   /* of which the backend's forward pass, ms */
+    int running;        /* sequences in the batch */
+    int waiting;        /* sequences queued */
+    int kv_used;        /* blocks referenced */
+    int kv_total;       /* blocks in the pool */
+    int prefill_tokens; /* tokens scheduled this step that were prompt (or recompute) */
+    int decode_tokens;  /* tokens scheduled this step that were decodes */
+    int preempted;      /* sequences preempted this step */
+} stats_step_t;
+
+/* One finished choice. Latencies in seconds; a value < 0 is not recorded (e.g. no TTFT for a
+ * request aborted before its first token). */
+typedef struct stats_request {
+    int finish_reason; /* engine_finish_reason_t */
+    int prompt_tokens, generation_tokens, cached_tokens;
+    double queue_s; /* arrival to first scheduled */
+    double ttft_s;  /* arrival to first token */
+    double tpot_s;  /* mean time per output token after the first */
+    double e2e_s;   /* arrival to finish */
+} stats_request_t;
+
+typedef struct stats_hist {
+    int n_bounds;
+    double bounds[STATS_MAX_BUCKETS];       /* upper bounds, increasing */
+    uint64_t counts[STATS_MAX_BUCKETS + 1]; /* per bucket (not cumulative); last = +Inf */
+    uint64_t count;
+    double sum;
+} stats_hist_t;
+
+typedef struct stats_snapshot {
+    /* gauges (the last step) */
+    int running, waiting, kv_used, kv_total;
+    /* counters since start */
+    uint64_t steps;
+    uint64_t prompt_tokens;     /* prompt tokens of finished-or-running requests, computed */
+    uint64_t generation_tokens; /* tokens sampled */
+    uint64_t preemptions;
+    uint64_t prefix_queries, prefix_hits; /* prompt tokens looked up / found in the cache */
+    uint64_t requests_finished[4];        /* by engine_finish_reason_t */
+    uint64_t requests_submitted;
+    /* latency histograms, seconds */
+    stats_hist_t ttft, tpot, itl, e2e, queue;
+    /* the last n_steps steps, oldest first */
+    stats_step_t steps_ring[STATS_RING];
+    int n_steps;
+} stats_snapshot_t;
+
+typedef struct stats stats_t;
+
+stats_t *stats_create(void); /* NULL when out of memory */
+void stats_destroy(stats_t *st);
+
+void stats_record_step(stats_t *st, const stats_step_t *step);
+void stats_record_request(stats_t *st, const stats_request_t *req);
+/* One inter-token latency, seconds (every decode token after the first). */
+void stats_record_itl(stats_t *st, double itl_s);
+/* Counters the engine bumps as things happen. */
+void stats_add_submitted(stats_t *st, uint64_t n);
+void stats_add_prompt_tokens(stats_t *st, uint64_t computed);
+/* Tokens sampled (appended to sequences), first tokens included: vllm:generation_tokens_total. */
+void stats_add_generation_tokens(stats_t *st, uint64_t sampled);
+void stats_add_prefix(stats_t *st, uint64_t queried, uint64_t hit);
+
+void stats_snapshot(stats_t *st, stats_snapshot_t *out);
+
+/* Quantile q in [0, 1] of a histogram, interpolated within the bucket (Prometheus'
+ * histogram_quantile: the first bucket starts at 0, a quantile in the +Inf bucket is the
+ * highest finite bound); NaN when empty or q is outside [0, 1]. Unlike Prometheus, q = 0 gives
+ * the lower end of the first non-empty bucket rather than NaN when the first bucket is empty. */
+double stats_hist_quantile(const stats_hist_t *h, double q);
+
+/* Rates over the steps of the ring with t in (last.t - window_s, last.t], the last step being
+ * the newest recorded (not "now": an idle engine keeps its last rates; compare the newest t with
+ * the clock to tell). prompt = sum(prefill_tokens) / window, generation = sum(decode_tokens) /
+ * window, so generation leaves out each request's first token (sampled at the end of its
+ * prefill); the generation_tokens counter includes it. When the ring no longer reaches back a
+ * whole window, the rates are over the span it does hold. Both 0 with no steps. */
+void stats_rates(const stats_snapshot_t *s, double window_s, double *prompt_tps, double *gen_tps);
+
+#endif

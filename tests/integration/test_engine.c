@@ -1,0 +1,443 @@
+/* The engine's acceptance tests (engine core issue), on the CPU backend with the tiny fixture
+ * and on the null backend for volume:
+ * - batch invariance: each request's greedy output is the same alone and among 64 concurrent
+ *   requests, for several token budgets, prefix caching on and off, and a pool small enough to
+ *   force preemption (asserted);
+ * - every block is back in the pool after each run;
+ * - a seeded sampled request gives the same tokens alone and in a batch;
+ * - stop strings split across tokens stop generation and never leak into the output;
+ * - a stress run of 1,000 requests with random parameters, cancels and live flag changes
+ *   (including a rebuild) where every request ends with a correct finish reason. */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "engine.h"
+#include "rng.h"
+#include "testutil.h"
+
+#define N_BATCH 64
+#define GREEDY_TOKENS 12
+
+// ---------------------------------------------------------------------------------------------
+// Helpers
+
+typedef struct outcome {
+    int32_t tokens[SAMPLING_MAX_N][512];
+    int n_tokens[SAMPLING_MAX_N];
+    char text[SAMPLING_MAX_N][4096];
+    size_t text_len[SAMPLING_MAX_N];
+    int finishes;
+    engine_finish_reason_t reason[SAMPLING_MAX_N];
+    int completion_tokens[SAMPLING_MAX_N];
+    char stop_str[SAMPLING_MAX_N][64];
+} outcome_t;
+
+static engine_t *open_engine(const char *model, const char *backend, const char *const *flags) {
+    engine_opts_t o;
+    engine_opts_init(&o);
+    o.model.model = model;
+    o.backend = backend;
+    o.backend_opts.n_threads = 2;
+    err_t err = {{0}};
+    for (const char *const *f = flags; f && *f; f += 2) {
+        const flag_def_t *def = flags_find(f[0]);
+        assert_non_null(def);
+        if (flags_set(def, f[1], &o.flags, &err) < 0) fail_msg("%s", err.msg);
+    }
+    engine_t *eng;
+    if (engine_open(&o, &eng, &err) < 0) fail_msg("%s", err.msg);
+    return eng;
+}
+
+static engine_t *open_tiny(const char *const *flags) {
+    return open_engine(tu_fixture("tiny-qwen3"), "cpu", flags);
+}
+
+static engine_stream_t *submit(engine_t *eng, const int32_t *prompt, int n, const sampling_params_t *p) {
+    engine_request_t req = {.prompt = prompt, .n_prompt = n};
+    err_t err = {{0}};
+    if (sampling_params_copy(&req.sampling, p, &err) < 0) fail_msg("%s", err.msg);
+    engine_stream_t *s;
+    if (engine_submit(eng, &req, &s, &err) < 0) fail_msg("submit: %s", err.msg);
+    sampling_params_free(&req.sampling);
+    return s;
+}
+
+/* Reads a stream to its end into out and releases it. */
+static void collect(engine_stream_t *s, outcome_t *out) {
+    memset(out, 0, sizeof *out);
+    engine_event_t ev;
+    int rc;
+    while ((rc = engine_stream_wait(s, &ev, 60000)) > 0) {
+        int c = ev.choice;
+        assert_true(c >= 0 && c < SAMPLING_MAX_N);
+        for (int i = 0; i < ev.n_tokens && out->n_tokens[c] < 512; i++)
+            out->tokens[c][out->n_tokens[c]++] = ev.token_ids[i];
+        if (ev.text_len) {
+            assert_true(out->text_len[c] + ev.text_len < sizeof out->text[c]);
+            memcpy(out->text[c] + out->text_len[c], ev.text, ev.text_len);
+            out->text_len[c] += ev.text_len;
+        }
+        if (ev.type == ENGINE_EV_FINISH) {
+            out->finishes++;
+            out->reason[c] = ev.reason;
+            out->completion_tokens[c] = ev.completion_tokens;
+            if (ev.stop_str) snprintf(out->stop_str[c], sizeof out->stop_str[c], "%s", ev.stop_str);
+        }
+        engine_event_clear(&ev);
+    }
+    assert_int_equal(rc, -1); /* ended, not timed out */
+    engine_stream_release(s);
+}
+
+static void expect_pool_empty(engine_t *eng) {
+    static stats_snapshot_t snap;
+    /* The last release may race the engine's bookkeeping by one step. */
+    for (int i = 0; i < 200; i++) {
+        engine_stats(eng, &snap);
+        if (snap.kv_used == 0 && snap.running == 0 && snap.waiting == 0) return;
+        struct timespec ts = {0, 5000000};
+        nanosleep(&ts, NULL);
+    }
+    fail_msg("blocks still in use after every request ended: %d used, %d running, %d waiting",
+             snap.kv_used, snap.running, snap.waiting);
+}
+
+/* Deterministic prompts of 5..80 tokens over the tokenizer's regular vocabulary. */
+static int make_prompt(int i, int32_t *ids) {
+    int n = 5 + (int)(rng_bits(1234, 0, (uint64_t)i) % 76);
+    for (int k = 0; k < n; k++) ids[k] = (int32_t)(rng_bits(1234, 1 + (uint64_t)i, (uint64_t)k) % 2048);
+    return n;
+}
+
+static sampling_params_t greedy(int max_tokens) {
+    sampling_params_t p;
+    sampling_params_init(&p);
+    p.temperature = 0.0f;
+    p.max_tokens = max_tokens;
+    p.ignore_eos = true;
+    return p;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Batch invariance
+
+static outcome_t alone[N_BATCH], together[N_BATCH];
+static int32_t prompts[N_BATCH][96];
+static int prompt_len[N_BATCH];
+
+static void run_together(const char *const *flags, bool expect_preemption) {
+    engine_t *eng = open_tiny(flags);
+    sampling_params_t p = greedy(GREEDY_TOKENS);
+    engine_stream_t *streams[N_BATCH];
+    for (int i = 0; i < N_BATCH; i++) streams[i] = submit(eng, prompts[i], prompt_len[i], &p);
+    for (int i = 0; i < N_BATCH; i++) collect(streams[i], &together[i]);
+    for (int i = 0; i < N_BATCH; i++) {
+        assert_int_equal(together[i].finishes, 1);
+        assert_int_equal(together[i].reason[0], ENGINE_FINISH_LENGTH);
+        assert_int_equal(together[i].n_tokens[0], GREEDY_TOKENS);
+        for (int k = 0; k < GREEDY_TOKENS; k++)
+            if (together[i].tokens[0][k] != alone[i].tokens[0][k])
+                fail_msg("request %d (prompt %d tokens), flags %s=%s %s=%s %s=%s: token %d is %d "
+                         "in the batch, %d alone",
+                         i, prompt_len[i], flags[0], flags[1], flags[2], flags[3],
+                         flags[4] ? flags[4] : "", flags[4] ? flags[5] : "", k,
+                         together[i].tokens[0][k], alone[i].tokens[0][k]);
+    }
+    expect_pool_empty(eng);
+    static stats_snapshot_t snap;
+    engine_stats(eng, &snap);
+    if (expect_preemption) assert_true(snap.preemptions > 0);
+    engine_close(eng);
+}
+
+static void test_batch_invariance(void **state) {
+    for (int i = 0; i < N_BATCH; i++) prompt_len[i] = make_prompt(i, prompts[i]);
+    /* Alone: one request at a time on a fresh engine state. */
+    const char *const base[] = {"max-model-len", "256", NULL};
+    engine_t *eng = open_tiny(base);
+    sampling_params_t p = greedy(GREEDY_TOKENS);
+    for (int i = 0; i < N_BATCH; i++) collect(submit(eng, prompts[i], prompt_len[i], &p), &alone[i]);
+    engine_close(eng);
+
+    static const char *budgets[] = {"16", "64", "2048"};
+    static const char *caching[] = {"true", "false"};
+    for (int b = 0; b < 3; b++)
+        for (int c = 0; c < 2; c++) {
+            const char *flags[] = {"max-num-batched-tokens", budgets[b], "enable-prefix-caching",
+                                   caching[c], "max-model-len", "256", NULL};
+            run_together(flags, false);
+        }
+    /* A pool of 10 blocks of 16 tokens (tiny-qwen3: 3 layers x K,V x 2 heads x 128 x f32 =
+     * 96 KiB a block) holds one or two of these sequences at once. */
+    static char pool[32];
+    snprintf(pool, sizeof pool, "%d", 10 * 16 * 3 * 2 * 2 * 128 * 4);
+    for (int b = 0; b < 3; b++) {
+        const char *flags[] = {"max-num-batched-tokens", budgets[b], "kv-cache-memory", pool,
+                               "max-model-len", "128", NULL};
+        run_together(flags, true);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Seeded sampling
+
+static void test_seeded_sampling_invariance(void **state) {
+    engine_t *eng = open_tiny(NULL);
+    sampling_params_t p;
+    sampling_params_init(&p);
+    p.temperature = 0.9f;
+    p.top_p = 0.95f;
+    p.has_seed = true;
+    p.seed = 4242;
+    p.max_tokens = 24;
+    p.ignore_eos = true;
+    int32_t prompt[96];
+    int n = make_prompt(7, prompt);
+    outcome_t solo, in_batch, again;
+    collect(submit(eng, prompt, n, &p), &solo);
+
+    sampling_params_t other = greedy(24);
+    engine_stream_t *noise[16];
+    int32_t np[16][96];
+    for (int i = 0; i < 16; i++) {
+        int m = make_prompt(100 + i, np[i]);
+        other.temperature = i % 2 ? 1.0f : 0.0f;
+        noise[i] = submit(eng, np[i], m, &other);
+    }
+    engine_stream_t *mine = submit(eng, prompt, n, &p);
+    static outcome_t scratch;
+    for (int i = 0; i < 8; i++) collect(noise[i], &scratch);
+    collect(mine, &in_batch);
+    for (int i = 8; i < 16; i++) collect(noise[i], &scratch);
+    collect(submit(eng, prompt, n, &p), &again);
+    assert_int_equal(solo.n_tokens[0], 24);
+    assert_memory_equal(solo.tokens[0], in_batch.tokens[0], 24 * sizeof(int32_t));
+    assert_memory_equal(solo.tokens[0], again.tokens[0], 24 * sizeof(int32_t));
+    /* and the seed matters */
+    p.seed = 4243;
+    outcome_t other_seed;
+    collect(submit(eng, prompt, n, &p), &other_seed);
+    assert_memory_not_equal(solo.tokens[0], other_seed.tokens[0], 24 * sizeof(int32_t));
+    expect_pool_empty(eng);
+    engine_close(eng);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Stop strings
+
+static void test_stop_strings_across_tokens(void **state) {
+    engine_t *eng = open_tiny(NULL);
+    const tokenizer_t *tok = engine_tokenizer(eng);
+    assert_non_null(tok);
+    const char *text = "The default value of the argument is";
+    int32_t *ids;
+    size_t n;
+    err_t err = {{0}};
+    assert_int_equal(tok_encode(tok, text, strlen(text), &ids, &n, &err), 0);
+    sampling_params_t p = greedy(40);
+    outcome_t full;
+    collect(submit(eng, ids, (int)n, &p), &full);
+    assert_int_equal(full.n_tokens[0], 40);
+
+    /* Every stop string that starts inside one token and ends inside a later one. */
+    int tested = 0;
+    size_t pos = 0;
+    for (int k = 0; k + 1 < full.n_tokens[0] && tested < 12; k++) {
+        char *piece;
+        size_t plen;
+        assert_int_equal(tok_decode(tok, &full.tokens[0][k], 1, true, &piece, &plen, &err), 0);
+        size_t start = pos + plen / 2, end = pos + plen + 2; /* spans the boundary after k */
+        pos += plen;
+        free(piece);
+        if (plen < 2 || end > full.text_len[0]) continue;
+        char stop[64];
+        snprintf(stop, sizeof stop, "%.*s", (int)(end - start), full.text[0] + start);
+        const char *first = strstr(full.text[0], stop);
+        assert_non_null(first);
+        sampling_params_t ps = greedy(40);
+        assert_int_equal(sampling_params_add_stop(&ps, stop, &err), 0);
+        outcome_t o;
+        collect(submit(eng, ids, (int)n, &ps), &o);
+        sampling_params_free(&ps);
+        assert_int_equal(o.reason[0], ENGINE_FINISH_STOP);
+        assert_string_equal(o.stop_str[0], stop);
+        size_t want = (size_t)(first - full.text[0]);
+        if (o.text_len[0] != want || memcmp(o.text[0], full.text[0], want) != 0)
+            fail_msg("stop \"%s\": got \"%.*s\", want \"%.*s\"", stop, (int)o.text_len[0],
+                     o.text[0], (int)want, full.text[0]);
+        assert_null(strstr(o.text[0], stop));
+        tested++;
+    }
+    assert_true(tested >= 5);
+    free(ids);
+    expect_pool_empty(eng);
+    engine_close(eng);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Stress
+
+#define N_STRESS 1000
+#define N_SUBMITTERS 4
+
+typedef struct stress {
+    engine_t *eng;
+    int first, count;
+    int cancelled, finished_ok;
+    char failure[1200];
+} stress_t;
+
+/* Submits all of its requests at once (so that many run together and the pool overflows), then
+ * reads their streams in order, cancelling some mid-way, and checks every finish. */
+static void *stress_worker(void *arg) {
+    stress_t *st = arg;
+    static const char *stops[] = {"\n", "the", "e", ".", "ab"};
+    engine_stream_t **streams = calloc((size_t)st->count, sizeof *streams);
+    sampling_params_t *params = calloc((size_t)st->count, sizeof *params);
+    for (int j = 0; j < st->count; j++) {
+        int i = st->first + j;
+        uint64_t r = rng_bits(99, 0, (uint64_t)i);
+        int32_t prompt[200];
+        int n = 1 + (int)(r % 200);
+        for (int k = 0; k < n; k++) prompt[k] = (int32_t)(rng_bits(99, 1 + (uint64_t)i, (uint64_t)k) % 2074);
+        sampling_params_t *p = &params[j];
+        sampling_params_init(p);
+        p->max_tokens = 1 + (int)((r >> 12) % 48);
+        p->temperature = (r >> 20) % 2 ? 0.0f : 0.8f;
+        p->n = p->temperature > 0 ? 1 + (int)((r >> 8) % 3) : 1; /* greedy needs n = 1 */
+        if ((r >> 21) % 3 == 0) p->top_k = 5;
+        if ((r >> 23) % 3 == 0) p->top_p = 0.9f;
+        p->ignore_eos = (r >> 25) % 2;
+        if ((r >> 26) % 4 == 0) {
+            p->has_seed = true;
+            p->seed = r;
+        }
+        err_t err = {{0}};
+        if ((r >> 28) % 3 == 0) sampling_params_add_stop(p, stops[(r >> 30) % 5], &err);
+        engine_request_t req = {.prompt = prompt, .n_prompt = n, .sampling = *p,
+                                .priority = (int)((r >> 33) % 3)};
+        if (engine_submit(st->eng, &req, &streams[j], &err) < 0) {
+            snprintf(st->failure, sizeof st->failure, "submit %d: %s", i, err.msg);
+            st->count = j;
+            break;
+        }
+    }
+    for (int j = 0; j < st->count; j++) {
+        int i = st->first + j;
+        uint64_t r = rng_bits(99, 0, (uint64_t)i);
+        const sampling_params_t *p = &params[j];
+        engine_stream_t *s = streams[j];
+        bool cancel = (r >> 35) % 10 == 0;
+        int cancel_after = (int)((r >> 40) % 4);
+        if (cancel && cancel_after == 3) engine_stream_cancel(s); /* before any event */
+        int finishes = 0, events = 0;
+        engine_event_t ev;
+        int rc;
+        while ((rc = engine_stream_wait(s, &ev, 120000)) > 0) {
+            if (cancel && events++ == cancel_after) engine_stream_cancel(s);
+            if (ev.type == ENGINE_EV_FINISH) {
+                finishes++;
+                bool ok;
+                switch (ev.reason) {
+                    case ENGINE_FINISH_ABORT: ok = cancel; break;
+                    case ENGINE_FINISH_LENGTH: ok = ev.completion_tokens == p->max_tokens; break;
+                    case ENGINE_FINISH_STOP:
+                        ok = ev.completion_tokens <= p->max_tokens && (ev.stop_str || ev.stop_token >= 0);
+                        break;
+                    default: ok = false;
+                }
+                if (!ok && !st->failure[0])
+                    snprintf(st->failure, sizeof st->failure,
+                             "request %d choice %d: finish %s with %d of %d tokens%s", i, ev.choice,
+                             engine_finish_reason_name(ev.reason), ev.completion_tokens,
+                             p->max_tokens, cancel ? " (cancelled)" : "");
+            }
+            engine_event_clear(&ev);
+        }
+        if (rc != -1 && !st->failure[0]) snprintf(st->failure, sizeof st->failure, "request %d timed out", i);
+        if (finishes != p->n && !st->failure[0])
+            snprintf(st->failure, sizeof st->failure, "request %d: %d finishes for n = %d", i,
+                     finishes, p->n);
+        st->cancelled += cancel;
+        engine_stream_release(s);
+    }
+    for (int j = 0; j < st->count; j++) sampling_params_free(&params[j]);
+    free(params);
+    free(streams);
+    return NULL;
+}
+
+static void run_stress(engine_t *eng, int n_requests) {
+    pthread_t threads[N_SUBMITTERS];
+    stress_t st[N_SUBMITTERS];
+    for (int t = 0; t < N_SUBMITTERS; t++) {
+        st[t] = (stress_t){.eng = eng, .first = t * n_requests / N_SUBMITTERS,
+                           .count = n_requests / N_SUBMITTERS};
+        pthread_create(&threads[t], NULL, stress_worker, &st[t]);
+    }
+    /* Live flag changes while the workers run, one rebuild among them. */
+    static const char *changes[][2] = {
+        {"max-num-seqs", "7"},          {"max-num-batched-tokens", "32"},
+        {"enable-prefix-caching", "false"}, {"scheduling-policy", "priority"},
+        {"block-size", "32"},           {"max-num-batched-tokens", "512"},
+        {"enable-chunked-prefill", "false"}, {"max-num-seqs", "64"},
+        {"enable-prefix-caching", "true"}, {"enable-chunked-prefill", "true"},
+        {"block-size", "16"},           {"scheduling-policy", "fcfs"},
+    };
+    for (size_t c = 0; c < sizeof changes / sizeof changes[0]; c++) {
+        struct timespec ts = {0, 40000000};
+        nanosleep(&ts, NULL);
+        err_t err = {{0}};
+        if (engine_flag_set(eng, changes[c][0], changes[c][1], &err) < 0)
+            fail_msg("set %s %s: %s", changes[c][0], changes[c][1], err.msg);
+    }
+    for (int t = 0; t < N_SUBMITTERS; t++) {
+        pthread_join(threads[t], NULL);
+        if (st[t].failure[0]) fail_msg("%s", st[t].failure);
+    }
+    expect_pool_empty(eng);
+}
+
+static void test_stress_null_backend(void **state) {
+    const char *const flags[] = {"max-model-len", "512", "kv-cache-memory", "65536", NULL};
+    engine_t *eng = open_engine(MDIR_EMBEDDED, "null", flags);
+    run_stress(eng, N_STRESS);
+    static stats_snapshot_t snap;
+    engine_stats(eng, &snap);
+    print_message("stress: %llu preemptions, %llu steps\n", (unsigned long long)snap.preemptions,
+                  (unsigned long long)snap.steps);
+    assert_true(snap.preemptions > 0);
+    uint64_t finished = 0;
+    for (int r = 0; r < 4; r++) finished += snap.requests_finished[r];
+    assert_true(finished >= N_STRESS); /* one per choice, n >= 1 */
+    engine_close(eng);
+}
+
+static void test_stress_cpu_backend(void **state) {
+    static char pool[32]; /* 40 blocks of 16 tokens for tiny-qwen3 */
+    snprintf(pool, sizeof pool, "%d", 40 * 16 * 3 * 2 * 2 * 128 * 4);
+    const char *const flags[] = {"max-model-len", "512", "kv-cache-memory", pool, NULL};
+    engine_t *eng = open_tiny(flags);
+    run_stress(eng, 120);
+    engine_close(eng);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_batch_invariance),
+        cmocka_unit_test(test_seeded_sampling_invariance),
+        cmocka_unit_test(test_stop_strings_across_tokens),
+        cmocka_unit_test(test_stress_null_backend),
+        cmocka_unit_test(test_stress_cpu_backend),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
