@@ -63,5 +63,6 @@ int cmd_complete(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_chat(int argc, char **argv);
 int cmd_flags(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
 
 #endif

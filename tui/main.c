@@ -16,6 +16,7 @@ static const char usage[] =
     "usage: tachyon <command> [options]\n"
     "\n"
     "commands:\n"
+    "  serve      OpenAI-compatible HTTP server (tachyon serve --help)\n"
     "  chat       line-mode chat with the model (default: the embedded model)\n"
     "  complete   generate a completion of a prompt (tachyon complete --help)\n"
     "  tokenize   encode text with a model's tokenizer\n"
@@ -48,6 +49,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "chat")) return cmd_chat(argc - 1, argv + 1);
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 1, argv + 1);
     if (!strcmp(cmd, "flags")) return cmd_flags(argc - 1, argv + 1);
+    if (!strcmp(cmd, "serve")) return cmd_serve(argc - 1, argv + 1);
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) return cmd_version();
     if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
         fputs(usage, stdout);

@@ -558,9 +558,15 @@ static void test_rejections(void **state) {
     o.model.model = "tiny";
     o.model.format = LOAD_DUMMY;
     o.backend = "null";
-    o.flags.kv_cache_memory = 16 * 1024;
+    o.flags.kv_cache_memory = 16 * 1024; /* 16 blocks of 16 tokens */
+    o.flags.max_model_len = 4096;
     assert_int_equal(engine_open(&o, &e, &err), -1);
     assert_non_null(strstr(err.msg, "kv-cache-memory"));
+    o.flags.max_model_len = 0; /* auto: what the pool holds, below the model's 4096 */
+    assert_int_equal(engine_open(&o, &e, &err), 0);
+    assert_int_equal(engine_flag_get(e, "max-model-len", buf, sizeof buf, &err), 0);
+    assert_string_equal(buf, "256");
+    engine_close(e);
     o.flags.max_model_len = 100000;
     assert_int_equal(engine_open(&o, &e, &err), -1);
     assert_non_null(strstr(err.msg, "max_position_embeddings"));

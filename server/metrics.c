@@ -1,0 +1,228 @@
+#include "metrics.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine.h"
+
+struct metrics {
+    pthread_mutex_t mu;
+    stats_hist_t prompt, generation, max_generation, params_n, params_max_tokens; /* under mu */
+    atomic_uint_least64_t counters[METRIC_COUNT_];
+};
+
+/* vLLM's build_1_2_5_buckets(max_model_len). */
+static void hist_1_2_5(stats_hist_t *h, int max) {
+    memset(h, 0, sizeof *h);
+    static const int mant[] = {1, 2, 5};
+    for (double exp = 1; h->n_bounds < STATS_MAX_BUCKETS; exp *= 10)
+        for (int i = 0; i < 3 && h->n_bounds < STATS_MAX_BUCKETS; i++) {
+            double v = mant[i] * exp;
+            if (v > max) return;
+            h->bounds[h->n_bounds++] = v;
+        }
+}
+
+static void hist_observe(stats_hist_t *h, double v) {
+    int b = 0;
+    while (b < h->n_bounds && v > h->bounds[b])
+        b++;
+    h->counts[b]++;
+    h->count++;
+    h->sum += v;
+}
+
+metrics_t *metrics_create(int max_model_len) {
+    metrics_t *m = calloc(1, sizeof *m);
+    if (!m) return NULL;
+    pthread_mutex_init(&m->mu, NULL);
+    hist_1_2_5(&m->prompt, max_model_len);
+    hist_1_2_5(&m->generation, max_model_len);
+    hist_1_2_5(&m->max_generation, max_model_len);
+    hist_1_2_5(&m->params_max_tokens, max_model_len);
+    static const double n_bounds[] = {1, 2, 5, 10, 20};
+    m->params_n.n_bounds = 5;
+    memcpy(m->params_n.bounds, n_bounds, sizeof n_bounds);
+    for (int i = 0; i < METRIC_COUNT_; i++)
+        atomic_init(&m->counters[i], 0);
+    return m;
+}
+
+void metrics_destroy(metrics_t *m) {
+    if (!m) return;
+    pthread_mutex_destroy(&m->mu);
+    free(m);
+}
+
+void metrics_request_done(metrics_t *m, const metrics_request_t *r) {
+    pthread_mutex_lock(&m->mu);
+    hist_observe(&m->prompt, r->prompt_tokens);
+    hist_observe(&m->generation, r->generation_tokens);
+    hist_observe(&m->max_generation, r->max_generation);
+    hist_observe(&m->params_n, r->n);
+    if (r->max_tokens > 0) hist_observe(&m->params_max_tokens, r->max_tokens);
+    pthread_mutex_unlock(&m->mu);
+}
+
+void metrics_add(metrics_t *m, metric_counter_t c, uint64_t n) {
+    atomic_fetch_add(&m->counters[c], n);
+}
+
+static uint64_t metrics_get(metrics_t *m, metric_counter_t c) {
+    return atomic_load(&m->counters[c]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Exposition
+
+typedef struct out {
+    jbuf_t *b;
+    const char *labels; /* engine="0",model_name="M" */
+} out_t;
+
+static void head(out_t *o, const char *name, const char *type, const char *help) {
+    jb_printf(o->b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static void sample(out_t *o, const char *name, const char *extra, double v) {
+    jb_printf(o->b, "%s{%s%s%s} ", name, o->labels, extra ? "," : "", extra ? extra : "");
+    jb_double(o->b, v);
+    jb_raw(o->b, "\n", 1);
+}
+
+static void gauge(out_t *o, const char *name, const char *help, double v) {
+    head(o, name, "gauge", help);
+    sample(o, name, NULL, v);
+}
+
+static void counter(out_t *o, const char *name, const char *help, double v) {
+    head(o, name, "counter", help);
+    sample(o, name, NULL, v);
+}
+
+static void histogram(out_t *o, const char *name, const char *help, const stats_hist_t *h) {
+    head(o, name, "histogram", help);
+    char le[64], series[160];
+    snprintf(series, sizeof series, "%s_bucket", name);
+    uint64_t cum = 0;
+    for (int i = 0; i < h->n_bounds; i++) {
+        cum += h->counts[i];
+        jbuf_t t;
+        jb_init(&t);
+        jb_double(&t, h->bounds[i]);
+        snprintf(le, sizeof le, "le=\"%s\"", t.p ? t.p : "0");
+        jb_free(&t);
+        sample(o, series, le, (double)cum);
+    }
+    sample(o, series, "le=\"+Inf\"", (double)h->count);
+    snprintf(series, sizeof series, "%s_count", name);
+    sample(o, series, NULL, (double)h->count);
+    snprintf(series, sizeof series, "%s_sum", name);
+    sample(o, series, NULL, h->sum);
+}
+
+void metrics_render(metrics_t *m, const stats_snapshot_t *s, const metrics_info_t *info,
+                    jbuf_t *out) {
+    jbuf_t lab;
+    jb_init(&lab);
+    jb_lit(&lab, "engine=\"0\",model_name=\"");
+    /* label values escape \ " and newline; jb_esc does exactly that for them */
+    jb_esc(&lab, info->model_name, strlen(info->model_name));
+    jb_lit(&lab, "\"");
+    if (lab.oom) {
+        out->oom = true;
+        return;
+    }
+    out_t o = {out, lab.p};
+    double usage = s->kv_total > 0 ? (double)s->kv_used / s->kv_total : 0.0;
+
+    gauge(&o, "vllm:num_requests_running", "Number of requests in model execution batches.",
+          s->running);
+    gauge(&o, "vllm:num_requests_waiting", "Number of requests waiting to be processed.",
+          s->waiting);
+    gauge(&o, "vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", usage);
+    gauge(&o, "vllm:gpu_cache_usage_perc",
+          "GPU KV-cache usage. 1 means 100 percent usage. DEPRECATED: Use "
+          "vllm:kv_cache_usage_perc instead.",
+          usage);
+    counter(&o, "vllm:prefix_cache_queries_total",
+            "Prefix cache queries, in terms of number of queried tokens.",
+            (double)s->prefix_queries);
+    counter(&o, "vllm:prefix_cache_hits_total",
+            "Prefix cache hits, in terms of number of cached tokens.", (double)s->prefix_hits);
+    counter(&o, "vllm:num_preemptions_total", "Cumulative number of preemption from the engine.",
+            (double)s->preemptions);
+    counter(&o, "vllm:prompt_tokens_total", "Number of prefill tokens processed.",
+            (double)s->prompt_tokens);
+    counter(&o, "vllm:generation_tokens_total", "Number of generation tokens processed.",
+            (double)s->generation_tokens);
+
+    head(&o, "vllm:request_success_total", "counter", "Count of successfully processed requests.");
+    for (int r = 0; r < 4; r++) {
+        char lbl[48];
+        snprintf(lbl, sizeof lbl, "finished_reason=\"%s\"",
+                 engine_finish_reason_name((engine_finish_reason_t)r));
+        sample(&o, "vllm:request_success_total", lbl, (double)s->requests_finished[r]);
+    }
+
+    pthread_mutex_lock(&m->mu);
+    histogram(&o, "vllm:request_prompt_tokens", "Number of prefill tokens processed.", &m->prompt);
+    histogram(&o, "vllm:request_generation_tokens", "Number of generation tokens processed.",
+              &m->generation);
+    histogram(&o, "vllm:request_max_num_generation_tokens",
+              "Histogram of maximum number of requested generation tokens.", &m->max_generation);
+    histogram(&o, "vllm:request_params_n", "Histogram of the n request parameter.", &m->params_n);
+    histogram(&o, "vllm:request_params_max_tokens",
+              "Histogram of the max_tokens request parameter.", &m->params_max_tokens);
+    pthread_mutex_unlock(&m->mu);
+
+    histogram(&o, "vllm:time_to_first_token_seconds",
+              "Histogram of time to first token in seconds.", &s->ttft);
+    histogram(&o, "vllm:inter_token_latency_seconds",
+              "Histogram of inter-token latency in seconds.", &s->itl);
+    histogram(&o, "vllm:time_per_output_token_seconds",
+              "Histogram of time per output token in seconds. DEPRECATED: Use "
+              "vllm:inter_token_latency_seconds instead.",
+              &s->itl);
+    histogram(&o, "vllm:request_time_per_output_token_seconds",
+              "Histogram of time_per_output_token_seconds per request.", &s->tpot);
+    histogram(&o, "vllm:e2e_request_latency_seconds",
+              "Histogram of e2e request latency in seconds.", &s->e2e);
+    histogram(&o, "vllm:request_queue_time_seconds",
+              "Histogram of time spent in WAITING phase for request.", &s->queue);
+
+    head(&o, "vllm:cache_config_info", "gauge", "Information of the LLMEngine CacheConfig");
+    char cc[256];
+    snprintf(cc, sizeof cc,
+             "block_size=\"%d\",cache_dtype=\"%s\",enable_prefix_caching=\"%s\","
+             "num_gpu_blocks=\"%d\"",
+             info->block_size, info->kv_cache_dtype, info->prefix_caching ? "True" : "False",
+             s->kv_total);
+    sample(&o, "vllm:cache_config_info", cc, 1.0);
+
+    gauge(&o, "tachyon:kv_blocks_used", "KV-cache blocks referenced by sequences.", s->kv_used);
+    gauge(&o, "tachyon:kv_blocks_total", "KV-cache blocks in the pool.", s->kv_total);
+    counter(&o, "tachyon:engine_steps_total", "Engine steps run.", (double)s->steps);
+    counter(&o, "tachyon:requests_submitted_total", "Requests submitted to the engine.",
+            (double)s->requests_submitted);
+    gauge(&o, "tachyon:http_connections", "Open HTTP connections.", info->connections);
+    gauge(&o, "tachyon:requests_in_flight", "Generation requests being answered.",
+          info->requests_in_flight);
+    counter(&o, "tachyon:client_disconnects_total",
+            "Generation requests whose client went away before the answer was complete.",
+            (double)metrics_get(m, METRIC_DISCONNECTS));
+    counter(&o, "tachyon:requests_rejected_total",
+            "Requests refused with 503 because the engine's queue was full.",
+            (double)metrics_get(m, METRIC_REJECTED_QUEUE));
+    head(&o, "tachyon:http_responses_total", "counter", "HTTP responses by status class.");
+    sample(&o, "tachyon:http_responses_total", "code=\"2xx\"",
+           (double)metrics_get(m, METRIC_HTTP_2XX));
+    sample(&o, "tachyon:http_responses_total", "code=\"4xx\"",
+           (double)metrics_get(m, METRIC_HTTP_4XX));
+    sample(&o, "tachyon:http_responses_total", "code=\"5xx\"",
+           (double)metrics_get(m, METRIC_HTTP_5XX));
+    jb_free(&lab);
+}

@@ -1,0 +1,1352 @@
+#include "openai.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define MAX_PROMPTS       1024 /* prompts in one /v1/completions request */
+#define COMPLETIONS_DEF_N 16   /* /v1/completions' schema default for max_tokens */
+
+/* One choice of the answer: index = prompt * n + the engine's choice. */
+typedef struct choice {
+    bool role_sent, content_started, finished;
+    int tokens;           /* completion tokens so far */
+    int reasoning_tokens; /* of which before the end of the reasoning */
+    chat_reasoning_t *rs; /* chat with the reasoning parser */
+    jbuf_t text;          /* not streaming: the whole output */
+    jbuf_t lp;            /* not streaming: chat logprobs entries / completions "tokens" */
+    jbuf_t lp_vals, lp_top, lp_off; /* not streaming, completions: the other logprob arrays */
+    size_t text_off;                /* completions logprobs: code points of output so far */
+    engine_finish_reason_t reason;
+    char *stop_str;
+    int32_t stop_token;
+    char *error;
+    bool echoed;
+} choice_t;
+
+struct oai_req {
+    oai_config_t *cfg;
+    oai_endpoint_t ep;
+    const tokenizer_t *tok;
+    char id[48];
+    long long created;
+    const char *model; /* one of cfg->model_names */
+    /* options */
+    bool stream, include_usage, continuous_usage, include_reasoning, reasoning;
+    bool chat_logprobs; /* chat: logprobs true */
+    int logprobs;       /* top alternatives, or -1 */
+    bool echo;
+    bool thinking_disabled; /* the prompt leaves no think block (chat_prompt_ends_reasoning) */
+    int n;
+    int max_tokens_param;    /* as given, or -1 */
+    bool max_tokens_default; /* completions without the field: 16 (clamped to the context) */
+    sampling_params_t sp;
+    int priority;
+    /* prompts */
+    int n_prompts;
+    int32_t **prompts;
+    int *prompt_len;
+    char **prompt_text; /* echo */
+    int prompt_tokens;  /* summed */
+    /* the answer */
+    engine_stream_t **streams; /* [n_prompts] */
+    bool *over;                /* [n_prompts] the stream has no more events */
+    choice_t *choices;         /* [n_prompts * n] */
+    int n_over;
+    bool done_sent, failed, recorded;
+    jbuf_t prefix; /* `data: {"id":..,"choices":[` of every chunk */
+};
+
+// ---------------------------------------------------------------------------------------------
+// Errors
+
+static const char *error_type(int status) {
+    switch (status) {
+        case 400:
+            return "BadRequestError";
+        case 401:
+            return "AuthenticationError";
+        case 404:
+            return "NotFoundError";
+        case 405:
+            return "MethodNotAllowedError";
+        case 413:
+            return "RequestEntityTooLargeError";
+        case 501:
+            return "NotImplementedError";
+        case 503:
+            return "ServiceUnavailableError";
+        default:
+            return "InternalServerError";
+    }
+}
+
+int oai_error_set(oai_error_t *e, int status, const char *param, const char *fmt, ...) {
+    e->status = status;
+    snprintf(e->type, sizeof e->type, "%s", error_type(status));
+    snprintf(e->param, sizeof e->param, "%s", param ? param : "");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+void oai_error_json(const oai_error_t *e, jbuf_t *out) {
+    jb_lit(out, "{\"error\":{\"message\":");
+    jb_cstr(out, e->msg);
+    jb_lit(out, ",\"type\":");
+    jb_cstr(out, e->type);
+    jb_lit(out, ",\"param\":");
+    jb_cstr(out, e->param[0] ? e->param : NULL);
+    jb_printf(out, ",\"code\":%d}}", e->status);
+}
+
+/* The engine's refusals are one-line messages; the queue limit and closing are the server's
+ * state, not the request's fault. */
+static int submit_error(const char *msg, oai_error_t *e) {
+    if (!strncmp(msg, "too many requests are waiting", 29) || !strcmp(msg, "the engine is closing"))
+        return oai_error_set(e, 503, NULL, "%s", msg);
+    if (!strcmp(msg, "out of memory")) return oai_error_set(e, 500, NULL, "%s", msg);
+    return oai_error_set(e, 400, NULL, "%s", msg);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Field access: absent and null are the same ("take the default") unless said otherwise
+
+static const cJSON *field(const cJSON *o, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    return v && !cJSON_IsNull(v) ? v : NULL;
+}
+
+/* 1 = got a number, 0 = absent or null, -1 = wrong type. */
+static int get_num(const cJSON *o, const char *key, double *out, oai_error_t *e) {
+    const cJSON *v = field(o, key);
+    if (!v) return 0;
+    if (!cJSON_IsNumber(v))
+        return oai_error_set(e, 400, key, "%s: Input should be a valid number", key);
+    *out = v->valuedouble;
+    return 1;
+}
+
+/* An integer in [min, max]: a JSON number without a fractional part (pydantic's lax mode takes
+ * 5.0), read from its spelling so that big values stay exact. */
+static int get_int(const cJSON *o, const char *key, long long min, long long max, long long *out,
+                   oai_error_t *e) {
+    const cJSON *v = field(o, key);
+    if (!v) return 0;
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || v->valuedouble != floor(v->valuedouble))
+        return oai_error_set(e, 400, key, "%s: Input should be a valid integer", key);
+    long long x;
+    bool overflow = false;
+    const char *sp = v->valuestring;
+    if (sp && !strpbrk(sp, ".eE")) {
+        char *end;
+        errno = 0;
+        x = strtoll(sp, &end, 10);
+        overflow = errno || *end;
+    } else {
+        overflow = !(fabs(v->valuedouble) < 9.2e18);
+        x = overflow ? 0 : (long long)v->valuedouble;
+    }
+    if (overflow)
+        return oai_error_set(e, 400, key, "%s: %s is out of the range of a 64-bit integer", key,
+                             sp ? sp : "the value");
+    if (x < min || x > max) {
+        if (max == LLONG_MAX)
+            return oai_error_set(e, 400, key, "%s must be at least %lld, got %s", key, min,
+                                 sp ? sp : "a larger value");
+        return oai_error_set(e, 400, key, "%s must be in [%lld, %lld], got %s", key, min, max,
+                             sp ? sp : "a value out of range");
+    }
+    *out = x;
+    return 1;
+}
+
+static int get_bool(const cJSON *o, const char *key, bool *out, oai_error_t *e) {
+    const cJSON *v = field(o, key);
+    if (!v) return 0;
+    if (!cJSON_IsBool(v))
+        return oai_error_set(e, 400, key, "%s: Input should be a valid boolean", key);
+    *out = cJSON_IsTrue(v);
+    return 1;
+}
+
+static int expect(const cJSON *o, const char *key, int (*is)(const cJSON *), const char *what,
+                  oai_error_t *e) {
+    const cJSON *v = field(o, key);
+    if (v && !is(v)) return oai_error_set(e, 400, key, "%s: Input should be %s", key, what);
+    return 0;
+}
+
+static int is_string(const cJSON *v) {
+    return cJSON_IsString(v);
+}
+
+/* Fields vLLM defines but Tachyon cannot honour: accepted when they ask for nothing. */
+static int unsupported(const cJSON *o, oai_error_t *e) {
+    const cJSON *v;
+    if ((v = field(o, "logit_bias"))) {
+        if (!cJSON_IsObject(v))
+            return oai_error_set(e, 400, "logit_bias",
+                                 "logit_bias: Input should be a valid dictionary");
+        if (v->child) return oai_error_set(e, 400, "logit_bias", "logit_bias is not supported");
+    }
+    static const char *const lists[] = {"allowed_token_ids", "bad_words"};
+    for (int i = 0; i < 2; i++)
+        if ((v = field(o, lists[i]))) {
+            if (!cJSON_IsArray(v))
+                return oai_error_set(e, 400, lists[i], "%s: Input should be a valid list",
+                                     lists[i]);
+            if (v->child) return oai_error_set(e, 400, lists[i], "%s is not supported", lists[i]);
+        }
+    bool b = false;
+    if (get_bool(o, "use_beam_search", &b, e) < 0) return -1;
+    if (b) return oai_error_set(e, 400, "use_beam_search", "beam search is not supported");
+    if (field(o, "prompt_logprobs"))
+        return oai_error_set(e, 400, "prompt_logprobs", "prompt_logprobs is not supported");
+    if ((v = field(o, "response_format"))) {
+        if (!cJSON_IsObject(v))
+            return oai_error_set(e, 400, "response_format",
+                                 "response_format: Input should be an object");
+        const cJSON *t = field(v, "type");
+        if (!t || !cJSON_IsString(t))
+            return oai_error_set(e, 400, "response_format", "response_format.type is required");
+        if (!strcmp(t->valuestring, "json_schema") && !cJSON_IsObject(field(v, "json_schema")))
+            return oai_error_set(e, 400, "response_format",
+                                 "When response_format type is 'json_schema', the 'json_schema' "
+                                 "field must be provided.");
+        if (strcmp(t->valuestring, "text"))
+            return oai_error_set(e, 400, "response_format",
+                                 "response_format type '%s' is not supported (structured output)",
+                                 t->valuestring);
+    }
+    return 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sampling fields (both endpoints)
+
+static int parse_sampling(oai_req_t *r, const cJSON *o, oai_error_t *e) {
+    sampling_params_t *p = &r->sp;
+    double d = 0;
+    long long i = 0;
+    int rc;
+    static const struct {
+        const char *key;
+        size_t off;
+    } floats[] = {
+        {"temperature", offsetof(sampling_params_t, temperature)},
+        {"top_p", offsetof(sampling_params_t, top_p)},
+        {"min_p", offsetof(sampling_params_t, min_p)},
+        {"presence_penalty", offsetof(sampling_params_t, presence_penalty)},
+        {"frequency_penalty", offsetof(sampling_params_t, frequency_penalty)},
+        {"repetition_penalty", offsetof(sampling_params_t, repetition_penalty)},
+    };
+    for (size_t k = 0; k < sizeof floats / sizeof floats[0]; k++) {
+        if ((rc = get_num(o, floats[k].key, &d, e)) < 0) return -1;
+        /* a double beyond float range becomes inf, which resolve rejects with the field name */
+        if (rc) *(float *)((char *)p + floats[k].off) = (float)d;
+    }
+    if ((rc = get_int(o, "top_k", -1, INT_MAX, &i, e)) < 0) return -1;
+    if (rc) p->top_k = i == -1 ? 0 : (int)i; /* vLLM's -1 means disabled */
+    if ((rc = get_int(o, "n", 1, INT_MAX, &i, e)) < 0) return -1;
+    if (rc) p->n = i > SAMPLING_MAX_N ? SAMPLING_MAX_N + 1 : (int)i;
+    if ((rc = get_int(o, "min_tokens", 0, INT_MAX, &i, e)) < 0) return -1;
+    if (rc) p->min_tokens = (int)i;
+    if ((rc = get_int(o, "seed", LLONG_MIN, LLONG_MAX, &i, e)) < 0) return -1;
+    if (rc) {
+        p->has_seed = true;
+        p->seed = (uint64_t)i;
+    }
+    bool b = false;
+    if ((rc = get_bool(o, "ignore_eos", &b, e)) < 0) return -1;
+    if (rc) p->ignore_eos = b;
+    if ((rc = get_bool(o, "skip_special_tokens", &b, e)) < 0) return -1;
+    if (rc) p->skip_special_tokens = b;
+    if ((rc = get_bool(o, "include_stop_str_in_output", &b, e)) < 0) return -1;
+    if (rc) p->include_stop_str_in_output = b;
+    if ((rc = get_int(o, "priority", INT_MIN, INT_MAX, &i, e)) < 0) return -1;
+    if (rc) r->priority = (int)i;
+
+    const cJSON *stop = field(o, "stop");
+    err_t err;
+    if (stop && cJSON_IsString(stop)) {
+        if (stop->valuestring[0] && sampling_params_add_stop(p, stop->valuestring, &err) < 0)
+            return oai_error_set(e, 400, "stop", "%s", err.msg);
+    } else if (stop && cJSON_IsArray(stop)) {
+        for (const cJSON *s = stop->child; s; s = s->next) {
+            if (!cJSON_IsString(s))
+                return oai_error_set(e, 400, "stop", "stop: Input should be a valid string");
+            if (s->valuestring[0] && sampling_params_add_stop(p, s->valuestring, &err) < 0)
+                return oai_error_set(e, 400, "stop", "%s", err.msg);
+        }
+    } else if (stop) {
+        return oai_error_set(e, 400, "stop", "stop: Input should be a string or a list of strings");
+    }
+    const cJSON *ids = field(o, "stop_token_ids");
+    if (ids) {
+        if (!cJSON_IsArray(ids))
+            return oai_error_set(e, 400, "stop_token_ids",
+                                 "stop_token_ids: Input should be a valid list");
+        for (const cJSON *t = ids->child; t; t = t->next) {
+            if (!cJSON_IsNumber(t) || t->valuedouble != floor(t->valuedouble) ||
+                t->valuedouble < 0 || t->valuedouble > INT32_MAX)
+                return oai_error_set(e, 400, "stop_token_ids",
+                                     "stop_token_ids must be non-negative token ids");
+            if (p->n_stop_token_ids == SAMPLING_MAX_STOP_IDS)
+                return oai_error_set(e, 400, "stop_token_ids",
+                                     "at most %d stop_token_ids are allowed",
+                                     SAMPLING_MAX_STOP_IDS);
+            p->stop_token_ids[p->n_stop_token_ids++] = (int32_t)t->valuedouble;
+        }
+    }
+
+    /* the output limit: max_completion_tokens, else max_tokens */
+    const char *mkey = field(o, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+    if ((rc = get_int(o, mkey, 1, INT_MAX, &i, e)) < 0) return -1;
+    r->max_tokens_param = rc ? (int)i : -1;
+    if (rc) p->max_tokens = (int)i;
+    /* /v1/completions' schema default is 16; only an explicit null means "up to the context" */
+    r->max_tokens_default =
+        r->ep == OAI_COMPLETIONS && !rc && !cJSON_GetObjectItemCaseSensitive(o, "max_tokens");
+    return 0;
+}
+
+static int parse_stream_options(oai_req_t *r, const cJSON *o, oai_error_t *e) {
+    bool b = false;
+    if (get_bool(o, "stream", &b, e) < 0) return -1;
+    r->stream = b;
+    const cJSON *so = field(o, "stream_options");
+    if (!so) return 0;
+    if (!cJSON_IsObject(so))
+        return oai_error_set(e, 400, "stream_options", "stream_options: Input should be an object");
+    if (!r->stream)
+        return oai_error_set(e, 400, "stream_options",
+                             "Stream options can only be defined when `stream=True`.");
+    /* vLLM: include_usage defaults to true once the object says anything; {} asks for nothing */
+    r->include_usage = so->child != NULL;
+    if (get_bool(so, "include_usage", &b, e) < 0) return -1;
+    if (field(so, "include_usage")) r->include_usage = b;
+    if (get_bool(so, "continuous_usage_stats", &b, e) < 0) return -1;
+    r->continuous_usage = field(so, "continuous_usage_stats") && b && r->include_usage;
+    return 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Prompts
+
+static int add_prompt(oai_req_t *r, int32_t *ids, int n, char *text, oai_error_t *e) {
+    if (n <= 0) {
+        free(ids);
+        free(text);
+        return oai_error_set(e, 400, "prompt", "Prompt cannot be empty");
+    }
+    int k = r->n_prompts;
+    r->prompts[k] = ids;
+    r->prompt_len[k] = n;
+    r->prompt_text[k] = text;
+    r->n_prompts++;
+    r->prompt_tokens += n;
+    return 0;
+}
+
+static int alloc_prompts(oai_req_t *r, int n, oai_error_t *e) {
+    r->prompts = calloc((size_t)n, sizeof *r->prompts);
+    r->prompt_len = calloc((size_t)n, sizeof *r->prompt_len);
+    r->prompt_text = calloc((size_t)n, sizeof *r->prompt_text);
+    if (!r->prompts || !r->prompt_len || !r->prompt_text)
+        return oai_error_set(e, 500, NULL, "out of memory");
+    return 0;
+}
+
+static int encode(oai_req_t *r, const char *text, size_t len, int32_t **ids, int *n,
+                  oai_error_t *e) {
+    if (!r->tok) return oai_error_set(e, 400, NULL, "this model has no tokenizer: send token ids");
+    size_t count;
+    err_t err;
+    if (tok_encode(r->tok, text, len, ids, &count, &err) < 0)
+        return oai_error_set(e, 500, NULL, "%s", err.msg);
+    if (count > INT_MAX / 2) {
+        free(*ids);
+        return oai_error_set(e, 400, "prompt", "the prompt is too long");
+    }
+    *n = (int)count;
+    return 0;
+}
+
+static int ids_of(const cJSON *arr, int vocab, int32_t **out, int *n, oai_error_t *e) {
+    int count = cJSON_GetArraySize(arr);
+    int32_t *ids = malloc((size_t)(count > 0 ? count : 1) * sizeof *ids);
+    if (!ids) return oai_error_set(e, 500, NULL, "out of memory");
+    int k = 0;
+    for (const cJSON *t = arr->child; t; t = t->next) {
+        if (!cJSON_IsNumber(t) || t->valuedouble != floor(t->valuedouble) || t->valuedouble < 0 ||
+            t->valuedouble >= vocab) {
+            free(ids);
+            return oai_error_set(e, 400, "prompt", "prompt token ids must be integers in [0, %d)",
+                                 vocab);
+        }
+        ids[k++] = (int32_t)t->valuedouble;
+    }
+    *out = ids;
+    *n = k;
+    return 0;
+}
+
+static char *decode_text(const oai_req_t *r, const int32_t *ids, int n) {
+    char *text = NULL;
+    size_t len;
+    err_t err;
+    if (!r->tok || tok_decode(r->tok, ids, (size_t)n, false, &text, &len, &err) < 0) return NULL;
+    return text;
+}
+
+/* The completions "prompt": a string, a list of strings, a list of ids or a list of lists. */
+static int parse_prompt(oai_req_t *r, const cJSON *o, int vocab, oai_error_t *e) {
+    const cJSON *p = field(o, "prompt");
+    if (!p) return oai_error_set(e, 400, "prompt", "prompt: Field required");
+    if (cJSON_IsString(p)) {
+        if (alloc_prompts(r, 1, e) < 0) return -1;
+        int32_t *ids;
+        int n;
+        if (encode(r, p->valuestring, strlen(p->valuestring), &ids, &n, e) < 0) return -1;
+        char *text = r->echo ? strdup(p->valuestring) : NULL;
+        return add_prompt(r, ids, n, text, e);
+    }
+    if (!cJSON_IsArray(p) || !p->child)
+        return oai_error_set(e, 400, "prompt",
+                             "prompt must be a non-empty string, list of strings, list of token "
+                             "ids or list of lists of token ids");
+    int count = cJSON_GetArraySize(p);
+    if (cJSON_IsNumber(p->child)) {
+        if (alloc_prompts(r, 1, e) < 0) return -1;
+        int32_t *ids;
+        int n;
+        if (ids_of(p, vocab, &ids, &n, e) < 0) return -1;
+        return add_prompt(r, ids, n, r->echo ? decode_text(r, ids, n) : NULL, e);
+    }
+    if (count > MAX_PROMPTS)
+        return oai_error_set(e, 400, "prompt", "at most %d prompts per request", MAX_PROMPTS);
+    if (alloc_prompts(r, count, e) < 0) return -1;
+    bool strings = cJSON_IsString(p->child);
+    for (const cJSON *q = p->child; q; q = q->next) {
+        int32_t *ids;
+        int n;
+        if (strings && cJSON_IsString(q)) {
+            if (encode(r, q->valuestring, strlen(q->valuestring), &ids, &n, e) < 0) return -1;
+            if (add_prompt(r, ids, n, r->echo ? strdup(q->valuestring) : NULL, e) < 0) return -1;
+        } else if (!strings && cJSON_IsArray(q)) {
+            if (q->child && !cJSON_IsNumber(q->child))
+                return oai_error_set(e, 400, "prompt", "prompt: a list of token ids was expected");
+            if (ids_of(q, vocab, &ids, &n, e) < 0) return -1;
+            if (add_prompt(r, ids, n, r->echo ? decode_text(r, ids, n) : NULL, e) < 0) return -1;
+        } else {
+            return oai_error_set(e, 400, "prompt",
+                                 "prompt: every element must have the same type (strings, or "
+                                 "lists of token ids)");
+        }
+    }
+    return 0;
+}
+
+/* Renders a chat request's messages into prompt text (shared by /v1/chat/completions and the
+ * chat form of /tokenize). *think_off tells whether the prompt leaves no think block. */
+static int render_chat(engine_t *eng, const cJSON *o, char **text, size_t *len, bool *think_off,
+                       oai_error_t *e) {
+    const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(o, "messages");
+    if (!msgs) return oai_error_set(e, 400, "messages", "messages: Field required");
+    if (!cJSON_IsArray(msgs))
+        return oai_error_set(e, 400, "messages", "messages: Input should be a valid list");
+    if (!msgs->child) return oai_error_set(e, 400, "messages", "messages must not be empty");
+    int fmt = engine_chat_format(eng);
+    if (fmt < 0)
+        return oai_error_set(e, 400, NULL, "this model has no chat template; use /v1/completions");
+    const cJSON *tools = field(o, "tools");
+    if (tools && !cJSON_IsArray(tools))
+        return oai_error_set(e, 400, "tools", "tools: Input should be a valid list");
+    if (tools && !tools->child)
+        return oai_error_set(e, 400, "tools", "tools must not be an empty list");
+    const cJSON *choice = field(o, "tool_choice");
+    if (choice && !tools)
+        return oai_error_set(e, 400, "tool_choice",
+                             "When using `tool_choice`, `tools` must be set.");
+    if (choice && !(cJSON_IsString(choice) &&
+                    (!strcmp(choice->valuestring, "none") || !strcmp(choice->valuestring, "auto"))))
+        return oai_error_set(e, 400, "tool_choice",
+                             "tool_choice: only \"none\" and \"auto\" are supported");
+
+    chat_opts_t opts = {.add_generation_prompt = true};
+    bool cont = false;
+    if (get_bool(o, "add_generation_prompt", &opts.add_generation_prompt, e) < 0) return -1;
+    if (get_bool(o, "continue_final_message", &cont, e) < 0) return -1;
+    if (cont && opts.add_generation_prompt && field(o, "add_generation_prompt"))
+        return oai_error_set(e, 400, "continue_final_message",
+                             "Cannot set both `continue_final_message` and "
+                             "`add_generation_prompt` to True.");
+    if (cont) opts.add_generation_prompt = false;
+    const cJSON *kw = field(o, "chat_template_kwargs");
+    if (kw && !cJSON_IsObject(kw))
+        return oai_error_set(e, 400, "chat_template_kwargs",
+                             "chat_template_kwargs: Input should be an object");
+    bool think = false;
+    if (kw && get_bool(kw, "enable_thinking", &think, e) < 0) return -1;
+    if (kw && field(kw, "enable_thinking"))
+        opts.enable_thinking = think ? CHAT_THINK_ON : CHAT_THINK_OFF;
+
+    chat_conv_t *conv;
+    err_t err;
+    if (chat_conv_from_json(msgs, tools, CHAT_JSON_VLLM, &conv, &err) < 0)
+        return oai_error_set(e, 400, "messages", "%s", err.msg);
+    /* a template skips roles it does not know: refuse rather than drop a message silently */
+    for (size_t i = 0; i < conv->n_msgs; i++)
+        if (conv->msgs[i].role == CHAT_OTHER) {
+            oai_error_set(e, 400, "messages",
+                          "messages[%zu]: unknown role \"%s\" (system, user, assistant or tool)", i,
+                          conv->msgs[i].role_name);
+            chat_conv_destroy(conv);
+            return -1;
+        }
+    int rc = chat_render((chat_format_t)fmt, conv->msgs, conv->n_msgs, conv->tools, &opts, text,
+                         len, &err);
+    if (rc == 0 && cont) {
+        /* vLLM: cut the render right after the final message's content, leaving it open */
+        const chat_msg_t *last = &conv->msgs[conv->n_msgs - 1];
+        const char *c = last->content_kind == CHAT_CONTENT_TEXT ? last->content : NULL;
+        const char *at = NULL;
+        if (c && *c)
+            for (const char *p = *text; (p = strstr(p, c)); p++)
+                at = p;
+        if (!at) {
+            free(*text);
+            chat_conv_destroy(conv);
+            return oai_error_set(e, 400, "continue_final_message",
+                                 "continue_final_message needs a final message with text content");
+        }
+        *len = (size_t)(at - *text) + strlen(c);
+        (*text)[*len] = '\0';
+    }
+    chat_conv_destroy(conv);
+    if (rc < 0) return oai_error_set(e, 400, "messages", "%s", err.msg);
+    *think_off = chat_prompt_ends_reasoning((chat_format_t)fmt, &opts);
+    return 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Parsing a request
+
+int oai_max_model_len(engine_t *eng) {
+    char buf[32];
+    err_t err;
+    if (engine_flag_get(eng, "max-model-len", buf, sizeof buf, &err) < 0) return INT_MAX;
+    long v = strtol(buf, NULL, 10);
+    return v > 0 && v < INT_MAX ? (int)v : INT_MAX;
+}
+
+static cJSON *parse_body(const char *body, size_t len, oai_error_t *e) {
+    if (!jb_utf8_valid(body, len)) {
+        oai_error_set(e, 400, NULL, "the request body is not valid UTF-8");
+        return NULL;
+    }
+    err_t err;
+    cJSON *j = chat_json_parse(body, len, &err);
+    if (!j) {
+        oai_error_set(e, 400, NULL, "JSON decode error: %s", err.msg);
+        return NULL;
+    }
+    if (!cJSON_IsObject(j)) {
+        cJSON_Delete(j);
+        oai_error_set(e, 400, NULL, "the request body must be a JSON object");
+        return NULL;
+    }
+    return j;
+}
+
+static const char *check_model(oai_config_t *c, const cJSON *o, oai_error_t *e) {
+    const cJSON *m = field(o, "model");
+    if (!m) return c->model_names[0];
+    if (!cJSON_IsString(m)) {
+        oai_error_set(e, 400, "model", "model: Input should be a valid string");
+        return NULL;
+    }
+    for (int i = 0; i < c->n_model_names; i++)
+        if (!strcmp(m->valuestring, c->model_names[i])) return c->model_names[i];
+    oai_error_set(e, 404, "model", "The model `%s` does not exist.", m->valuestring);
+    return NULL;
+}
+
+static uint64_t mix64(uint64_t x) {
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+static void make_prefix(oai_req_t *r) {
+    uint64_t k = atomic_fetch_add(&r->cfg->n_ids, 1);
+    uint64_t a = mix64(r->cfg->id_seed ^ k), b = mix64(a ^ 0x5851F42D4C957F2Dull);
+    snprintf(r->id, sizeof r->id, "%s-%016llx%016llx", r->ep == OAI_CHAT ? "chatcmpl" : "cmpl",
+             (unsigned long long)a, (unsigned long long)b);
+    r->created = (long long)time(NULL);
+    jb_printf(&r->prefix,
+              "data: {\"id\":\"%s\",\"object\":\"%s\",\"created\":%lld,\"model\":", r->id,
+              r->ep == OAI_CHAT ? "chat.completion.chunk" : "text_completion", r->created);
+    jb_cstr(&r->prefix, r->model);
+    jb_lit(&r->prefix, ",\"choices\":[");
+}
+
+int oai_parse(oai_config_t *c, oai_endpoint_t ep, const char *body, size_t len, oai_req_t **out,
+              oai_error_t *e) {
+    *out = NULL;
+    cJSON *o = parse_body(body, len, e);
+    if (!o) return -1;
+    oai_req_t *r = calloc(1, sizeof *r);
+    if (!r) {
+        cJSON_Delete(o);
+        return oai_error_set(e, 500, NULL, "out of memory");
+    }
+    r->cfg = c;
+    r->ep = ep;
+    r->tok = engine_tokenizer(c->eng);
+    r->logprobs = -1;
+    r->include_reasoning = true;
+    sampling_params_init(&r->sp);
+    jb_init(&r->prefix);
+    int vocab = engine_model_config(c->eng)->vocab_size;
+    long long i;
+    int rc;
+
+    if (!(r->model = check_model(c, o, e))) goto fail;
+    if (parse_stream_options(r, o, e) < 0 || unsupported(o, e) < 0 || parse_sampling(r, o, e) < 0)
+        goto fail;
+    if (expect(o, "user", is_string, "a valid string", e) < 0) goto fail;
+    if (ep == OAI_CHAT) {
+        bool lp = false;
+        if (get_bool(o, "logprobs", &lp, e) < 0) goto fail;
+        long long top = 0;
+        if ((rc = get_int(o, "top_logprobs", LLONG_MIN, LLONG_MAX, &top, e)) < 0) goto fail;
+        if (rc && (top < 0 || top > SAMPLING_MAX_LOGPROBS)) {
+            oai_error_set(e, 400, "top_logprobs", "top_logprobs must be in [0, %d], got %lld",
+                          SAMPLING_MAX_LOGPROBS, top);
+            goto fail;
+        }
+        if (top > 0 && !lp) {
+            oai_error_set(e, 400, "top_logprobs",
+                          "when using `top_logprobs`, `logprobs` must be set to true.");
+            goto fail;
+        }
+        r->chat_logprobs = lp;
+        r->logprobs = lp ? (int)top : -1;
+        bool echo = false;
+        if (get_bool(o, "echo", &echo, e) < 0) goto fail;
+        if (echo) {
+            oai_error_set(e, 400, "echo", "echo is not supported for chat completions");
+            goto fail;
+        }
+        if (get_bool(o, "include_reasoning", &r->include_reasoning, e) < 0) goto fail;
+        r->reasoning = c->reasoning_qwen3;
+        char *text;
+        size_t tlen;
+        if (render_chat(c->eng, o, &text, &tlen, &r->thinking_disabled, e) < 0) goto fail;
+        if (alloc_prompts(r, 1, e) < 0) {
+            free(text);
+            goto fail;
+        }
+        int32_t *ids;
+        int n;
+        rc = encode(r, text, tlen, &ids, &n, e);
+        free(text);
+        if (rc < 0 || add_prompt(r, ids, n, NULL, e) < 0) goto fail;
+    } else {
+        if ((rc = get_int(o, "logprobs", 0, LLONG_MAX, &i, e)) < 0) goto fail;
+        if (rc && i > SAMPLING_MAX_LOGPROBS) {
+            oai_error_set(
+                e, 400, "logprobs",
+                "Requested sample logprobs of %lld, which is greater than max allowed: %d", i,
+                SAMPLING_MAX_LOGPROBS);
+            goto fail;
+        }
+        if (rc) r->logprobs = (int)i;
+        if (get_bool(o, "echo", &r->echo, e) < 0) goto fail;
+        if (field(o, "suffix")) {
+            oai_error_set(e, 400, "suffix", "suffix is not currently supported");
+            goto fail;
+        }
+        bool special;
+        if (get_bool(o, "add_special_tokens", &special, e) < 0) goto fail;
+        if (parse_prompt(r, o, vocab, e) < 0) goto fail;
+    }
+    if ((rc = get_int(o, "truncate_prompt_tokens", -1, INT_MAX, &i, e)) < 0) goto fail;
+    if (rc && i != 0) {
+        int keep = i < 0 ? oai_max_model_len(c->eng) : (int)i;
+        r->prompt_tokens = 0;
+        for (int k = 0; k < r->n_prompts; k++) {
+            if (r->prompt_len[k] > keep) {
+                memmove(r->prompts[k], r->prompts[k] + r->prompt_len[k] - keep,
+                        (size_t)keep * sizeof(int32_t));
+                r->prompt_len[k] = keep;
+            }
+            r->prompt_tokens += r->prompt_len[k];
+        }
+    }
+    r->sp.logprobs = r->logprobs;
+    r->n = r->sp.n;
+    make_prefix(r);
+    if (r->prefix.oom) {
+        oai_error_set(e, 500, NULL, "out of memory");
+        goto fail;
+    }
+    cJSON_Delete(o);
+    *out = r;
+    return 0;
+fail:
+    cJSON_Delete(o);
+    oai_destroy(r);
+    return -1;
+}
+
+bool oai_is_stream(const oai_req_t *r) {
+    return r->stream;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Submitting
+
+int oai_submit(oai_req_t *r, void (*wake)(void *ctx), void *ctx, oai_error_t *e) {
+    int n_choices = r->n_prompts * r->n;
+    r->streams = calloc((size_t)r->n_prompts, sizeof *r->streams);
+    r->over = calloc((size_t)r->n_prompts, sizeof *r->over);
+    r->choices = calloc((size_t)n_choices, sizeof *r->choices);
+    if (!r->streams || !r->over || !r->choices) return oai_error_set(e, 500, NULL, "out of memory");
+    for (int k = 0; k < n_choices; k++) {
+        r->choices[k].stop_token = -1;
+        if (r->reasoning) {
+            err_t err;
+            if (chat_reasoning_create(r->thinking_disabled, &r->choices[k].rs, &err) < 0)
+                return oai_error_set(e, 500, NULL, "%s", err.msg);
+        }
+    }
+    int mml = oai_max_model_len(r->cfg->eng);
+    for (int p = 0; p < r->n_prompts; p++) {
+        engine_request_t q = {.prompt = r->prompts[p],
+                              .n_prompt = r->prompt_len[p],
+                              .sampling = r->sp,
+                              .priority = r->priority,
+                              .request_id = r->id,
+                              .wake = wake,
+                              .wake_ctx = ctx};
+        if (r->max_tokens_default) {
+            int room = mml - r->prompt_len[p];
+            q.sampling.max_tokens = room <= 0
+                                        ? SAMPLING_UNSET_I
+                                        : (room < COMPLETIONS_DEF_N ? room : COMPLETIONS_DEF_N);
+        }
+        err_t err;
+        if (engine_submit(r->cfg->eng, &q, &r->streams[p], &err) < 0) {
+            for (int k = 0; k < p; k++) {
+                engine_stream_release(r->streams[k]);
+                r->streams[k] = NULL;
+            }
+            return submit_error(err.msg, e);
+        }
+    }
+    return 0;
+}
+
+void oai_cancel(oai_req_t *r) {
+    for (int p = 0; r->streams && p < r->n_prompts; p++)
+        engine_stream_cancel(r->streams[p]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Writing events
+
+/* The token as vLLM shows it in logprobs: its bytes decoded with errors="replace". */
+static void token_text(const oai_req_t *r, int32_t id, const char **s, size_t *n) {
+    const char *b = r->tok ? tok_id_to_bytes(r->tok, id, n) : NULL;
+    if (!b) {
+        *s = "";
+        *n = 0;
+        return;
+    }
+    *s = b;
+}
+
+static size_t code_points(const char *s, size_t n) {
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (((unsigned char)s[i] & 0xC0) != 0x80) k++;
+    return k;
+}
+
+/* Chat logprobs entries of an event's tokens: {"token","logprob","bytes","top_logprobs"}. */
+static void chat_logprob_entries(const oai_req_t *r, const engine_event_t *ev, jbuf_t *b,
+                                 bool first) {
+    int per = 1 + ev->n_top;
+    for (int t = 0; t < ev->n_tokens && ev->logprobs; t++) {
+        const engine_token_logprob_t *lp = ev->logprobs + (size_t)t * per;
+        const char *s;
+        size_t n;
+        if (!first || t > 0) jb_raw(b, ",", 1);
+        token_text(r, lp[0].id, &s, &n);
+        jb_lit(b, "{\"token\":");
+        jb_str(b, s, n);
+        jb_lit(b, ",\"logprob\":");
+        jb_double(b, lp[0].logprob);
+        jb_lit(b, ",\"bytes\":");
+        jb_bytes_array(b, s, n);
+        jb_lit(b, ",\"top_logprobs\":[");
+        for (int k = 1; k < per; k++) {
+            token_text(r, lp[k].id, &s, &n);
+            jb_lit(b, k > 1 ? ",{\"token\":" : "{\"token\":");
+            jb_str(b, s, n);
+            jb_lit(b, ",\"logprob\":");
+            jb_double(b, lp[k].logprob);
+            jb_lit(b, ",\"bytes\":");
+            jb_bytes_array(b, s, n);
+            jb_lit(b, "}");
+        }
+        jb_lit(b, "]}");
+    }
+}
+
+/* Completions logprobs: the contents of one of the four arrays for an event's tokens
+ * (0 tokens, 1 token_logprobs, 2 top_logprobs, 3 text_offset, which also advances the choice's
+ * offset). Each array is written in a pass of its own, straight into its buffer. */
+static void completion_logprobs(const oai_req_t *r, choice_t *ch, const engine_event_t *ev,
+                                int which, jbuf_t *b) {
+    int per = 1 + ev->n_top;
+    for (int t = 0; t < ev->n_tokens && ev->logprobs; t++) {
+        const engine_token_logprob_t *lp = ev->logprobs + (size_t)t * per;
+        const char *s;
+        size_t n;
+        if (b->len && b->p[b->len - 1] != '[') jb_raw(b, ",", 1);
+        token_text(r, lp[0].id, &s, &n);
+        if (which == 0) {
+            jb_str(b, s, n);
+        } else if (which == 1) {
+            jb_double(b, lp[0].logprob);
+        } else if (which == 3) {
+            jb_u64(b, ch->text_off);
+            ch->text_off += code_points(s, n);
+        } else {
+            /* a dict: the sampled token and the top alternatives, each token once */
+            jb_raw(b, "{", 1);
+            for (int k = 0; k < per; k++) {
+                bool dup = false;
+                for (int j = 0; j < k && !dup; j++)
+                    dup = lp[j].id == lp[k].id;
+                if (dup) continue;
+                const char *ks;
+                size_t kn;
+                token_text(r, lp[k].id, &ks, &kn);
+                if (k > 0) jb_raw(b, ",", 1);
+                jb_str(b, ks, kn);
+                jb_raw(b, ":", 1);
+                jb_double(b, lp[k].logprob);
+            }
+            jb_raw(b, "}", 1);
+        }
+    }
+}
+
+static const char *finish_name(engine_finish_reason_t reason) {
+    return engine_finish_reason_name(reason);
+}
+
+/* stop_reason: the stop string, or a stop token other than the tokenizer's own EOS (vLLM adds
+ * generation_config's extra EOS ids to stop_token_ids, so those report their id), else null. */
+static void stop_reason(const oai_req_t *r, const choice_t *ch, jbuf_t *b) {
+    if (ch->stop_str)
+        jb_cstr(b, ch->stop_str);
+    else if (ch->stop_token >= 0 && (!r->tok || ch->stop_token != tok_eos_id(r->tok)))
+        jb_int(b, ch->stop_token);
+    else
+        jb_lit(b, "null");
+}
+
+static void usage_json(const oai_req_t *r, int completion, int reasoning, jbuf_t *b) {
+    jb_printf(b, "{\"prompt_tokens\":%d,\"total_tokens\":%d,\"completion_tokens\":%d",
+              r->prompt_tokens, r->prompt_tokens + completion, completion);
+    if (r->reasoning && reasoning >= 0)
+        jb_printf(b, ",\"completion_tokens_details\":{\"reasoning_tokens\":%d}", reasoning);
+    jb_raw(b, "}", 1);
+}
+
+static void totals(const oai_req_t *r, int *completion, int *reasoning) {
+    *completion = *reasoning = 0;
+    for (int k = 0; k < r->n_prompts * r->n; k++) {
+        *completion += r->choices[k].tokens;
+        *reasoning += r->choices[k].reasoning_tokens;
+    }
+}
+
+static void record(oai_req_t *r) {
+    if (r->recorded || !r->cfg->metrics) return;
+    r->recorded = true;
+    metrics_request_t m = {
+        .prompt_tokens = r->prompt_tokens, .n = r->n, .max_tokens = r->max_tokens_param};
+    for (int k = 0; k < r->n_prompts * r->n; k++) {
+        m.generation_tokens += r->choices[k].tokens;
+        if (r->choices[k].tokens > m.max_generation) m.max_generation = r->choices[k].tokens;
+    }
+    metrics_request_done(r->cfg->metrics, &m);
+}
+
+/* The choice's part of an event: reasoning and content (chat), after the splitter. */
+typedef struct parts {
+    const char *r1, *r2, *c;
+    size_t r1n, r2n, cn;
+} parts_t;
+
+static int split_event(oai_req_t *r, choice_t *ch, const engine_event_t *ev, parts_t *pt) {
+    memset(pt, 0, sizeof *pt);
+    if (!r->reasoning) {
+        pt->c = ev->text;
+        pt->cn = ev->text_len;
+        return 0;
+    }
+    chat_split_t s;
+    err_t err;
+    if (chat_reasoning_feed(ch->rs, ev->text, ev->text_len, &s, &err) < 0) return -1;
+    pt->r1 = s.reasoning;
+    pt->r1n = s.reasoning ? s.reasoning_len : 0;
+    pt->c = s.content;
+    pt->cn = s.content ? s.content_len : 0;
+    if (ev->type == ENGINE_EV_FINISH) {
+        chat_split_t f;
+        chat_reasoning_finish(ch->rs, &f);
+        pt->r2 = f.reasoning;
+        pt->r2n = f.reasoning ? f.reasoning_len : 0;
+    }
+    /* tokens count as reasoning until content starts (the token that ends it included) */
+    if (!ch->content_started) ch->reasoning_tokens += ev->n_tokens;
+    if (s.content) ch->content_started = true;
+    if (!r->include_reasoning) pt->r1n = pt->r2n = 0;
+    return 0;
+}
+
+static void begin_chunk(oai_req_t *r, jbuf_t *out, int index) {
+    jb_raw(out, r->prefix.p, r->prefix.len);
+    jb_printf(out, "{\"index\":%d,", index);
+}
+
+static void end_chunk(oai_req_t *r, choice_t *ch, jbuf_t *out) {
+    jb_raw(out, "]", 1);
+    if (r->continuous_usage) {
+        jb_lit(out, ",\"usage\":");
+        usage_json(r, ch->tokens, -1, out);
+    }
+    jb_raw(out, "}\n\n", 3);
+}
+
+static void finish_fields(oai_req_t *r, choice_t *ch, bool fin, jbuf_t *out) {
+    if (!fin) {
+        jb_lit(out, ",\"finish_reason\":null");
+        if (r->ep == OAI_COMPLETIONS) jb_lit(out, ",\"stop_reason\":null");
+        return;
+    }
+    jb_printf(out, ",\"finish_reason\":\"%s\",\"stop_reason\":", finish_name(ch->reason));
+    stop_reason(r, ch, out);
+}
+
+static void write_error_chunk(oai_req_t *r, const char *msg, jbuf_t *out) {
+    oai_error_t e;
+    oai_error_set(&e, 500, NULL, "%s", msg);
+    jb_lit(out, "data: ");
+    oai_error_json(&e, out);
+    jb_lit(out, "\n\ndata: [DONE]\n\n");
+    r->done_sent = true;
+    r->failed = true;
+    oai_cancel(r);
+}
+
+static void take_finish(choice_t *ch, const engine_event_t *ev) {
+    ch->finished = true;
+    ch->reason = ev->reason;
+    ch->stop_token = ev->stop_token;
+    if (ev->stop_str) ch->stop_str = strdup(ev->stop_str);
+    if (ev->reason == ENGINE_FINISH_ERROR) ch->error = strdup(ev->error ? ev->error : "error");
+    if (ev->completion_tokens > ch->tokens) ch->tokens = ev->completion_tokens;
+}
+
+/* One event as SSE chunks. */
+static void stream_event(oai_req_t *r, int p, engine_event_t *ev, jbuf_t *out) {
+    int index = p * r->n + ev->choice;
+    choice_t *ch = &r->choices[index];
+    bool fin = ev->type == ENGINE_EV_FINISH;
+    ch->tokens += ev->n_tokens;
+    if (fin) {
+        take_finish(ch, ev);
+        if (ev->reason == ENGINE_FINISH_ERROR) {
+            write_error_chunk(r, ch->error ? ch->error : "error", out);
+            return;
+        }
+    }
+    bool lp = r->logprobs >= 0 && ev->n_tokens > 0 && ev->logprobs;
+    if (r->ep == OAI_CHAT) {
+        if (!ch->role_sent) {
+            ch->role_sent = true;
+            begin_chunk(r, out, index);
+            jb_lit(out, "\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"logprobs\":null");
+            jb_lit(out, ",\"finish_reason\":null");
+            jb_raw(out, "}", 1);
+            int saved = ch->tokens;
+            ch->tokens = 0; /* the role chunk's running usage counts no output yet */
+            end_chunk(r, ch, out);
+            ch->tokens = saved;
+        }
+        parts_t pt;
+        if (split_event(r, ch, ev, &pt) < 0) {
+            write_error_chunk(r, "out of memory", out);
+            return;
+        }
+        bool has_r = pt.r1n + pt.r2n > 0;
+        if (!fin && !has_r && !pt.cn && !lp) return;
+        begin_chunk(r, out, index);
+        jb_lit(out, "\"delta\":{");
+        if (has_r) {
+            for (int k = 0; k < 2; k++) {
+                jb_lit(out, k ? ",\"reasoning_content\":\"" : "\"reasoning\":\"");
+                jb_esc(out, pt.r1, pt.r1n);
+                jb_esc(out, pt.r2, pt.r2n);
+                jb_raw(out, "\"", 1);
+            }
+        }
+        if (pt.cn || (!has_r && !fin)) {
+            jb_lit(out, has_r ? ",\"content\":" : "\"content\":");
+            jb_str(out, pt.c, pt.cn);
+        }
+        jb_lit(out, "},\"logprobs\":");
+        if (lp) {
+            jb_lit(out, "{\"content\":[");
+            chat_logprob_entries(r, ev, out, true);
+            jb_lit(out, "]}");
+        } else {
+            jb_lit(out, "null");
+        }
+    } else {
+        bool echo = r->echo && !ch->echoed && r->prompt_text[p];
+        if (!fin && !ev->text_len && !lp && !echo) return;
+        begin_chunk(r, out, index);
+        jb_lit(out, "\"text\":\"");
+        if (echo) {
+            ch->echoed = true;
+            jb_esc(out, r->prompt_text[p], strlen(r->prompt_text[p]));
+        }
+        jb_esc(out, ev->text, ev->text_len);
+        jb_lit(out, "\",\"logprobs\":");
+        if (lp) {
+            static const char *const keys[4] = {"{\"text_offset\":[", "],\"token_logprobs\":[",
+                                                "],\"tokens\":[", "],\"top_logprobs\":["};
+            static const int order[4] = {3, 1, 0, 2};
+            for (int k = 0; k < 4; k++) {
+                jb_lit(out, keys[k]);
+                completion_logprobs(r, ch, ev, order[k], out);
+            }
+            jb_lit(out, "]}");
+        } else {
+            jb_lit(out, "null");
+        }
+    }
+    finish_fields(r, ch, fin, out);
+    jb_raw(out, "}", 1);
+    end_chunk(r, ch, out);
+}
+
+int oai_pump(oai_req_t *r, jbuf_t *out, size_t max) {
+    engine_event_t ev;
+    for (int p = 0; p < r->n_prompts && !r->done_sent; p++) {
+        while (!r->over[p] && !r->done_sent && out->len < max) {
+            int rc = engine_stream_poll(r->streams[p], &ev);
+            if (rc == 0) break;
+            if (rc < 0) {
+                r->over[p] = true;
+                r->n_over++;
+                break;
+            }
+            stream_event(r, p, &ev, out);
+            engine_event_clear(&ev);
+        }
+    }
+    if (r->done_sent) return 1;
+    if (r->n_over < r->n_prompts) return 0;
+    record(r);
+    if (r->include_usage) {
+        int completion, reasoning;
+        totals(r, &completion, &reasoning);
+        jb_raw(out, r->prefix.p, r->prefix.len);
+        jb_lit(out, "],\"usage\":");
+        usage_json(r, completion, reasoning, out);
+        jb_lit(out, "}\n\n");
+    }
+    jb_lit(out, "data: [DONE]\n\n");
+    r->done_sent = true;
+    return 1;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Not streaming
+
+static void collect_event(oai_req_t *r, int p, engine_event_t *ev) {
+    int index = p * r->n + ev->choice;
+    choice_t *ch = &r->choices[index];
+    ch->tokens += ev->n_tokens;
+    if (ev->type == ENGINE_EV_FINISH) take_finish(ch, ev);
+    if (r->echo && !ch->echoed && r->prompt_text[p]) {
+        ch->echoed = true;
+        jb_lit(&ch->text, r->prompt_text[p]);
+    }
+    jb_raw(&ch->text, ev->text, ev->text_len);
+    if (r->reasoning) {
+        /* the whole text is split at the end; the splitter here only counts reasoning tokens */
+        parts_t pt;
+        if (split_event(r, ch, ev, &pt) < 0) ch->text.oom = true;
+    }
+    if (r->logprobs < 0 || !ev->logprobs || !ev->n_tokens) return;
+    if (r->ep == OAI_CHAT)
+        chat_logprob_entries(r, ev, &ch->lp, ch->lp.len == 0);
+    else {
+        completion_logprobs(r, ch, ev, 0, &ch->lp);
+        completion_logprobs(r, ch, ev, 1, &ch->lp_vals);
+        completion_logprobs(r, ch, ev, 2, &ch->lp_top);
+        completion_logprobs(r, ch, ev, 3, &ch->lp_off);
+    }
+}
+
+int oai_collect(oai_req_t *r) {
+    engine_event_t ev;
+    for (int p = 0; p < r->n_prompts; p++) {
+        while (!r->over[p]) {
+            int rc = engine_stream_poll(r->streams[p], &ev);
+            if (rc == 0) break;
+            if (rc < 0) {
+                r->over[p] = true;
+                r->n_over++;
+                break;
+            }
+            collect_event(r, p, &ev);
+            engine_event_clear(&ev);
+        }
+    }
+    if (r->n_over < r->n_prompts) return 0;
+    record(r);
+    return 1;
+}
+
+static void raw_or_empty(jbuf_t *out, const jbuf_t *b) {
+    if (b->len) jb_raw(out, b->p, b->len);
+    if (b->oom) out->oom = true;
+}
+
+void oai_response(oai_req_t *r, jbuf_t *out, int *status) {
+    int n_choices = r->n_prompts * r->n;
+    for (int k = 0; k < n_choices; k++)
+        if (r->choices[k].error || r->choices[k].text.oom) {
+            oai_error_t e;
+            oai_error_set(&e, 500, NULL, "%s",
+                          r->choices[k].error ? r->choices[k].error : "out of memory");
+            oai_error_json(&e, out);
+            *status = 500;
+            return;
+        }
+    *status = 200;
+    jb_printf(out, "{\"id\":\"%s\",\"object\":\"%s\",\"created\":%lld,\"model\":", r->id,
+              r->ep == OAI_CHAT ? "chat.completion" : "text_completion", r->created);
+    jb_cstr(out, r->model);
+    jb_lit(out, ",\"choices\":[");
+    for (int k = 0; k < n_choices; k++) {
+        choice_t *ch = &r->choices[k];
+        const char *text = ch->text.p ? ch->text.p : "";
+        jb_printf(out, "%s{\"index\":%d,", k ? "," : "", k);
+        if (r->ep == OAI_CHAT) {
+            jb_lit(out, "\"message\":{\"role\":\"assistant\",\"content\":");
+            if (r->reasoning) {
+                chat_split_t s;
+                chat_reasoning_split(text, ch->text.len, r->thinking_disabled, &s);
+                if (s.content)
+                    jb_str(out, s.content, s.content_len);
+                else
+                    jb_lit(out, "null");
+                for (int j = 0; j < 2 && r->include_reasoning; j++) {
+                    jb_lit(out, j ? ",\"reasoning_content\":" : ",\"reasoning\":");
+                    if (s.reasoning)
+                        jb_str(out, s.reasoning, s.reasoning_len);
+                    else
+                        jb_lit(out, "null");
+                }
+            } else {
+                jb_str(out, text, ch->text.len);
+            }
+            jb_lit(out, "},\"logprobs\":");
+            if (r->chat_logprobs) {
+                jb_lit(out, "{\"content\":[");
+                raw_or_empty(out, &ch->lp);
+                jb_lit(out, "]}");
+            } else {
+                jb_lit(out, "null");
+            }
+        } else {
+            jb_lit(out, "\"text\":");
+            jb_str(out, text, ch->text.len);
+            jb_lit(out, ",\"logprobs\":");
+            if (r->logprobs >= 0) {
+                jb_lit(out, "{\"text_offset\":[");
+                raw_or_empty(out, &ch->lp_off);
+                jb_lit(out, "],\"token_logprobs\":[");
+                raw_or_empty(out, &ch->lp_vals);
+                jb_lit(out, "],\"tokens\":[");
+                raw_or_empty(out, &ch->lp);
+                jb_lit(out, "],\"top_logprobs\":[");
+                raw_or_empty(out, &ch->lp_top);
+                jb_lit(out, "]}");
+            } else {
+                jb_lit(out, "null");
+            }
+        }
+        jb_printf(out, ",\"finish_reason\":\"%s\",\"stop_reason\":", finish_name(ch->reason));
+        stop_reason(r, ch, out);
+        jb_raw(out, "}", 1);
+    }
+    int completion, reasoning;
+    totals(r, &completion, &reasoning);
+    jb_lit(out, "],\"usage\":");
+    usage_json(r, completion, reasoning, out);
+    jb_raw(out, "}", 1);
+}
+
+void oai_destroy(oai_req_t *r) {
+    if (!r) return;
+    for (int p = 0; r->streams && p < r->n_prompts; p++)
+        engine_stream_release(r->streams[p]);
+    for (int p = 0; p < r->n_prompts; p++) {
+        free(r->prompts[p]);
+        free(r->prompt_text[p]);
+    }
+    if (r->choices)
+        for (int k = 0; k < r->n_prompts * r->n; k++) {
+            choice_t *ch = &r->choices[k];
+            chat_reasoning_destroy(ch->rs);
+            jb_free(&ch->text);
+            jb_free(&ch->lp);
+            jb_free(&ch->lp_vals);
+            jb_free(&ch->lp_top);
+            jb_free(&ch->lp_off);
+            free(ch->stop_str);
+            free(ch->error);
+        }
+    free(r->choices);
+    free(r->streams);
+    free(r->over);
+    free(r->prompts);
+    free(r->prompt_len);
+    free(r->prompt_text);
+    sampling_params_free(&r->sp);
+    jb_free(&r->prefix);
+    free(r);
+}
+
+// ---------------------------------------------------------------------------------------------
+// /tokenize and /detokenize
+
+int oai_tokenize(oai_config_t *c, const char *body, size_t len, jbuf_t *out, oai_error_t *e) {
+    cJSON *o = parse_body(body, len, e);
+    if (!o) return -1;
+    const tokenizer_t *tok = engine_tokenizer(c->eng);
+    char *text = NULL;
+    size_t tlen = 0;
+    int32_t *ids = NULL;
+    size_t n = 0;
+    int rc = -1;
+    bool strs = false, think_off;
+    if (!check_model(c, o, e) || get_bool(o, "return_token_strs", &strs, e) < 0) goto out;
+    if (!tok) {
+        oai_error_set(e, 400, NULL, "this model has no tokenizer");
+        goto out;
+    }
+    const cJSON *p = field(o, "prompt");
+    if (p) {
+        if (!cJSON_IsString(p)) {
+            oai_error_set(e, 400, "prompt", "prompt: Input should be a valid string");
+            goto out;
+        }
+    } else if (!cJSON_GetObjectItemCaseSensitive(o, "messages")) {
+        oai_error_set(e, 400, "prompt", "prompt or messages: Field required");
+        goto out;
+    } else if (render_chat(c->eng, o, &text, &tlen, &think_off, e) < 0) {
+        goto out;
+    }
+    err_t err;
+    if (tok_encode(tok, p ? p->valuestring : text, p ? strlen(p->valuestring) : tlen, &ids, &n,
+                   &err) < 0) {
+        oai_error_set(e, 500, NULL, "%s", err.msg);
+        goto out;
+    }
+    jb_printf(out, "{\"count\":%zu,\"max_model_len\":%d,\"tokens\":[", n,
+              oai_max_model_len(c->eng));
+    for (size_t i = 0; i < n; i++) {
+        if (i) jb_raw(out, ",", 1);
+        jb_int(out, ids[i]);
+    }
+    jb_lit(out, "],\"token_strs\":");
+    if (strs) {
+        jb_raw(out, "[", 1);
+        for (size_t i = 0; i < n; i++) {
+            if (i) jb_raw(out, ",", 1);
+            jb_cstr(out, tok_id_to_token(tok, ids[i]) ? tok_id_to_token(tok, ids[i]) : "");
+        }
+        jb_raw(out, "]", 1);
+    } else {
+        jb_lit(out, "null");
+    }
+    jb_raw(out, "}", 1);
+    rc = 0;
+out:
+    free(ids);
+    free(text);
+    cJSON_Delete(o);
+    return rc;
+}
+
+int oai_detokenize(oai_config_t *c, const char *body, size_t len, jbuf_t *out, oai_error_t *e) {
+    cJSON *o = parse_body(body, len, e);
+    if (!o) return -1;
+    const tokenizer_t *tok = engine_tokenizer(c->eng);
+    int32_t *ids = NULL;
+    int n = 0, rc = -1;
+    if (!check_model(c, o, e)) goto out;
+    if (!tok) {
+        oai_error_set(e, 400, NULL, "this model has no tokenizer");
+        goto out;
+    }
+    const cJSON *t = field(o, "tokens");
+    if (!t || !cJSON_IsArray(t)) {
+        oai_error_set(e, 400, "tokens", "tokens: Input should be a valid list");
+        goto out;
+    }
+    if (ids_of(t, tok_vocab_size(tok), &ids, &n, e) < 0) {
+        snprintf(e->param, sizeof e->param, "tokens");
+        goto out;
+    }
+    char *text;
+    size_t tlen;
+    err_t err;
+    if (tok_decode(tok, ids, (size_t)n, false, &text, &tlen, &err) < 0) {
+        oai_error_set(e, 500, NULL, "%s", err.msg);
+        goto out;
+    }
+    jb_lit(out, "{\"prompt\":");
+    jb_str(out, text, tlen);
+    jb_raw(out, "}", 1);
+    free(text);
+    rc = 0;
+out:
+    free(ids);
+    cJSON_Delete(o);
+    return rc;
+}

@@ -1,0 +1,187 @@
+/* The server's building blocks without HTTP: the JSON writer (escaping, U+FFFD replacement as
+ * Python's errors="replace" does, number spelling) and the Prometheus rendering. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "jbuf.h"
+#include "metrics.h"
+
+static void expect_esc(const char *in, size_t n, const char *want) {
+    jbuf_t b;
+    jb_init(&b);
+    jb_esc(&b, in, n);
+    assert_false(b.oom);
+    assert_string_equal(b.p, want);
+    jb_free(&b);
+}
+
+static void test_escape(void **state) {
+    (void)state;
+    expect_esc("plain", 5, "plain");
+    expect_esc("a\"b\\c", 5, "a\\\"b\\\\c");
+    expect_esc("\n\r\t\b\f", 5, "\\n\\r\\t\\b\\f");
+    expect_esc("\x01\x1f\x7f", 3, "\\u0001\\u001f\x7f");
+    expect_esc("a\0b", 3, "a\\u0000b");
+    expect_esc("h\xc3\xa9 \xe6\x97\xa5 \xf0\x9f\x98\x80", 12,
+               "h\xc3\xa9 \xe6\x97\xa5 \xf0\x9f\x98\x80");
+}
+
+/* Each maximal invalid subpart becomes one U+FFFD (the counts Python's
+ * bytes.decode("utf-8", "replace") gives). */
+static void test_utf8_replacement(void **state) {
+    (void)state;
+    static const struct {
+        const char *in;
+        size_t n;
+        int fffd;
+    } cases[] = {
+        {"\xff", 1, 1},
+        {"\x80", 1, 1},
+        {"\xc0\xaf", 2, 2},
+        {"\xe2\x82", 2, 1},
+        {"\xed\xa0\x80", 3, 3},
+        {"\xf0\x9f\x98", 3, 1},
+        {"\xf4\x90\x80\x80", 4, 4},
+        {"\xf5\x80", 2, 2},
+        {"\xe0\x80\x80", 3, 3},
+        {"\xe2\x82\x41", 3, 1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        jbuf_t b;
+        jb_init(&b);
+        jb_esc(&b, cases[i].in, cases[i].n);
+        int count = 0;
+        for (const char *p = b.p; (p = strstr(p, "\xef\xbf\xbd")); p += 3)
+            count++;
+        assert_int_equal(count, cases[i].fffd);
+        assert_true(jb_utf8_valid(b.p, b.len));
+        assert_false(jb_utf8_valid(cases[i].in, cases[i].n));
+        jb_free(&b);
+    }
+    jbuf_t b;
+    jb_init(&b);
+    jb_bytes_array(&b, "a\xe2\x82", 3);
+    assert_string_equal(b.p, "[97,239,191,189]");
+    jb_free(&b);
+}
+
+static void expect_double(double v, const char *want) {
+    jbuf_t b;
+    jb_init(&b);
+    jb_double(&b, v);
+    assert_string_equal(b.p, want);
+    jb_free(&b);
+}
+
+/* Python's repr spelling where it matters: shortest round trip, integral values with ".0". */
+static void test_numbers(void **state) {
+    (void)state;
+    expect_double(0.1, "0.1");
+    expect_double(1.0, "1.0");
+    expect_double(-2.5, "-2.5");
+    expect_double((double)0.1f, "0.10000000149011612");
+    expect_double(1e-05, "1e-05");
+    expect_double(-1.0 / 0.0, "-9999.0");
+    expect_double(0.0 / 0.0, "null");
+    jbuf_t b;
+    jb_init(&b);
+    jb_int(&b, -42);
+    jb_u64(&b, UINT64_MAX);
+    jb_cstr(&b, NULL);
+    jb_printf(&b, "%s", "x");
+    assert_string_equal(b.p, "-4218446744073709551615nullx");
+    jb_reset(&b);
+    assert_int_equal(b.len, 0);
+    jb_free(&b);
+}
+
+static void test_growth(void **state) {
+    (void)state;
+    jbuf_t b;
+    jb_init(&b);
+    for (int i = 0; i < 100000; i++)
+        jb_lit(&b, "0123456789");
+    assert_int_equal(b.len, 1000000);
+    assert_int_equal(strlen(b.p), 1000000);
+    jb_free(&b);
+}
+
+static void test_metrics(void **state) {
+    (void)state;
+    metrics_t *m = metrics_create(4096);
+    assert_non_null(m);
+    metrics_request_t r = {.prompt_tokens = 7,
+                           .generation_tokens = 30,
+                           .max_generation = 30,
+                           .n = 1,
+                           .max_tokens = 64};
+    metrics_request_done(m, &r);
+    r.prompt_tokens = 3000;
+    metrics_request_done(m, &r);
+    metrics_add(m, METRIC_DISCONNECTS, 2);
+    stats_snapshot_t *s = calloc(1, sizeof *s);
+    s->kv_used = 5;
+    s->kv_total = 20;
+    s->requests_finished[2] = 4; /* abort */
+    s->ttft.n_bounds = 2;
+    s->ttft.bounds[0] = 0.1;
+    s->ttft.bounds[1] = 1;
+    s->ttft.counts[0] = 1;
+    s->ttft.counts[1] = 2;
+    s->ttft.counts[2] = 3;
+    s->ttft.count = 6;
+    s->ttft.sum = 9.5;
+    metrics_info_t info = {
+        .model_name = "we\"ird\\name", .block_size = 16, .kv_cache_dtype = "auto"};
+    jbuf_t b;
+    jb_init(&b);
+    metrics_render(m, s, &info, &b);
+    assert_false(b.oom);
+    const char *l = "engine=\"0\",model_name=\"we\\\"ird\\\\name\"";
+    char want[512];
+    snprintf(want, sizeof want, "vllm:kv_cache_usage_perc{%s} 0.25\n", l);
+    assert_non_null(strstr(b.p, want));
+    snprintf(want, sizeof want, "vllm:request_success_total{%s,finished_reason=\"abort\"} 4.0\n",
+             l);
+    assert_non_null(strstr(b.p, want));
+    /* buckets are cumulative; +Inf equals the count */
+    snprintf(want, sizeof want,
+             "vllm:time_to_first_token_seconds_bucket{%s,le=\"0.1\"} 1.0\n"
+             "vllm:time_to_first_token_seconds_bucket{%s,le=\"1.0\"} 3.0\n"
+             "vllm:time_to_first_token_seconds_bucket{%s,le=\"+Inf\"} 6.0\n"
+             "vllm:time_to_first_token_seconds_count{%s} 6.0\n"
+             "vllm:time_to_first_token_seconds_sum{%s} 9.5\n",
+             l, l, l, l, l);
+    assert_non_null(strstr(b.p, want));
+    /* 1-2-5 buckets up to max_model_len: 7 falls in le=10, 3000 in le=5000 is beyond 4096 */
+    snprintf(want, sizeof want, "vllm:request_prompt_tokens_bucket{%s,le=\"10.0\"} 1.0\n", l);
+    assert_non_null(strstr(b.p, want));
+    snprintf(want, sizeof want, "vllm:request_prompt_tokens_bucket{%s,le=\"2000.0\"} 1.0\n", l);
+    assert_non_null(strstr(b.p, want));
+    snprintf(want, sizeof want, "vllm:request_prompt_tokens_bucket{%s,le=\"+Inf\"} 2.0\n", l);
+    assert_non_null(strstr(b.p, want));
+    assert_null(strstr(b.p, "le=\"5000.0\""));
+    snprintf(want, sizeof want, "tachyon:client_disconnects_total{%s} 2.0\n", l);
+    assert_non_null(strstr(b.p, want));
+    assert_non_null(strstr(b.p, "# TYPE vllm:generation_tokens_total counter\n"));
+    jb_free(&b);
+    free(s);
+    metrics_destroy(m);
+    metrics_destroy(NULL);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_escape),  cmocka_unit_test(test_utf8_replacement),
+        cmocka_unit_test(test_numbers), cmocka_unit_test(test_growth),
+        cmocka_unit_test(test_metrics),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
