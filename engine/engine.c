@@ -71,11 +71,13 @@ struct eng_req {
  * events in order and moves on to the next segment once this one is used up and the engine has
  * moved on too.
  *
- * A segment is freed when the reader has moved past it and every event taken from it has been
- * cleared (engine_event_t.mem_ points to it). `refs` starts at SEG_BIAS; each clear takes 1,
- * and the reader leaving takes SEG_BIAS - n (n: the segment's final event count), so it reaches
- * 0 exactly when both are done, and the engine thread never touches it: no atomic operation on
- * a line the reader writes, per event, on the engine's side. */
+ * `refs` counts three kinds of holders: the stream (1, until it is freed), the reader's
+ * position (SEG_BIAS until it moves past; it then gives back SEG_BIAS - n, n being the final
+ * event count, which leaves exactly one per event it took) and each taken event (1, given back
+ * by engine_event_clear; engine_event_t.mem_ points to the segment). At 1 only the stream
+ * holds it, and the engine thread reuses it for new events: a steady stream allocates nothing.
+ * At 0 (events cleared after the stream was freed) it is freed. The engine thread only ever
+ * reads `refs`, so there is no atomic write per event on a line the reader writes. */
 typedef struct evseg {
     atomic_int refs;              /* reader side (its own cache line) */
     alignas(64) atomic_int n_pub; /* events published */
@@ -87,12 +89,14 @@ typedef struct evseg {
     char *arena;                  /* [arena_cap] */
 } evseg_t;
 
-#define SEG_BIAS (1 << 30)
+#define SEG_BIAS  (1 << 30)
+#define SEG_FRESH (SEG_BIAS + 1)
 
 /* Fields are grouped by the thread that writes them, a cache line each, so that the engine
  * thread and a reader polling in a loop do not keep taking lines from each other. */
 struct engine_stream {
     /* engine thread (the only producer) */
+    evseg_t *oldest; /* the stream's segments, oldest first, linked by pnext up to ptail */
     evseg_t *ptail;  /* the segment being written */
     evseg_t *pub;    /* the oldest segment with unpublished events */
     int lost_finish; /* FINISH events that could not be queued (out of memory), not yet told */
@@ -241,14 +245,14 @@ static int grow_int(void **arr, int *cap, int need, size_t size) {
 // ---------------------------------------------------------------------------------------------
 // Streams
 
-enum { SEG_FIRST = 8, SEG_MAX = 256, ARENA_PER_EVENT = 64 };
+enum { SEG_FIRST = 8, SEG_MAX = 64, ARENA_PER_EVENT = 64 };
 
 static evseg_t *seg_create(int cap, size_t arena) {
     size_t head = (sizeof(evseg_t) + 63) & ~(size_t)63;
     evseg_t *g =
         aligned_alloc(64, (head + (size_t)cap * sizeof(engine_event_t) + arena + 63) & ~(size_t)63);
     if (!g) return NULL;
-    atomic_init(&g->refs, SEG_BIAS);
+    atomic_init(&g->refs, SEG_FRESH);
     atomic_init(&g->n_pub, 0);
     atomic_init(&g->next, NULL);
     g->pnext = NULL;
@@ -269,7 +273,7 @@ static engine_stream_t *stream_create(const engine_request_t *r, int n_choices) 
     engine_stream_t *s = aligned_alloc(alignof(engine_stream_t), sizeof *s);
     if (!s) return NULL;
     memset(s, 0, sizeof *s);
-    s->chead = s->ptail = s->pub = seg_create(SEG_FIRST, SEG_FIRST * ARENA_PER_EVENT);
+    s->oldest = s->chead = s->ptail = s->pub = seg_create(SEG_FIRST, SEG_FIRST * ARENA_PER_EVENT);
     if (!s->chead) {
         free(s);
         return NULL;
@@ -299,19 +303,20 @@ void engine_event_clear(engine_event_t *ev) {
     memset(ev, 0, sizeof *ev);
 }
 
-/* Frees the stream when its last holder lets go; events never taken are cleared. */
+/* Frees the stream when its last holder lets go; events never taken are cleared, and
+ * segments still holding taken events are left to the last engine_event_clear. */
 static void stream_unref(engine_stream_t *s) {
     if (atomic_fetch_sub(&s->refs, 1) != 1) return;
-    evseg_t *g = s->chead;
     int from = s->cidx;
-    while (g) {
-        evseg_t *next = g->pnext;
+    for (evseg_t *g = s->chead; g; g = g->pnext, from = 0) { /* the reader's part */
         int n = g->n_written;
         for (int i = from; i < n; i++)
             engine_event_clear(&g->ev[i]);
-        seg_unref(g, SEG_BIAS - n);
-        g = next;
-        from = 0;
+        atomic_fetch_sub(&g->refs, SEG_BIAS - n);
+    }
+    for (evseg_t *g = s->oldest, *next; g; g = next) { /* the stream's part */
+        next = g->pnext;
+        seg_unref(g, 1);
     }
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
@@ -334,7 +339,7 @@ static int stream_pop(engine_stream_t *s, engine_event_t *ev) {
         if (s->cidx < n) continue;
         s->chead = next;
         s->cidx = 0;
-        seg_unref(g, SEG_BIAS - n);
+        atomic_fetch_sub(&g->refs, SEG_BIAS - n); /* never the last: the stream holds it */
     }
     return s->n_finish_read + atomic_load(&s->n_finish_lost) >= s->n_choices ? -1 : 0;
 }
@@ -408,16 +413,34 @@ void engine_stream_release(engine_stream_t *s) {
     stream_unref(s);
 }
 
-/* Room for one more event with `payload` bytes in the stream's last segment, starting a new
- * segment when it is full. The event is written but not visible until stream_publish. NULL
- * when out of memory. Engine thread. */
+/* The segment to continue in: the oldest one when the reader and every event are done with
+ * it (only the stream holds it) and it is large enough, else a new one. NULL when out of
+ * memory. Engine thread. */
+static evseg_t *next_segment(engine_stream_t *s, int cap, size_t payload) {
+    evseg_t *o = s->oldest;
+    if (o != s->ptail && o->cap >= cap && o->arena_cap >= payload &&
+        atomic_load_explicit(&o->refs, memory_order_acquire) == 1) {
+        s->oldest = o->pnext;
+        atomic_store_explicit(&o->refs, SEG_FRESH, memory_order_relaxed);
+        atomic_store_explicit(&o->n_pub, 0, memory_order_relaxed);
+        atomic_store_explicit(&o->next, NULL, memory_order_relaxed);
+        o->pnext = NULL;
+        o->n_written = 0;
+        o->arena_used = 0;
+        return o;
+    }
+    size_t arena = (size_t)cap * ARENA_PER_EVENT;
+    return seg_create(cap, arena > payload ? arena : payload);
+}
+
+/* Room for one more event with `payload` bytes in the stream's last segment, moving on to
+ * another segment when it is full. The event is written but not visible until stream_publish.
+ * NULL when out of memory. Engine thread. */
 static engine_event_t *stream_slot(engine_stream_t *s, size_t payload, char **mem) {
     payload = (payload + 7) & ~(size_t)7;
     evseg_t *g = s->ptail;
     if (g->n_written == g->cap || g->arena_cap - g->arena_used < payload) {
-        int cap = g->cap * 2 < SEG_MAX ? g->cap * 2 : SEG_MAX;
-        size_t arena = (size_t)cap * ARENA_PER_EVENT;
-        evseg_t *n = seg_create(cap, arena > payload ? arena : payload);
+        evseg_t *n = next_segment(s, g->cap * 2 < SEG_MAX ? g->cap * 2 : SEG_MAX, payload);
         if (!n) return NULL;
         g->pnext = n;
         s->ptail = g = n;
@@ -507,8 +530,8 @@ static int check_rebuild_flags(const engine_t *e, flag_values_t *f, err_t *err) 
             fprintf(stderr,
                     "tachyon: max-model-len %d: the KV pool (%llu MiB) holds %llu tokens, less "
                     "than the model's context of %d (raise kv-cache-memory for more)\n",
-                    f->max_model_len, (unsigned long long)(bytes >> 20),
-                    (unsigned long long)fit, model_len);
+                    f->max_model_len, (unsigned long long)(bytes >> 20), (unsigned long long)fit,
+                    model_len);
         }
     }
     if (f->max_model_len > model_len)

@@ -3,7 +3,7 @@
 side by side with a trivial libmicrohttpd responder (responder.c) that sends a canned SSE stream
 of the same shape, so that the HTTP layer's cost reads as a ratio.
 
-    python3 server/bench/http_overhead.py BUILD_DIR [--requests-scale 1.0]
+    python3 bench/http/http_overhead.py BUILD_DIR [--requests-scale 1.0]
 
 Each client keeps one connection and sends streaming /v1/completions requests (8 tokens,
 ignore_eos) back to back; TTFT is the time to the first data chunk with a choice. The client is
