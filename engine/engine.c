@@ -79,15 +79,20 @@ struct eng_req {
  * At 0 (events cleared after the stream was freed) it is freed. The engine thread only ever
  * reads `refs`, so there is no atomic write per event on a line the reader writes. */
 typedef struct evseg {
-    atomic_int refs;              /* reader side (its own cache line) */
+    /* written by readers */
+    atomic_int refs;
+    /* written by the engine thread when it publishes, read by the reader */
     alignas(64) atomic_int n_pub; /* events published */
     _Atomic(struct evseg *) next; /* published once every event here is */
-    struct evseg *pnext;          /* engine thread: the next one, published or not */
-    int cap, n_written;           /* slots; engine thread: slots filled */
-    size_t arena_cap, arena_used; /* bytes; engine thread: bytes taken */
-    engine_event_t *ev;           /* [cap] */
-    char *arena;                  /* [arena_cap] */
+    /* the engine thread's own (the reader finds the events at SEG_EVENTS) */
+    alignas(64) struct evseg *pnext; /* the next one, published or not */
+    int cap, n_written;              /* slots; slots filled */
+    size_t arena_cap, arena_used;    /* bytes; bytes taken */
+    char *arena;                     /* [arena_cap] after the events */
 } evseg_t;
+
+#define SEG_HEAD      ((sizeof(evseg_t) + 63) & ~(size_t)63)
+#define SEG_EVENTS(g) ((engine_event_t *)((char *)(g) + SEG_HEAD)) /* [cap] */
 
 #define SEG_BIAS  (1 << 30)
 #define SEG_FRESH (SEG_BIAS + 1)
@@ -248,9 +253,8 @@ static int grow_int(void **arr, int *cap, int need, size_t size) {
 enum { SEG_FIRST = 8, SEG_MAX = 64, ARENA_PER_EVENT = 64 };
 
 static evseg_t *seg_create(int cap, size_t arena) {
-    size_t head = (sizeof(evseg_t) + 63) & ~(size_t)63;
-    evseg_t *g =
-        aligned_alloc(64, (head + (size_t)cap * sizeof(engine_event_t) + arena + 63) & ~(size_t)63);
+    evseg_t *g = aligned_alloc(64, (SEG_HEAD + (size_t)cap * sizeof(engine_event_t) + arena + 63) &
+                                       ~(size_t)63);
     if (!g) return NULL;
     atomic_init(&g->refs, SEG_FRESH);
     atomic_init(&g->n_pub, 0);
@@ -260,8 +264,7 @@ static evseg_t *seg_create(int cap, size_t arena) {
     g->n_written = 0;
     g->arena_cap = arena;
     g->arena_used = 0;
-    g->ev = (engine_event_t *)((char *)g + head);
-    g->arena = (char *)(g->ev + cap);
+    g->arena = (char *)(SEG_EVENTS(g) + cap);
     return g;
 }
 
@@ -311,7 +314,7 @@ static void stream_unref(engine_stream_t *s) {
     for (evseg_t *g = s->chead; g; g = g->pnext, from = 0) { /* the reader's part */
         int n = g->n_written;
         for (int i = from; i < n; i++)
-            engine_event_clear(&g->ev[i]);
+            engine_event_clear(&SEG_EVENTS(g)[i]);
         atomic_fetch_sub(&g->refs, SEG_BIAS - n);
     }
     for (evseg_t *g = s->oldest, *next; g; g = next) { /* the stream's part */
@@ -328,7 +331,7 @@ static int stream_pop(engine_stream_t *s, engine_event_t *ev) {
     for (;;) {
         evseg_t *g = s->chead;
         if (s->cidx < atomic_load_explicit(&g->n_pub, memory_order_acquire)) {
-            *ev = g->ev[s->cidx++];
+            *ev = SEG_EVENTS(g)[s->cidx++];
             if (ev->type == ENGINE_EV_FINISH) s->n_finish_read++;
             return 1;
         }
@@ -418,6 +421,13 @@ void engine_stream_release(engine_stream_t *s) {
  * memory. Engine thread. */
 static evseg_t *next_segment(engine_stream_t *s, int cap, size_t payload) {
     evseg_t *o = s->oldest;
+    /* the first, smaller segments go once done with, so the larger ones come up for reuse */
+    while (o != s->ptail && o->cap < cap &&
+           atomic_load_explicit(&o->refs, memory_order_acquire) == 1) {
+        s->oldest = o->pnext;
+        free(o);
+        o = s->oldest;
+    }
     if (o != s->ptail && o->cap >= cap && o->arena_cap >= payload &&
         atomic_load_explicit(&o->refs, memory_order_acquire) == 1) {
         s->oldest = o->pnext;
@@ -447,7 +457,7 @@ static engine_event_t *stream_slot(engine_stream_t *s, size_t payload, char **me
     }
     *mem = g->arena + g->arena_used;
     g->arena_used += payload;
-    return &g->ev[g->n_written++];
+    return &SEG_EVENTS(g)[g->n_written++];
 }
 
 /* Makes the events written so far visible. Engine thread. */
@@ -843,9 +853,7 @@ static bool has_id(const int32_t *ids, int n, int32_t id) {
 }
 
 static void flush_itl(engine_t *e) {
-    for (int i = 0; i < e->n_itl; i++)
-        for (uint64_t k = 0; k < e->itl_n[i]; k++)
-            stats_record_itl(e->stats, e->itl_v[i]);
+    for (int i = 0; i < e->n_itl; i++) stats_record_itl_n(e->stats, e->itl_v[i], e->itl_n[i]);
     e->n_itl = 0;
 }
 

@@ -35,7 +35,8 @@ static void hist_init(stats_hist_t *h, const double *bounds, int n) {
 }
 
 /* Prometheus `le` semantics: v goes to the first bucket whose bound is >= v. */
-static void hist_observe(stats_hist_t *h, double v) {
+/* Records `n` observations of the value v. */
+static void hist_observe_n(stats_hist_t *h, double v, uint64_t n) {
     if (!(v >= 0)) return;        /* negative: not measured; NaN: never a latency */
     int lo = 0, hi = h->n_bounds; /* answer in [lo, hi]; hi = n_bounds is +Inf */
     while (lo < hi) {
@@ -45,9 +46,13 @@ static void hist_observe(stats_hist_t *h, double v) {
         else
             lo = mid + 1;
     }
-    h->counts[lo]++;
-    h->count++;
-    h->sum += v;
+    h->counts[lo] += n;
+    h->count += n;
+    h->sum += v * (double)n;
+}
+
+static void hist_observe(stats_hist_t *h, double v) {
+    hist_observe_n(h, v, 1);
 }
 
 stats_t *stats_create(void) {
@@ -99,8 +104,12 @@ void stats_record_request(stats_t *st, const stats_request_t *req) {
 }
 
 void stats_record_itl(stats_t *st, double itl_s) {
+    stats_record_itl_n(st, itl_s, 1);
+}
+
+void stats_record_itl_n(stats_t *st, double itl_s, uint64_t n) {
     pthread_mutex_lock(&st->mu);
-    hist_observe(&st->head.itl, itl_s);
+    hist_observe_n(&st->head.itl, itl_s, n);
     pthread_mutex_unlock(&st->mu);
 }
 

@@ -81,6 +81,9 @@ void stats_record_step(stats_t *st, const stats_step_t *step);
 void stats_record_request(stats_t *st, const stats_request_t *req);
 /* One inter-token latency, seconds (every decode token after the first). */
 void stats_record_itl(stats_t *st, double itl_s);
+/* `n` inter-token latencies of the same value: a step's decode tokens share one, so the engine
+ * records them with one lock instead of one per token. */
+void stats_record_itl_n(stats_t *st, double itl_s, uint64_t n);
 /* Counters the engine bumps as things happen. */
 void stats_add_submitted(stats_t *st, uint64_t n);
 void stats_add_prompt_tokens(stats_t *st, uint64_t computed);

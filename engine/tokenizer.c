@@ -1697,6 +1697,17 @@ int tok_stream_push(tok_stream_t *st, int32_t id, char *out, size_t cap, size_t 
     *out_len = 0;
     if (!decodes(st->tok, id, st->skip_special)) return 0;
     span_t b = st->tok->bytes[id];
+    if (st->n_pending == 0) { /* the common case: an ASCII token with nothing held back */
+        const uint8_t *t = (const uint8_t *)tstr(st->tok, b);
+        size_t k = 0;
+        while (k < b.len && t[k] < 0x80) k++;
+        if (k == b.len) {
+            if (b.len > cap) return -1;
+            memcpy(out, t, b.len);
+            *out_len = b.len;
+            return 0;
+        }
+    }
     uint8_t *s = st->scratch;
     size_t n = st->n_pending + b.len, o = 0, i = 0, len;
     memcpy(s, st->pending, st->n_pending);

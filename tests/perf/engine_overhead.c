@@ -74,7 +74,7 @@ int main(int argc, char **argv) {
     for (int i = 0; i < n; i++) {
         engine_request_t req = {.prompt = prompt, .n_prompt = 32};
         sampling_params_init(&req.sampling);
-        req.sampling.max_tokens = 3000;
+        req.sampling.max_tokens = 4000; /* the embedded model's context is 4096 */
         req.sampling.ignore_eos = true;
         req.sampling.temperature = 0.0f;
         if (engine_submit(eng, &req, &streams[i], &err) < 0) {

@@ -374,12 +374,29 @@ static void test_concurrent(void **state) {
     stats_destroy(st);
 }
 
+/* n equal latencies recorded at once count as n observations. */
+static void test_itl_batched(void **state) {
+    stats_t *st = stats_create();
+    stats_record_itl_n(st, 0.02, 5);
+    stats_record_itl(st, 0.02);
+    stats_record_itl_n(st, 0.5, 2);
+    static stats_snapshot_t snap;
+    stats_snapshot(st, &snap);
+    assert_int_equal(snap.itl.count, 8);
+    assert_true(fabs(snap.itl.sum - (6 * 0.02 + 2 * 0.5)) < 1e-12);
+    uint64_t in_first = 0;
+    for (int i = 0; i < snap.itl.n_bounds && snap.itl.bounds[i] < 0.03; i++)
+        in_first += snap.itl.counts[i];
+    assert_int_equal(in_first, 6);
+    stats_destroy(st);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bounds),     cmocka_unit_test(test_bucket_placement),
         cmocka_unit_test(test_quantile),   cmocka_unit_test(test_ring_order),
         cmocka_unit_test(test_counters),   cmocka_unit_test(test_rates),
-        cmocka_unit_test(test_concurrent),
+        cmocka_unit_test(test_concurrent), cmocka_unit_test(test_itl_batched),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
