@@ -128,6 +128,7 @@ struct engine_stream {
 };
 
 struct engine {
+    atomic_bool alive; /* the engine thread is running its loop */
     /* set by engine_open, then read-only */
     model_weights_t *w;
     const model_config_t *cfg;
@@ -1287,6 +1288,7 @@ static void shutdown_requests(engine_t *e) {
 
 static void *engine_main(void *arg) {
     engine_t *e = arg;
+    atomic_store(&e->alive, true);
     for (;;) {
         pthread_mutex_lock(&e->mu);
         while (!e->closing && !e->inbox_head && !e->cancels && !e->rebuild_pending &&
@@ -1338,8 +1340,13 @@ static void *engine_main(void *arg) {
         }
         free_done(e);
     }
+    atomic_store(&e->alive, false);
     shutdown_requests(e);
     return NULL;
+}
+
+bool engine_alive(engine_t *eng) {
+    return atomic_load(&eng->alive);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1367,10 +1374,13 @@ int engine_submit(engine_t *e, const engine_request_t *r, engine_stream_t **out,
     pthread_mutex_unlock(&e->mu);
 
     eng_req_t *req = calloc(1, sizeof *req);
-    if (!req) return err_set(err, "out of memory");
-    if (sampling_params_copy(&req->sp, &r->sampling, err) < 0) {
+    if (!req) {
+        err_set(err, "out of memory");
+        return ENGINE_E_NOMEM;
+    }
+    if (sampling_params_copy(&req->sp, &r->sampling, err) < 0) { /* too many stops, or memory */
         free(req);
-        return -1;
+        return ENGINE_E_INVALID;
     }
     sampling_params_t defaults;
     defaults_from(e, &f, &defaults);
@@ -1440,7 +1450,7 @@ int engine_submit(engine_t *e, const engine_request_t *r, engine_stream_t **out,
         pthread_mutex_unlock(&e->mu);
         err_set(err, "the engine is closing");
         free_unsubmitted(req, s);
-        return -1;
+        return ENGINE_E_BUSY;
     }
     int limit = e->flags.max_queued_requests;
     if (limit > 0 && atomic_load(&e->n_queued) >= limit) {
@@ -1448,7 +1458,7 @@ int engine_submit(engine_t *e, const engine_request_t *r, engine_stream_t **out,
         err_set(err, "too many requests are waiting (max-queued-requests %d); try again later",
                 limit);
         free_unsubmitted(req, s);
-        return -1;
+        return ENGINE_E_BUSY;
     }
     uint64_t k = e->n_submitted++;
     req->seed = req->sp.has_seed ? req->sp.seed : rng_bits(e->flags.seed, 0x5eed, k);
@@ -1469,9 +1479,11 @@ int engine_submit(engine_t *e, const engine_request_t *r, engine_stream_t **out,
 
 oom:
     err_set(err, "out of memory");
+    free_unsubmitted(req, NULL);
+    return ENGINE_E_NOMEM;
 fail:
     free_unsubmitted(req, NULL);
-    return -1;
+    return ENGINE_E_INVALID;
 }
 
 // ---------------------------------------------------------------------------------------------

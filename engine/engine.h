@@ -149,9 +149,17 @@ typedef struct engine_event {
     void *mem_;
 } engine_event_t;
 
+/* engine_submit's failures: what the request did wrong, or the engine's state. */
+enum {
+    ENGINE_E_INVALID = -1, /* the request: bad ids, sampling ranges, too long for the context */
+    ENGINE_E_BUSY = -2,    /* max-queued-requests reached, or the engine is closing: retry later */
+    ENGINE_E_NOMEM = -3,   /* out of memory */
+};
+
 /* Validates (prompt within the vocabulary and max-model-len, sampling ranges, prompt + max_tokens
- * within max-model-len, queue limits) and queues the request. On failure nothing is queued and
- * the message is one an API can show the user. The caller owns *out: engine_stream_release. */
+ * within max-model-len, queue limits) and queues the request. On failure nothing is queued, the
+ * return value is one of ENGINE_E_* and the message is one an API can show the user. The caller
+ * owns *out: engine_stream_release. */
 int engine_submit(engine_t *eng, const engine_request_t *req, engine_stream_t **out, err_t *err);
 
 /* Takes the next event without blocking: 1 = got one, 0 = none yet, -1 = the stream is over
@@ -188,6 +196,11 @@ int engine_flag_get(engine_t *eng, const char *name, char *buf, size_t size, err
  * flags are refused with a message saying a restart is needed. A bad value changes nothing and
  * the message says why. max-model-len reads back as the effective value (0 sets the model's). */
 int engine_flag_set(engine_t *eng, const char *name, const char *value, err_t *err);
+
+/* True while the engine thread runs its loop: from engine_open until engine_close. A failing
+ * backend does not stop it (each failed step finishes its requests with an error), so false
+ * means the engine is closing or its thread is gone: what /health reports as 503. */
+bool engine_alive(engine_t *eng);
 
 /* Seconds on the engine's monotonic clock. */
 double engine_now(void);

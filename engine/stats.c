@@ -13,6 +13,9 @@ static const double TTFT_BOUNDS[] = {0.001, 0.005, 0.01, 0.02,  0.04,  0.06,  0.
                                      20.0,  40.0,  80.0, 160.0, 640.0, 2560.0};
 static const double TOKEN_BOUNDS[] = {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2,  0.3,  0.4, 0.5,
                                       0.75, 1.0,   2.5,  5.0,   7.5, 10.0, 20.0, 40.0, 80.0};
+/* vLLM's vllm:iteration_tokens_total buckets (tokens per engine step). */
+static const double ITERATION_BOUNDS[] = {1,   8,    16,   32,   64,   128,  256,
+                                          512, 1024, 2048, 4096, 8192, 16384};
 static const double REQUEST_BOUNDS[] = {0.3,  0.5,   0.8,   1.0,   1.5,   2.0,    2.5,
                                         5.0,  10.0,  15.0,  20.0,  30.0,  40.0,   50.0,
                                         60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
@@ -67,6 +70,10 @@ stats_t *stats_create(void) {
     hist_init(&st->head.itl, TOKEN_BOUNDS, N_OF(TOKEN_BOUNDS));
     hist_init(&st->head.e2e, REQUEST_BOUNDS, N_OF(REQUEST_BOUNDS));
     hist_init(&st->head.queue, REQUEST_BOUNDS, N_OF(REQUEST_BOUNDS));
+    hist_init(&st->head.prefill_time, REQUEST_BOUNDS, N_OF(REQUEST_BOUNDS));
+    hist_init(&st->head.decode_time, REQUEST_BOUNDS, N_OF(REQUEST_BOUNDS));
+    hist_init(&st->head.inference_time, REQUEST_BOUNDS, N_OF(REQUEST_BOUNDS));
+    hist_init(&st->head.iteration_tokens, ITERATION_BOUNDS, N_OF(ITERATION_BOUNDS));
     return st;
 }
 
@@ -88,6 +95,8 @@ void stats_record_step(stats_t *st, const stats_step_t *step) {
     h->kv_total = step->kv_total;
     h->steps++;
     if (step->preempted > 0) h->preemptions += (uint64_t)step->preempted;
+    int tokens = step->prefill_tokens + step->decode_tokens;
+    if (tokens > 0) hist_observe(&h->iteration_tokens, tokens);
     pthread_mutex_unlock(&st->mu);
 }
 
@@ -100,6 +109,12 @@ void stats_record_request(stats_t *st, const stats_request_t *req) {
     hist_observe(&h->ttft, req->ttft_s);
     hist_observe(&h->tpot, req->tpot_s);
     hist_observe(&h->e2e, req->e2e_s);
+    if (req->ttft_s >= 0 && req->queue_s >= 0)
+        hist_observe(&h->prefill_time, req->ttft_s - req->queue_s);
+    if (req->e2e_s >= 0 && req->ttft_s >= 0)
+        hist_observe(&h->decode_time, req->e2e_s - req->ttft_s);
+    if (req->e2e_s >= 0 && req->queue_s >= 0)
+        hist_observe(&h->inference_time, req->e2e_s - req->queue_s);
     pthread_mutex_unlock(&st->mu);
 }
 

@@ -67,6 +67,10 @@ typedef struct stats_snapshot {
     uint64_t requests_submitted;
     /* latency histograms, seconds */
     stats_hist_t ttft, tpot, itl, e2e, queue;
+    /* vLLM's request phases: prefill = first scheduled to first token (ttft - queue), decode =
+     * first token to finish (e2e - ttft), inference = first scheduled to finish (e2e - queue) */
+    stats_hist_t prefill_time, decode_time, inference_time;
+    stats_hist_t iteration_tokens; /* tokens scheduled per step (steps that ran any) */
     /* the last n_steps steps, oldest first */
     stats_step_t steps_ring[STATS_RING];
     int n_steps;

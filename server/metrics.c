@@ -193,6 +193,14 @@ void metrics_render(metrics_t *m, const stats_snapshot_t *s, const metrics_info_
               "Histogram of e2e request latency in seconds.", &s->e2e);
     histogram(&o, "vllm:request_queue_time_seconds",
               "Histogram of time spent in WAITING phase for request.", &s->queue);
+    histogram(&o, "vllm:request_prefill_time_seconds",
+              "Histogram of time spent in PREFILL phase for request.", &s->prefill_time);
+    histogram(&o, "vllm:request_decode_time_seconds",
+              "Histogram of time spent in DECODE phase for request.", &s->decode_time);
+    histogram(&o, "vllm:request_inference_time_seconds",
+              "Histogram of time spent in RUNNING phase for request.", &s->inference_time);
+    histogram(&o, "vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.",
+              &s->iteration_tokens);
 
     head(&o, "vllm:cache_config_info", "gauge", "Information of the LLMEngine CacheConfig");
     char cc[256];

@@ -107,12 +107,11 @@ void oai_error_json(const oai_error_t *e, jbuf_t *out) {
     jb_printf(out, ",\"code\":%d}}", e->status);
 }
 
-/* The engine's refusals are one-line messages; the queue limit and closing are the server's
- * state, not the request's fault. */
-static int submit_error(const char *msg, oai_error_t *e) {
-    if (!strncmp(msg, "too many requests are waiting", 29) || !strcmp(msg, "the engine is closing"))
-        return oai_error_set(e, 503, NULL, "%s", msg);
-    if (!strcmp(msg, "out of memory")) return oai_error_set(e, 500, NULL, "%s", msg);
+/* The engine's refusals: the queue limit and closing are the server's state, not the request's
+ * fault (503); out of memory is the server's failure (500); the rest are the request's (400). */
+static int submit_error(int rc, const char *msg, oai_error_t *e) {
+    if (rc == ENGINE_E_BUSY) return oai_error_set(e, 503, NULL, "%s", msg);
+    if (rc == ENGINE_E_NOMEM) return oai_error_set(e, 500, NULL, "%s", msg);
     return oai_error_set(e, 400, NULL, "%s", msg);
 }
 
@@ -747,12 +746,13 @@ int oai_submit(oai_req_t *r, void (*wake)(void *ctx), void *ctx, oai_error_t *e)
                                         : (room < COMPLETIONS_DEF_N ? room : COMPLETIONS_DEF_N);
         }
         err_t err;
-        if (engine_submit(r->cfg->eng, &q, &r->streams[p], &err) < 0) {
+        int rc = engine_submit(r->cfg->eng, &q, &r->streams[p], &err);
+        if (rc < 0) {
             for (int k = 0; k < p; k++) {
                 engine_stream_release(r->streams[k]);
                 r->streams[k] = NULL;
             }
-            return submit_error(err.msg, e);
+            return submit_error(rc, err.msg, e);
         }
     }
     return 0;

@@ -700,7 +700,8 @@ static enum MHD_Result dispatch(req_t *r, bool get) {
             return models(r);
         case R_HEALTH:
         case R_PING:
-            if (atomic_load(&s->draining)) return reply(r, 503, NULL, "", 0, true);
+            if (atomic_load(&s->draining) || !engine_alive(s->eng))
+                return reply(r, 503, NULL, "", 0, true);
             return reply(r, 200, NULL, "", 0, false);
         case R_LOAD:
             jb_printf(&b, "{\"server_load\":%d}", http_in_flight(s));

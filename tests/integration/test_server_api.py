@@ -394,7 +394,9 @@ def test_metrics():
         metric(before, "vllm:request_success_total", finished_reason="length") + 1
     for h in ("vllm:time_to_first_token_seconds", "vllm:e2e_request_latency_seconds",
               "vllm:inter_token_latency_seconds", "vllm:request_prompt_tokens",
-              "vllm:request_generation_tokens", "vllm:request_params_n", "vllm:request_queue_time_seconds"):
+              "vllm:request_generation_tokens", "vllm:request_params_n", "vllm:request_queue_time_seconds",
+              "vllm:request_prefill_time_seconds", "vllm:request_decode_time_seconds",
+              "vllm:request_inference_time_seconds", "vllm:iteration_tokens_total"):
         inf = metric(after, h + "_bucket", le="+Inf")
         assert inf == metric(after, h + "_count") and inf >= 1, h
         buckets = sorted((float(dict(ls)["le"]), v) for (n, ls), v in after.items()
@@ -403,6 +405,13 @@ def test_metrics():
     assert metric(after, "vllm:time_to_first_token_seconds_bucket", le="0.001") >= 0
     assert metric(after, "vllm:request_generation_tokens_sum") - metric(before, "vllm:request_generation_tokens_sum") == 3
     assert metric(after, "vllm:kv_cache_usage_perc") == 0
+    # the request's 3 tokens: one prefill step (its prompt) and two decode steps of 1 token
+    def steps_of_one(m):
+        return sum(v for (n, ls), v in m.items() if n == "vllm:iteration_tokens_total_bucket"
+                   and dict(ls)["le"] != "+Inf" and float(dict(ls)["le"]) == 1.0)
+    assert steps_of_one(after) - steps_of_one(before) >= 2
+    assert metric(after, "vllm:request_inference_time_seconds_sum") >= \
+        metric(after, "vllm:request_decode_time_seconds_sum")
     code, hs, body = request(A, "GET", "/metrics")
     assert hs["content-type"].startswith("text/plain")
     assert '# TYPE vllm:prompt_tokens_total counter' in body.decode()
