@@ -1,48 +1,13 @@
 #include "chat.h"
 
+#include "jbuf.h"
+
 #include <locale.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-// ---------------------------------------------------------------------------------------------
-// Growing byte buffer. Appends after a failed allocation are dropped and remembered, so render
-// code appends freely and checks once at the end.
-
-typedef struct sb {
-    char *p;
-    size_t len, cap;
-    bool oom;
-} sb_t;
-
-static bool sb_reserve(sb_t *b, size_t extra) {
-    if (b->oom) return false;
-    if (b->len + extra + 1 <= b->cap) return true;
-    size_t cap = b->cap ? b->cap : 256;
-    while (cap < b->len + extra + 1)
-        cap *= 2;
-    char *p = realloc(b->p, cap);
-    if (!p) {
-        b->oom = true;
-        return false;
-    }
-    b->p = p;
-    b->cap = cap;
-    return true;
-}
-
-static void sb_add(sb_t *b, const char *s, size_t n) {
-    if (!sb_reserve(b, n)) return;
-    if (n) memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = '\0';
-}
-
-static void sb_puts(sb_t *b, const char *s) {
-    sb_add(b, s, strlen(s));
-}
 
 // ---------------------------------------------------------------------------------------------
 // String slices with the Python str methods the templates call.
@@ -56,8 +21,8 @@ static sv_t sv_of(const char *s) {
     return (sv_t){s ? s : "", s ? strlen(s) : 0};
 }
 
-static void sb_sv(sb_t *b, sv_t s) {
-    sb_add(b, s.p, s.n);
+static void put_sv(jbuf_t *b, sv_t s) {
+    jb_raw(b, s.p, s.n);
 }
 
 static const char *sv_find(sv_t h, const char *needle) {
@@ -189,34 +154,34 @@ static void py_float_repr(double v, char *buf, size_t size, bool json) {
         nd--;
     digits[nd] = '\0';
     int decpt = exp10 + 1;
-    sb_t b = {0};
+    jbuf_t b = {0};
     char sign[2] = {neg ? '-' : '\0', '\0'};
-    sb_puts(&b, sign);
+    jb_lit(&b, sign);
     if (decpt > -4 && decpt <= 16) {
         if (decpt <= 0) {
-            sb_puts(&b, "0.");
+            jb_lit(&b, "0.");
             for (int i = 0; i < -decpt; i++)
-                sb_puts(&b, "0");
-            sb_puts(&b, digits);
+                jb_lit(&b, "0");
+            jb_lit(&b, digits);
         } else if (decpt >= nd) {
-            sb_puts(&b, digits);
+            jb_lit(&b, digits);
             for (int i = nd; i < decpt; i++)
-                sb_puts(&b, "0");
-            sb_puts(&b, ".0");
+                jb_lit(&b, "0");
+            jb_lit(&b, ".0");
         } else {
-            sb_add(&b, digits, decpt);
-            sb_puts(&b, ".");
-            sb_puts(&b, digits + decpt);
+            jb_raw(&b, digits, decpt);
+            jb_lit(&b, ".");
+            jb_lit(&b, digits + decpt);
         }
     } else {
         char e[16];
-        sb_add(&b, digits, 1);
+        jb_raw(&b, digits, 1);
         if (nd > 1) {
-            sb_puts(&b, ".");
-            sb_puts(&b, digits + 1);
+            jb_lit(&b, ".");
+            jb_lit(&b, digits + 1);
         }
         snprintf(e, sizeof e, "e%c%02d", decpt - 1 < 0 ? '-' : '+', abs(decpt - 1));
-        sb_puts(&b, e);
+        jb_lit(&b, e);
     }
     snprintf(buf, size, "%s", b.p ? b.p : "0.0");
     free(b.p);
@@ -225,11 +190,11 @@ static void py_float_repr(double v, char *buf, size_t size, bool json) {
 /* A number as Python sees it after json.loads: an int when its spelling (recorded by
  * chat_json_parse) has no fraction or exponent, else a float. Without a spelling, integral
  * values within 2^53 count as ints. */
-static void py_number(sb_t *b, const cJSON *item, bool json) {
+static void py_number(jbuf_t *b, const cJSON *item, bool json) {
     char buf[64];
     const char *lex = item->valuestring;
     if (lex && !strpbrk(lex, ".eE")) {
-        sb_puts(b, strcmp(lex, "-0") == 0 ? "0" : lex);
+        jb_lit(b, strcmp(lex, "-0") == 0 ? "0" : lex);
         return;
     }
     double v = item->valuedouble;
@@ -239,15 +204,15 @@ static void py_number(sb_t *b, const cJSON *item, bool json) {
         leave_c_locale(old);
     } else if (v == floor(v) && fabs(v) <= 9007199254740992.0) {
         snprintf(buf, sizeof buf, "%lld", (long long)v);
-        sb_puts(b, buf);
+        jb_lit(b, buf);
         return;
     }
     py_float_repr(v, buf, sizeof buf, json);
-    sb_puts(b, buf);
+    jb_lit(b, buf);
 }
 
-static void json_string(sb_t *b, const char *s) {
-    sb_puts(b, "\"");
+static void json_string(jbuf_t *b, const char *s) {
+    jb_lit(b, "\"");
     for (const char *p = s; *p; p++) {
         unsigned char c = (unsigned char)*p;
         const char *esc = NULL;
@@ -281,11 +246,11 @@ static void json_string(sb_t *b, const char *s) {
                 }
         }
         if (esc)
-            sb_puts(b, esc);
+            jb_lit(b, esc);
         else
-            sb_add(b, p, 1);
+            jb_raw(b, p, 1);
     }
-    sb_puts(b, "\"");
+    jb_lit(b, "\"");
 }
 
 /* Python dicts keep one entry per key: the first key's position with the last key's value. */
@@ -302,47 +267,47 @@ static const cJSON *key_last_value(const cJSON *item) {
     return last;
 }
 
-static void json_dump(sb_t *b, const cJSON *item) {
+static void json_dump(jbuf_t *b, const cJSON *item) {
     if (cJSON_IsObject(item)) {
-        sb_puts(b, "{");
+        jb_lit(b, "{");
         bool first = true;
         for (const cJSON *c = item->child; c; c = c->next) {
             if (key_seen_before(item, c)) continue;
-            if (!first) sb_puts(b, ", ");
+            if (!first) jb_lit(b, ", ");
             first = false;
             json_string(b, c->string);
-            sb_puts(b, ": ");
+            jb_lit(b, ": ");
             json_dump(b, key_last_value(c));
         }
-        sb_puts(b, "}");
+        jb_lit(b, "}");
     } else if (cJSON_IsArray(item)) {
-        sb_puts(b, "[");
+        jb_lit(b, "[");
         for (const cJSON *c = item->child; c; c = c->next) {
-            if (c != item->child) sb_puts(b, ", ");
+            if (c != item->child) jb_lit(b, ", ");
             json_dump(b, c);
         }
-        sb_puts(b, "]");
+        jb_lit(b, "]");
     } else if (cJSON_IsString(item)) {
         json_string(b, item->valuestring);
     } else if (cJSON_IsNumber(item)) {
         py_number(b, item, true);
     } else if (cJSON_IsBool(item)) {
-        sb_puts(b, cJSON_IsTrue(item) ? "true" : "false");
+        jb_lit(b, cJSON_IsTrue(item) ? "true" : "false");
     } else {
-        sb_puts(b, "null");
+        jb_lit(b, "null");
     }
 }
 
 /* Jinja's `string` filter: Python str() of a scalar. */
-static void py_str(sb_t *b, const cJSON *item) {
+static void py_str(jbuf_t *b, const cJSON *item) {
     if (cJSON_IsString(item))
-        sb_puts(b, item->valuestring);
+        jb_lit(b, item->valuestring);
     else if (cJSON_IsNumber(item))
         py_number(b, item, false);
     else if (cJSON_IsBool(item))
-        sb_puts(b, cJSON_IsTrue(item) ? "True" : "False");
+        jb_lit(b, cJSON_IsTrue(item) ? "True" : "False");
     else
-        sb_puts(b, "None");
+        jb_lit(b, "None");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -440,9 +405,9 @@ static bool has_tools(const cJSON *tools) {
     return tools && cJSON_GetArraySize(tools) > 0;
 }
 
-static void put_tools(sb_t *b, const cJSON *tools) {
+static void put_tools(jbuf_t *b, const cJSON *tools) {
     for (const cJSON *t = tools->child; t; t = t->next) {
-        sb_puts(b, "\n");
+        jb_lit(b, "\n");
         json_dump(b, t);
     }
 }
@@ -461,48 +426,59 @@ static void split_inline_reasoning(sv_t *content, sv_t *reasoning) {
     *content = sv_lstrip_nl((sv_t){rest, content->n - (size_t)(rest - content->p)});
 }
 
+/* An assistant message's reasoning: reasoning_content when given, else the think block inside its
+ * content (which is then cut to what follows </think>); empty when neither. */
+static sv_t message_reasoning(const chat_msg_t *m, sv_t *content) {
+    sv_t reasoning = sv_of("");
+    if (m->reasoning)
+        reasoning = sv_of(m->reasoning);
+    else if (sv_find(*content, "</think>"))
+        split_inline_reasoning(content, &reasoning);
+    return reasoning;
+}
+
 /* Qwen3 reads a non-string content as ''. */
 static sv_t qwen3_content(const chat_msg_t *m) {
     return m->content_kind == CHAT_CONTENT_TEXT ? sv_of(m->content) : sv_of("");
 }
 
-static int qwen3_tool_calls(sb_t *b, const chat_msg_t *m, sv_t content, err_t *err) {
+static int qwen3_tool_calls(jbuf_t *b, const chat_msg_t *m, sv_t content, err_t *err) {
     for (size_t k = 0; k < m->n_tool_calls; k++) {
         const chat_tool_call_t *tc = &m->tool_calls[k];
-        if (k > 0 || content.n) sb_puts(b, "\n");
-        sb_puts(b, "<tool_call>\n{\"name\": \"");
-        sb_puts(b, tc->name);
-        sb_puts(b, "\", \"arguments\": ");
+        if (k > 0 || content.n) jb_lit(b, "\n");
+        jb_lit(b, "<tool_call>\n{\"name\": \"");
+        jb_lit(b, tc->name);
+        jb_lit(b, "\", \"arguments\": ");
         if (tc->arguments_text)
-            sb_puts(b, tc->arguments_text);
+            jb_lit(b, tc->arguments_text);
         else if (tc->arguments_json)
             json_dump(b, tc->arguments_json);
         else
             return err_set(err, TPL_ERR "tool call \"%s\" has no arguments", tc->name);
-        sb_puts(b, "}\n</tool_call>");
+        jb_lit(b, "}\n</tool_call>");
     }
     return 0;
 }
 
-static int render_qwen3(sb_t *b, chat_format_t fmt, const chat_msg_t *msgs, size_t n,
+static int render_qwen3(jbuf_t *b, chat_format_t fmt, const chat_msg_t *msgs, size_t n,
                         const cJSON *tools, const chat_opts_t *opts, err_t *err) {
     if (n == 0) return err_set(err, TPL_ERR "no messages (the template reads messages[0])");
     bool sys0 = msgs[0].role == CHAT_SYSTEM;
     if (sys0 && msgs[0].content_kind != CHAT_CONTENT_TEXT)
         return err_set(err, TPL_ERR "the system message's content must be a string");
     if (has_tools(tools)) {
-        sb_puts(b, "<|im_start|>system\n");
+        jb_lit(b, "<|im_start|>system\n");
         if (sys0) {
-            sb_puts(b, msgs[0].content);
-            sb_puts(b, "\n\n");
+            jb_lit(b, msgs[0].content);
+            jb_lit(b, "\n\n");
         }
-        sb_puts(b, QWEN3_TOOLS_HEAD);
+        jb_lit(b, QWEN3_TOOLS_HEAD);
         put_tools(b, tools);
-        sb_puts(b, QWEN3_TOOLS_TAIL);
+        jb_lit(b, QWEN3_TOOLS_TAIL);
     } else if (sys0) {
-        sb_puts(b, "<|im_start|>system\n");
-        sb_puts(b, msgs[0].content);
-        sb_puts(b, "<|im_end|>\n");
+        jb_lit(b, "<|im_start|>system\n");
+        jb_lit(b, msgs[0].content);
+        jb_lit(b, "<|im_end|>\n");
     }
     /* The last user message that is a real query, not tool output wrapped by the client. */
     size_t last_query = n - 1;
@@ -518,69 +494,65 @@ static int render_qwen3(sb_t *b, chat_format_t fmt, const chat_msg_t *msgs, size
         const chat_msg_t *m = &msgs[i];
         sv_t content = qwen3_content(m);
         if (m->role == CHAT_USER || (m->role == CHAT_SYSTEM && i > 0)) {
-            sb_puts(b, m->role == CHAT_USER ? "<|im_start|>user\n" : "<|im_start|>system\n");
-            sb_sv(b, content);
-            sb_puts(b, "<|im_end|>\n");
+            jb_lit(b, m->role == CHAT_USER ? "<|im_start|>user\n" : "<|im_start|>system\n");
+            put_sv(b, content);
+            jb_lit(b, "<|im_end|>\n");
         } else if (m->role == CHAT_ASSISTANT) {
-            sv_t reasoning = sv_of("");
-            if (m->reasoning)
-                reasoning = sv_of(m->reasoning);
-            else if (sv_find(content, "</think>"))
-                split_inline_reasoning(&content, &reasoning);
+            sv_t reasoning = message_reasoning(m, &content);
             if (i > last_query && (i == n - 1 || reasoning.n)) {
-                sb_puts(b, "<|im_start|>assistant\n<think>\n");
-                sb_sv(b, sv_lstrip_nl(sv_rstrip_nl(reasoning)));
-                sb_puts(b, "\n</think>\n\n");
-                sb_sv(b, sv_lstrip_nl(content));
+                jb_lit(b, "<|im_start|>assistant\n<think>\n");
+                put_sv(b, sv_lstrip_nl(sv_rstrip_nl(reasoning)));
+                jb_lit(b, "\n</think>\n\n");
+                put_sv(b, sv_lstrip_nl(content));
             } else {
-                sb_puts(b, "<|im_start|>assistant\n");
-                sb_sv(b, content);
+                jb_lit(b, "<|im_start|>assistant\n");
+                put_sv(b, content);
             }
             if (qwen3_tool_calls(b, m, content, err) < 0) return -1;
-            sb_puts(b, "<|im_end|>\n");
+            jb_lit(b, "<|im_end|>\n");
         } else if (m->role == CHAT_TOOL) {
-            if (i == 0 || msgs[i - 1].role != CHAT_TOOL) sb_puts(b, "<|im_start|>user");
-            sb_puts(b, "\n<tool_response>\n");
-            sb_sv(b, content);
-            sb_puts(b, "\n</tool_response>");
-            if (i == n - 1 || msgs[i + 1].role != CHAT_TOOL) sb_puts(b, "<|im_end|>\n");
+            if (i == 0 || msgs[i - 1].role != CHAT_TOOL) jb_lit(b, "<|im_start|>user");
+            jb_lit(b, "\n<tool_response>\n");
+            put_sv(b, content);
+            jb_lit(b, "\n</tool_response>");
+            if (i == n - 1 || msgs[i + 1].role != CHAT_TOOL) jb_lit(b, "<|im_end|>\n");
         }
         /* The first system message was rendered above; other roles render nothing. */
     }
     if (opts->add_generation_prompt) {
         if (fmt == CHAT_QWEN3_THINKING_2507)
-            sb_puts(b, "<|im_start|>assistant\n<think>\n");
+            jb_lit(b, "<|im_start|>assistant\n<think>\n");
         else
-            sb_puts(b, "<|im_start|>assistant\n");
+            jb_lit(b, "<|im_start|>assistant\n");
         if (fmt == CHAT_QWEN3 && opts->enable_thinking == CHAT_THINK_OFF)
-            sb_puts(b, "<think>\n\n</think>\n\n");
+            jb_lit(b, "<think>\n\n</think>\n\n");
     }
     return 0;
 }
 
 /* Qwen3.5's render_content macro followed by |trim. Parts are concatenated into `scratch`, so
  * the result is valid until the next call. */
-static sv_t qwen3_5_content(const chat_msg_t *m, sb_t *scratch) {
+static sv_t qwen3_5_content(const chat_msg_t *m, jbuf_t *scratch) {
     if (m->content_kind == CHAT_CONTENT_TEXT) return sv_trim(sv_of(m->content));
     if (m->content_kind == CHAT_CONTENT_NONE) return sv_of("");
     scratch->len = 0;
-    sb_puts(scratch, "");
+    jb_lit(scratch, "");
     for (size_t k = 0; k < m->n_parts; k++)
-        sb_puts(scratch, m->parts[k]);
+        jb_lit(scratch, m->parts[k]);
     return sv_trim((sv_t){scratch->p ? scratch->p : "", scratch->len});
 }
 
-static int qwen3_5_tool_calls(sb_t *b, const chat_msg_t *m, sv_t content, err_t *err) {
+static int qwen3_5_tool_calls(jbuf_t *b, const chat_msg_t *m, sv_t content, err_t *err) {
     for (size_t k = 0; k < m->n_tool_calls; k++) {
         const chat_tool_call_t *tc = &m->tool_calls[k];
         if (k > 0)
-            sb_puts(b, "\n<tool_call>\n<function=");
+            jb_lit(b, "\n<tool_call>\n<function=");
         else if (sv_trim(content).n)
-            sb_puts(b, "\n\n<tool_call>\n<function=");
+            jb_lit(b, "\n\n<tool_call>\n<function=");
         else
-            sb_puts(b, "<tool_call>\n<function=");
-        sb_puts(b, tc->name);
-        sb_puts(b, ">\n");
+            jb_lit(b, "<tool_call>\n<function=");
+        jb_lit(b, tc->name);
+        jb_lit(b, ">\n");
         if (tc->arguments_text || (tc->arguments_json && !cJSON_IsObject(tc->arguments_json)))
             return err_set(err,
                            TPL_ERR "Can only get item pairs from a mapping. (the arguments "
@@ -590,41 +562,41 @@ static int qwen3_5_tool_calls(sb_t *b, const chat_msg_t *m, sv_t content, err_t 
         for (const cJSON *a = args ? args->child : NULL; a; a = a->next) {
             if (key_seen_before(args, a)) continue;
             const cJSON *v = key_last_value(a);
-            sb_puts(b, "<parameter=");
-            sb_puts(b, a->string);
-            sb_puts(b, ">\n");
+            jb_lit(b, "<parameter=");
+            jb_lit(b, a->string);
+            jb_lit(b, ">\n");
             if (cJSON_IsObject(v) || cJSON_IsArray(v))
                 json_dump(b, v);
             else
                 py_str(b, v);
-            sb_puts(b, "\n</parameter>\n");
+            jb_lit(b, "\n</parameter>\n");
         }
-        sb_puts(b, "</function>\n</tool_call>");
+        jb_lit(b, "</function>\n</tool_call>");
     }
     return 0;
 }
 
-static int render_qwen3_5(sb_t *b, chat_format_t fmt, const chat_msg_t *msgs, size_t n,
+static int render_qwen3_5(jbuf_t *b, chat_format_t fmt, const chat_msg_t *msgs, size_t n,
                           const cJSON *tools, const chat_opts_t *opts, err_t *err) {
     if (n == 0) return err_set(err, TPL_ERR "No messages provided.");
-    sb_t scratch = {0};
+    jbuf_t scratch = {0};
     int rc = -1;
     if (has_tools(tools)) {
-        sb_puts(b, QWEN3_5_TOOLS_HEAD);
+        jb_lit(b, QWEN3_5_TOOLS_HEAD);
         put_tools(b, tools);
-        sb_puts(b, QWEN3_5_TOOLS_TAIL);
+        jb_lit(b, QWEN3_5_TOOLS_TAIL);
         if (msgs[0].role == CHAT_SYSTEM) {
             sv_t c = qwen3_5_content(&msgs[0], &scratch);
             if (c.n) {
-                sb_puts(b, "\n\n");
-                sb_sv(b, c);
+                jb_lit(b, "\n\n");
+                put_sv(b, c);
             }
         }
-        sb_puts(b, "<|im_end|>\n");
+        jb_lit(b, "<|im_end|>\n");
     } else if (msgs[0].role == CHAT_SYSTEM) {
-        sb_puts(b, "<|im_start|>system\n");
-        sb_sv(b, qwen3_5_content(&msgs[0], &scratch));
-        sb_puts(b, "<|im_end|>\n");
+        jb_lit(b, "<|im_start|>system\n");
+        put_sv(b, qwen3_5_content(&msgs[0], &scratch));
+        jb_lit(b, "<|im_end|>\n");
     }
     size_t last_query = n;
     for (size_t i = n; i-- > 0 && last_query == n;) {
@@ -645,32 +617,27 @@ static int render_qwen3_5(sb_t *b, chat_format_t fmt, const chat_msg_t *msgs, si
                 goto out;
             }
         } else if (m->role == CHAT_USER) {
-            sb_puts(b, "<|im_start|>user\n");
-            sb_sv(b, content);
-            sb_puts(b, "<|im_end|>\n");
+            jb_lit(b, "<|im_start|>user\n");
+            put_sv(b, content);
+            jb_lit(b, "<|im_end|>\n");
         } else if (m->role == CHAT_ASSISTANT) {
-            sv_t reasoning = sv_of("");
-            if (m->reasoning)
-                reasoning = sv_of(m->reasoning);
-            else if (sv_find(content, "</think>"))
-                split_inline_reasoning(&content, &reasoning);
-            reasoning = sv_trim(reasoning);
+            sv_t reasoning = sv_trim(message_reasoning(m, &content));
             if (i > last_query) {
-                sb_puts(b, "<|im_start|>assistant\n<think>\n");
-                sb_sv(b, reasoning);
-                sb_puts(b, "\n</think>\n\n");
+                jb_lit(b, "<|im_start|>assistant\n<think>\n");
+                put_sv(b, reasoning);
+                jb_lit(b, "\n</think>\n\n");
             } else {
-                sb_puts(b, "<|im_start|>assistant\n");
+                jb_lit(b, "<|im_start|>assistant\n");
             }
-            sb_sv(b, content);
+            put_sv(b, content);
             if (qwen3_5_tool_calls(b, m, content, err) < 0) goto out;
-            sb_puts(b, "<|im_end|>\n");
+            jb_lit(b, "<|im_end|>\n");
         } else if (m->role == CHAT_TOOL) {
-            if (i > 0 && msgs[i - 1].role != CHAT_TOOL) sb_puts(b, "<|im_start|>user");
-            sb_puts(b, "\n<tool_response>\n");
-            sb_sv(b, content);
-            sb_puts(b, "\n</tool_response>");
-            if (i == n - 1 || msgs[i + 1].role != CHAT_TOOL) sb_puts(b, "<|im_end|>\n");
+            if (i > 0 && msgs[i - 1].role != CHAT_TOOL) jb_lit(b, "<|im_start|>user");
+            jb_lit(b, "\n<tool_response>\n");
+            put_sv(b, content);
+            jb_lit(b, "\n</tool_response>");
+            if (i == n - 1 || msgs[i + 1].role != CHAT_TOOL) jb_lit(b, "<|im_end|>\n");
         } else {
             err_set(err, TPL_ERR "Unexpected message role. (\"%s\")",
                     m->role_name ? m->role_name : "?");
@@ -680,8 +647,8 @@ static int render_qwen3_5(sb_t *b, chat_format_t fmt, const chat_msg_t *msgs, si
     if (opts->add_generation_prompt) {
         bool think = fmt == CHAT_QWEN3_5 ? opts->enable_thinking != CHAT_THINK_OFF
                                          : opts->enable_thinking == CHAT_THINK_ON;
-        sb_puts(b, think ? "<|im_start|>assistant\n<think>\n"
-                         : "<|im_start|>assistant\n<think>\n\n</think>\n\n");
+        jb_lit(b, think ? "<|im_start|>assistant\n<think>\n"
+                        : "<|im_start|>assistant\n<think>\n\n</think>\n\n");
     }
     rc = 0;
 out:
@@ -703,7 +670,7 @@ int chat_render(chat_format_t fmt, const chat_msg_t *msgs, size_t n_msgs, const 
         for (size_t k = 0; k < msgs[i].n_tool_calls; k++)
             if (!msgs[i].tool_calls[k].name)
                 return err_set(err, "chat: message %zu: tool call %zu has no function name", i, k);
-    sb_t b = {0};
+    jbuf_t b = {0};
     int rc;
     switch (fmt) {
         case CHAT_QWEN3:
@@ -723,7 +690,7 @@ int chat_render(chat_format_t fmt, const chat_msg_t *msgs, size_t n_msgs, const 
         free(b.p);
         return -1;
     }
-    sb_puts(&b, "");
+    jb_lit(&b, "");
     if (b.oom) {
         free(b.p);
         return err_set(err, "out of memory rendering the chat template");
@@ -901,11 +868,11 @@ static int parse_content(chat_conv_t *conv, size_t i, const cJSON *c, unsigned f
         m->n_parts++;
     }
     if (flags & CHAT_JSON_FLATTEN_PARTS) {
-        sb_t b = {0};
-        sb_puts(&b, "");
+        jbuf_t b = {0};
+        jb_lit(&b, "");
         for (size_t k = 0; k < m->n_parts; k++) {
-            if (k) sb_puts(&b, "\n");
-            sb_puts(&b, m->parts[k]);
+            if (k) jb_lit(&b, "\n");
+            jb_lit(&b, m->parts[k]);
         }
         if (b.oom) {
             free(b.p);
@@ -1080,8 +1047,8 @@ struct chat_reasoning {
     bool ended;         /* </think> or a genuine tool call seen: everything is content */
     bool think_dropped; /* the first <think> was dropped */
     bool tc_checked;    /* the first <tool_call> was not a call: no later one ends reasoning */
-    sb_t held;          /* text not returned yet, waiting for the next delta to decide */
-    sb_t work, r, c;    /* held + delta, and this call's reasoning and content */
+    jbuf_t held;        /* text not returned yet, waiting for the next delta to decide */
+    jbuf_t work, r, c;  /* held + delta, and this call's reasoning and content */
 };
 
 int chat_reasoning_create(bool prompt_is_reasoning_end, chat_reasoning_t **out, err_t *err) {
@@ -1125,7 +1092,7 @@ static const char *next_tag(const chat_reasoning_t *rs, sv_t s, const char **tag
     return best;
 }
 
-static void set_out(chat_split_t *out, const sb_t *r, const sb_t *c) {
+static void set_out(chat_split_t *out, const jbuf_t *r, const jbuf_t *c) {
     *out = (chat_split_t){0};
     if (r->len) {
         out->reasoning = r->p;
@@ -1148,8 +1115,8 @@ int chat_reasoning_feed(chat_reasoning_t *rs, const char *delta, size_t len, cha
         return 0;
     }
     rs->work.len = rs->r.len = rs->c.len = 0;
-    sb_add(&rs->work, rs->held.p, rs->held.len);
-    sb_add(&rs->work, delta, len);
+    jb_raw(&rs->work, rs->held.p, rs->held.len);
+    jb_raw(&rs->work, delta, len);
     rs->held.len = 0;
     sv_t s = {rs->work.p, rs->work.len};
     while (s.n) {
@@ -1161,33 +1128,33 @@ int chat_reasoning_feed(chat_reasoning_t *rs, const char *delta, size_t len, cha
                 keep = partial_tag(s, THINK_OPEN);
             if (!rs->tc_checked && partial_tag(s, TOOL_CALL) > keep)
                 keep = partial_tag(s, TOOL_CALL);
-            sb_add(&rs->r, s.p, s.n - keep);
-            sb_add(&rs->held, s.p + s.n - keep, keep);
+            jb_raw(&rs->r, s.p, s.n - keep);
+            jb_raw(&rs->held, s.p + s.n - keep, keep);
             break;
         }
         size_t before = (size_t)(at - s.p), taglen = strlen(tag);
-        sb_add(&rs->r, s.p, before);
+        jb_raw(&rs->r, s.p, before);
         sv_t after = {at + taglen, s.n - before - taglen};
         if (tag == THINK_OPEN) {
             rs->think_dropped = true;
             s = after;
         } else if (tag == THINK_CLOSE) {
             rs->ended = true;
-            sb_sv(&rs->c, after);
+            put_sv(&rs->c, after);
             break;
         } else {
             tc_verdict_t v = tool_call_verdict(after.p, after.n);
             if (v == TC_GENUINE) {
                 rs->ended = true;
-                sb_add(&rs->c, at, s.n - before);
+                jb_raw(&rs->c, at, s.n - before);
                 break;
             }
             if (v == TC_UNDECIDED) {
-                sb_add(&rs->held, at, s.n - before);
+                jb_raw(&rs->held, at, s.n - before);
                 break;
             }
             rs->tc_checked = true;
-            sb_add(&rs->r, at, taglen);
+            jb_raw(&rs->r, at, taglen);
             s = after;
         }
     }
@@ -1201,7 +1168,7 @@ void chat_reasoning_finish(chat_reasoning_t *rs, chat_split_t *out) {
     *out = (chat_split_t){0};
     if (!rs->held.len) return;
     rs->r.len = rs->c.len = 0;
-    sb_add(&rs->r, rs->held.p, rs->held.len);
+    jb_raw(&rs->r, rs->held.p, rs->held.len);
     rs->held.len = 0;
     set_out(out, &rs->r, &rs->c);
 }

@@ -3,8 +3,8 @@
  *
  * The simplest driver of the backend interface: it lays a single sequence out in contiguous KV
  * blocks, prefills the prompt in chunks of at most `chunk_tokens` (chunked prefill reading the
- * cached prefix), then decodes one token per step. `tachyon complete` and the golden tests use
- * it; the engine (scheduler + continuous batching) drives the same backend calls for many
+ * cached prefix), then decodes one token per step. The golden tests use it to check the
+ * backend against transformers without the scheduler in the way; the engine (scheduler + continuous batching) drives the same backend calls for many
  * sequences at once.
  *
  *     oneshot_opts_t o = oneshot_defaults();

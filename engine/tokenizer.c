@@ -1,4 +1,5 @@
 #include "tokenizer.h"
+#include "utf8.h"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <cjson/cJSON.h>
@@ -53,49 +54,6 @@ static int buf_put(buf_t *b, const void *data, size_t n) {
 
 /* ------------------------------------------------------------------------------------------ */
 /* UTF-8 */
-
-enum { U8_OK, U8_BAD, U8_SHORT };
-
-/* Classifies the bytes at s[0..n), n >= 1: U8_OK (one well-formed character of *len bytes),
- * U8_BAD (a maximal subpart of an ill-formed sequence, *len bytes, which Python's and Rust's
- * lossy decoders each turn into one U+FFFD) or U8_SHORT (all n bytes are the well-formed
- * start of a character that continues past the end). */
-static int utf8_class(const uint8_t *s, size_t n, size_t *len) {
-    uint8_t c = s[0];
-    size_t need;
-    uint8_t lo = 0x80, hi = 0xBF;
-    if (c < 0x80) {
-        *len = 1;
-        return U8_OK;
-    }
-    if (c >= 0xC2 && c <= 0xDF) {
-        need = 2;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-        need = 3;
-        if (c == 0xE0) lo = 0xA0;
-        if (c == 0xED) hi = 0x9F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-        need = 4;
-        if (c == 0xF0) lo = 0x90;
-        if (c == 0xF4) hi = 0x8F;
-    } else {
-        *len = 1;
-        return U8_BAD;
-    }
-    for (size_t i = 1; i < need; i++) {
-        if (i >= n) {
-            *len = n;
-            return U8_SHORT;
-        }
-        uint8_t min = i == 1 ? lo : 0x80, max = i == 1 ? hi : 0xBF;
-        if (s[i] < min || s[i] > max) {
-            *len = i;
-            return U8_BAD;
-        }
-    }
-    *len = need;
-    return U8_OK;
-}
 
 static const char REPLACEMENT[3] = {(char)0xEF, (char)0xBF, (char)0xBD};
 
@@ -1700,7 +1658,8 @@ int tok_stream_push(tok_stream_t *st, int32_t id, char *out, size_t cap, size_t 
     if (st->n_pending == 0) { /* the common case: an ASCII token with nothing held back */
         const uint8_t *t = (const uint8_t *)tstr(st->tok, b);
         size_t k = 0;
-        while (k < b.len && t[k] < 0x80) k++;
+        while (k < b.len && t[k] < 0x80)
+            k++;
         if (k == b.len) {
             if (b.len > cap) return -1;
             memcpy(out, t, b.len);

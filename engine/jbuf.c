@@ -1,4 +1,5 @@
 #include "jbuf.h"
+#include "utf8.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -40,7 +41,7 @@ static bool jb_reserve(jbuf_t *b, size_t n) {
 
 void jb_raw(jbuf_t *b, const char *s, size_t n) {
     if (!jb_reserve(b, n)) return;
-    memcpy(b->p + b->len, s, n);
+    if (n) memcpy(b->p + b->len, s, n); /* s may be NULL for an empty slice */
     b->len += n;
     b->p[b->len] = '\0';
 }
@@ -69,34 +70,13 @@ void jb_printf(jbuf_t *b, const char *fmt, ...) {
 }
 
 /* Length of the first valid UTF-8 sequence at s (1..4), or 0 when s starts with an invalid one;
- * *bad is then the length of the maximal invalid subpart to replace. */
+ * *bad is then the length of the maximal invalid subpart to replace (a sequence cut by the end
+ * counts as invalid here: JSON text is never continued). */
 static size_t jb_utf8_seq(const unsigned char *s, size_t n, size_t *bad) {
-    unsigned c = s[0];
-    *bad = 1;
-    if (c < 0x80) return 1;
-    size_t need;
-    unsigned lo = 0x80, hi = 0xBF; /* range of the second byte */
-    if (c >= 0xC2 && c <= 0xDF)
-        need = 2;
-    else if (c >= 0xE0 && c <= 0xEF) {
-        need = 3;
-        if (c == 0xE0) lo = 0xA0;
-        if (c == 0xED) hi = 0x9F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-        need = 4;
-        if (c == 0xF0) lo = 0x90;
-        if (c == 0xF4) hi = 0x8F;
-    } else
-        return 0;
-    for (size_t i = 1; i < need; i++) {
-        unsigned d = i < n ? s[i] : 0x100;
-        unsigned l = i == 1 ? lo : 0x80, h = i == 1 ? hi : 0xBF;
-        if (d < l || d > h) {
-            *bad = i;
-            return 0;
-        }
-    }
-    return need;
+    size_t len;
+    if (utf8_class(s, n, &len) == U8_OK) return len;
+    *bad = len;
+    return 0;
 }
 
 bool jb_utf8_valid(const char *s, size_t n) {

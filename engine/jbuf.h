@@ -1,5 +1,6 @@
 /*
- * jbuf: a growable byte buffer with JSON writers, for responses and SSE chunks.
+ * jbuf: a growable byte buffer with JSON writers, for responses, SSE chunks and rendered chat
+ * prompts (engine/chat.c).
  *
  * The server writes every JSON document it sends with these appenders instead of building cJSON
  * trees, so that a streamed token costs a few appends into a buffer that is reused for the
