@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Engine CPU time per step outside the forward pass at 1, 64 and 512 running sequences, with the
+# Engine time per step outside the forward pass at 1, 64 and 512 running sequences (wall time,
+# and the engine thread's own CPU time, which excludes time it spent descheduled), with the
 # null backend (no model math; the embedded model's tokenizer still detokenizes every token).
 # Prints a Markdown table for bench/RESULTS.md. Usage: bench/engine-overhead.sh [build dir]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$root/build/release}
-echo "| running sequences | steps measured | mean us/step | p50 us | p99 us |"
-echo "|---|---|---|---|---|"
+echo "| running sequences | steps measured | wall: mean us/step | p50 us | p99 us | engine-thread CPU us/step |"
+echo "|---|---|---|---|---|---|"
 for n in 1 64 512; do
     "$build/tests/engine_overhead" "$n" 400
 done

@@ -44,16 +44,25 @@ typedef struct be_batch {
     const int32_t *context_len;  /* [n_seqs] tokens of context after this step */
     const int32_t *block_tables; /* [n_seqs, block_table_stride] block ids */
     int block_table_stride;
-    int n_logits;              /* rows that need logits (last token of a finished prefill, decodes) */
+    int n_logits; /* rows that need logits (last token of a finished prefill, decodes) */
     const int32_t *logit_rows; /* [n_logits] token indices into the flattened arrays */
 } be_batch_t;
 
 typedef struct backend_options {
-    int n_threads;                  /* CPU: worker threads (0 = all cores) */
-    bool emulate_fp8_activations;   /* CPU: quantize GEMM inputs per token per 128 columns to
-                                       e4m3 (W8A8, as the GPU does) before FP8 weight GEMMs */
-    int device;                     /* CUDA: device ordinal */
-    double gpu_memory_utilization;  /* CUDA: fraction of device memory to use */
+    int n_threads;                 /* CPU: worker threads (0 = all cores) */
+    bool emulate_fp8_activations;  /* CPU: quantize GEMM inputs per token per 128 columns to
+                                      e4m3 (W8A8, as the GPU does) before FP8 weight GEMMs */
+    int device;                    /* CUDA: device ordinal */
+    double gpu_memory_utilization; /* CUDA: fraction of device memory to use */
+    int max_num_batched_tokens;    /* CUDA: tokens per step the activation workspace is sized
+                                      for (0 = 8192); larger batches run in pieces */
+    int max_num_seqs;              /* CUDA: sequences per step (0 = 1024): logits rows, graph
+                                      capture sizes, metadata capacity */
+    bool cuda_graphs;              /* CUDA: replay decode steps from captured graphs; changed
+                                      live through the `configure` op */
+    int kv_cache_dtype;            /* CUDA: kv_cache_dtype_t (auto = bf16, fp8 = e4m3); the
+                                      engine calls `configure` with it before it rebuilds the
+                                      pool */
 } backend_options_t;
 
 typedef struct backend backend_t;
@@ -78,6 +87,17 @@ typedef struct backend_ops {
                   err_t *err);
     /* A one-line description ("cpu, 2 threads, f32"). */
     void (*describe)(const backend_t *be, char *buf, size_t size);
+    /* Optional (NULL: the engine's kv-cache-memory default). Bytes the backend can give the KV
+     * pool when it may use this fraction of its device memory, after its weights and
+     * workspaces (the current pool counts as free: kv_reserve replaces it). */
+    uint64_t (*kv_pool_bytes)(const backend_t *be, double gpu_memory_utilization);
+    /* Optional. Applies the live options (cuda_graphs, max_num_seqs, max_num_batched_tokens)
+     * from the next step on; the engine calls it when a live flag changes, and before
+     * kv_block_bytes / kv_reserve when it rebuilds the pool (kv_cache_dtype). */
+    void (*configure)(backend_t *be, const backend_options_t *opts);
+    /* True when the backend makes --load-format dummy values itself (weights_open with
+     * lazy_dummy: no host copy of the random weights). */
+    bool makes_dummy_weights;
 } backend_ops_t;
 
 /* Every backend instance starts with this header. */

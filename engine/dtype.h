@@ -13,6 +13,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dtype_encode.h" /* dtype_f32_to_bf16, dtype_f32_to_e4m3 (host and device) */
+
 typedef enum dtype {
     DT_BOOL,
     DT_U8,
@@ -41,12 +43,8 @@ size_t dtype_size(dtype_t t);      /* bytes per element; 0 outside the enum */
 int dtype_is_float(dtype_t t);
 
 float dtype_bf16_to_f32(uint16_t bits);
-uint16_t dtype_f32_to_bf16(float x); /* round to nearest even; NaN stays a (quiet) NaN */
 float dtype_f16_to_f32(uint16_t bits);
 float dtype_e4m3_to_f32(uint8_t bits); /* e4m3fn: no infinities, 0x7f/0xff are NaN */
-/* Round to nearest even; beyond +-448 (infinities too) saturates to +-448, as the FP8 quantizers
- * clamp before casting; NaN gives 0x7f (0xff when negative). */
-uint8_t dtype_f32_to_e4m3(float x);
 
 /* Converts n elements of type t (little-endian, any alignment) to f32: exactly for BF16, F16,
  * F32, F8_E4M3 and F8_E5M2; F64 and the integer types (BOOL as its byte value) are rounded to the

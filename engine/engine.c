@@ -169,6 +169,8 @@ struct engine {
     sched_t *sched;
     sampler_t *smp; /* NULL when the backend samples */
     eng_req_t *live;
+    stats_active_t active[STATS_MAX_ACTIVE]; /* scratch for record_active */
+    double active_t;                         /* when the list was last recorded */
     eng_req_t *done; /* finished requests, freed after their events are pushed */
     bool stalled;    /* the last step had nothing to run: wait for news */
     int extra_preempted;
@@ -527,6 +529,33 @@ void engine_default_sampling(const engine_t *eng, sampling_params_t *out) {
  * model's context. */
 static uint64_t auto_pool_bytes(void);
 
+/* The pool's bytes under flags f: kv-cache-memory, else what the backend can give (the cuda
+ * backend: gpu-memory-utilization of the device after weights and workspaces), else 25% of
+ * RAM. */
+static uint64_t pool_bytes(const engine_t *e, const flag_values_t *f) {
+    if (f->kv_cache_memory) return f->kv_cache_memory;
+    if (e->be->ops->kv_pool_bytes)
+        return e->be->ops->kv_pool_bytes(e->be, f->gpu_memory_utilization);
+    return auto_pool_bytes();
+}
+
+/* The options a backend takes from the flags. */
+static void backend_options_from_flags(backend_options_t *bo, const flag_values_t *f) {
+    bo->gpu_memory_utilization = f->gpu_memory_utilization;
+    bo->max_num_batched_tokens = f->max_num_batched_tokens;
+    bo->max_num_seqs = f->max_num_seqs;
+    bo->cuda_graphs = f->cuda_graphs;
+    bo->kv_cache_dtype = f->kv_cache_dtype;
+}
+
+/* Hands the backend the flags (engine thread only: a backend is not thread-safe). */
+static void configure_backend(engine_t *e, const flag_values_t *f) {
+    if (!e->be->ops->configure) return;
+    backend_options_t bo = {0};
+    backend_options_from_flags(&bo, f);
+    e->be->ops->configure(e->be, &bo);
+}
+
 static int check_rebuild_flags(const engine_t *e, flag_values_t *f, err_t *err) {
     int model_len = e->cfg->max_position_embeddings;
     if (f->max_model_len == 0) {
@@ -534,7 +563,7 @@ static int check_rebuild_flags(const engine_t *e, flag_values_t *f, err_t *err) 
          * 40k-token Qwen3 context does not fit the CPU's default pool for the bigger presets) */
         f->max_model_len = model_len;
         size_t per_block = e->be->ops->kv_block_bytes(e->be, f->block_size);
-        uint64_t bytes = f->kv_cache_memory ? f->kv_cache_memory : auto_pool_bytes();
+        uint64_t bytes = pool_bytes(e, f);
         uint64_t fit = per_block ? bytes / per_block * (uint64_t)f->block_size : 0;
         if (fit >= (uint64_t)f->block_size && fit < (uint64_t)model_len) {
             f->max_model_len = (int)fit;
@@ -563,11 +592,9 @@ static uint64_t auto_pool_bytes(void) {
 }
 
 /* Blocks the pool gets under flags f (max_model_len normalised), or -1 with a message when one
- * max-model-len sequence would not fit. The cuda backend will size its pool from
- * gpu-memory-utilization once it can report the free device memory; until then every backend
- * takes kv-cache-memory. */
+ * max-model-len sequence would not fit. */
 static int pool_blocks(const engine_t *e, const flag_values_t *f, err_t *err) {
-    uint64_t bytes = f->kv_cache_memory ? f->kv_cache_memory : auto_pool_bytes();
+    uint64_t bytes = pool_bytes(e, f);
     size_t per_block = e->be->ops->kv_block_bytes(e->be, f->block_size);
     if (per_block == 0) return err_set(err, "%s backend: a KV block takes 0 bytes", e->ops->name);
     uint64_t nb = bytes / per_block;
@@ -854,7 +881,8 @@ static bool has_id(const int32_t *ids, int n, int32_t id) {
 }
 
 static void flush_itl(engine_t *e) {
-    for (int i = 0; i < e->n_itl; i++) stats_record_itl_n(e->stats, e->itl_v[i], e->itl_n[i]);
+    for (int i = 0; i < e->n_itl; i++)
+        stats_record_itl_n(e->stats, e->itl_v[i], e->itl_n[i]);
     e->n_itl = 0;
 }
 
@@ -879,8 +907,12 @@ static void on_token(engine_t *e, eng_seq_t *q, const sampler_result_t *r, doubl
         return;
     }
     int n_out = q->s.n_tokens - q->s.n_prompt;
-    if (n_out == 1)
+    if (n_out == 1) {
         q->t_first = now;
+        /* vLLM's prompt_tokens_total: a request's whole prompt, cached part included, counted
+         * when its first token comes out */
+        if (q->choice == 0) stats_add_prompt_tokens(e->stats, (uint64_t)q->s.n_prompt);
+    }
     else
         add_itl(e, now - q->t_last);
     q->t_last = now;
@@ -966,7 +998,7 @@ static int reserve_batch(engine_t *e, int n_tokens, int n_seqs, size_t n_table) 
 }
 
 typedef struct step_counts {
-    int prefill, decode, prompt;
+    int prefill, decode;
 } step_counts_t;
 
 /* Gives each planned sequence a row of the batch: the one it had last step when it is still
@@ -1041,8 +1073,6 @@ static int build_batch(engine_t *e, const sched_out_t *out, be_batch_t *b, step_
             c->decode++;
         else
             c->prefill += n_new;
-        if (c0 < s->n_prompt)
-            c->prompt += (c0 + n_new < s->n_prompt ? c0 + n_new : s->n_prompt) - c0;
     }
     e->b_qstart[out->n] = t;
     *b = (be_batch_t){.n_tokens = t,
@@ -1070,7 +1100,8 @@ static void fail_step(engine_t *e, const sched_out_t *out, const char *what, con
     }
 }
 
-static int sample_rows(engine_t *e, const be_batch_t *b, const sched_out_t *out, err_t *err) {
+/* The sampler rows of this step's logit rows (host bookkeeping). */
+static void build_sampler_rows(engine_t *e, const be_batch_t *b, const sched_out_t *out) {
     for (int l = 0; l < b->n_logits; l++) {
         eng_seq_t *q = seq_of(out->seqs[e->b_row_seq[l]]);
         eng_req_t *req = q->req;
@@ -1084,6 +1115,10 @@ static int sample_rows(engine_t *e, const be_batch_t *b, const sched_out_t *out,
                                      .seed = req->seed,
                                      .choice = q->choice};
     }
+}
+
+/* Samples every row: on the device when the backend can, else on the host from the logits. */
+static int sample_rows(engine_t *e, const be_batch_t *b, err_t *err) {
     if (e->be->ops->sample) return e->be->ops->sample(e->be, e->rows, b->n_logits, e->results, err);
     size_t vocab = (size_t)e->cfg->vocab_size;
     for (int l = 0; l < b->n_logits; l++)
@@ -1136,19 +1171,23 @@ static bool step(engine_t *e, stats_step_t *st) {
         }
         logits = e->logits;
     }
+    build_sampler_rows(e, &b, &out);
+    /* The backend's time: the forward pass and the sampling math (on the device, or the host
+     * sampler for backends without one); the rest of the step is the engine's own cost. */
     tf0 = engine_now();
     int rc = backend_forward(e->be, &b, logits, &err);
-    tf1 = engine_now();
     if (rc < 0) {
+        tf1 = engine_now();
         fail_step(e, &out, "the forward pass", err.msg);
         goto record;
     }
-    if (b.n_logits > 0 && sample_rows(e, &b, &out, &err) < 0) {
+    rc = b.n_logits > 0 ? sample_rows(e, &b, &err) : 0;
+    tf1 = engine_now();
+    if (rc < 0) {
         fail_step(e, &out, "sampling", err.msg);
         goto record;
     }
     sched_advance(e->sched, &out);
-    stats_add_prompt_tokens(e->stats, (uint64_t)counts.prompt);
     stats_add_generation_tokens(e->stats, (uint64_t)b.n_logits);
     /* Forks first: a choice 0 that ends on its first token still shares its prompt blocks. */
     for (int l = 0; l < b.n_logits; l++) {
@@ -1187,6 +1226,41 @@ static void record_step(engine_t *e, stats_step_t *st) {
 /* Before the engine sleeps: a record of the state it sleeps in (no batch), when the last
  * record shows another (the last step's batch, a cancel, a rebuild), so that the gauges do not
  * keep showing finished work. */
+/* Lists the live choices for the console, oldest first, at most every 100 ms (and whenever the
+ * engine goes idle, so an empty list shows at once): cheap next to a step at any batch size. */
+static void record_active(engine_t *e, bool force) {
+    double now = engine_now();
+    if (!force && now - e->active_t < 0.1) return;
+    e->active_t = now;
+    int n = 0, total = 0;
+    eng_req_t *oldest = e->live;
+    while (oldest && oldest->next)
+        oldest = oldest->next; /* the live list is newest first */
+    for (eng_req_t *req = oldest; req; req = req->prev) {
+        for (int c = 0; c < req->n_started; c++) {
+            const eng_seq_t *q = &req->seqs[c];
+            if (q->finished) continue;
+            total++;
+            if (n == STATS_MAX_ACTIVE) continue;
+            stats_active_t *a = &e->active[n++];
+            const sched_seq_t *s = &q->s;
+            a->choice = q->choice;
+            snprintf(a->id, sizeof a->id, "%s", req->id ? req->id : "");
+            a->prompt_tokens = s->n_prompt;
+            a->generated = s->n_tokens - s->n_prompt;
+            a->cached_tokens = s->cached_tokens;
+            a->arrival = req->arrival;
+            a->first_token = q->t_first;
+            a->preemptions = s->n_preemptions;
+            if (s->state == SCHED_SEQ_RUNNING)
+                a->state = s->n_computed < s->n_tokens - 1 ? STATS_REQ_PREFILL : STATS_REQ_DECODE;
+            else
+                a->state = s->admitted ? STATS_REQ_PREEMPTED : STATS_REQ_WAITING;
+        }
+    }
+    stats_record_active(e->stats, e->active, n, total, now);
+}
+
 static void record_idle(engine_t *e) {
     stats_step_t st = {.t = engine_now(),
                        .waiting = sched_num_waiting(e->sched),
@@ -1239,8 +1313,10 @@ static int rebuild(engine_t *e, flag_values_t *f, err_t *err) {
     }
     e->extra_preempted += sched_release_all(e->sched);
     flag_values_t old = e->f;
+    configure_backend(e, f); /* the KV dtype, before the pool is sized */
     if (make_pool(e, f, err) < 0) {
         err_t ignored;
+        configure_backend(e, &old);
         if (make_pool(e, &old, &ignored) < 0)
             fprintf(stderr, "tachyon: engine: cannot restore the KV pool either: %s\n",
                     ignored.msg);
@@ -1257,6 +1333,7 @@ static int rebuild(engine_t *e, flag_values_t *f, err_t *err) {
 static void apply_live(engine_t *e, const flag_values_t *f) {
     if (f->enable_prefix_caching != e->f.enable_prefix_caching)
         kv_set_prefix_caching(e->kv, f->enable_prefix_caching);
+    configure_backend(e, f);
     sched_config_t sc = sched_config_of(f);
     sched_set_config(e->sched, &sc);
     e->f = *f;
@@ -1333,10 +1410,12 @@ static void *engine_main(void *arg) {
         if (e->stalled || !sched_has_work(e->sched)) {
             if (ran) record_step(e, &st);
             record_idle(e);
+            record_active(e, true);
             flush_events(e);
         } else {
             flush_events(e);
             if (ran) record_step(e, &st);
+            record_active(e, false);
         }
         free_done(e);
     }
@@ -1626,13 +1705,15 @@ int engine_open(const engine_opts_t *o, engine_t **out, err_t *err) {
         err_set(err, "unknown backend \"%s\" (available:%s)", backend, names);
         goto fail;
     }
-    if (weights_open(&o->model, &e->w, err) < 0) goto fail;
+    model_source_t src = o->model;
+    src.lazy_dummy = e->ops->makes_dummy_weights;
+    if (weights_open(&src, &e->w, err) < 0) goto fail;
     e->cfg = weights_config(e->w);
     if (load_text(e, err) < 0) goto fail;
 
     flag_values_t f = o->flags;
     backend_options_t bo = o->backend_opts;
-    bo.gpu_memory_utilization = f.gpu_memory_utilization;
+    backend_options_from_flags(&bo, &f);
     if (e->ops->create(&bo, e->w, &e->be, err) < 0) {
         err_prefix(err, "%s backend", e->ops->name);
         goto fail;
@@ -1656,6 +1737,7 @@ int engine_open(const engine_opts_t *o, engine_t **out, err_t *err) {
         goto fail;
     }
     e->thread_started = true;
+    pthread_setname_np(e->thread, "tachyon-engine"); /* top -H, perf, the overhead benchmark */
     *out = e;
     return 0;
 fail:

@@ -10,8 +10,10 @@
 
 #include <stdint.h>
 
+#include "hostdev.h" /* the CUDA backend draws the same numbers on the device */
+
 /* splitmix64's finalizer: a bijective 64-bit mix. */
-static inline uint64_t rng_mix64(uint64_t x) {
+TACHYON_HD static inline uint64_t rng_mix64(uint64_t x) {
     x += 0x9e3779b97f4a7c15ull;
     x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
     x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
@@ -19,12 +21,12 @@ static inline uint64_t rng_mix64(uint64_t x) {
 }
 
 /* 64 random bits for element `index` of stream `stream` under `seed`. */
-static inline uint64_t rng_bits(uint64_t seed, uint64_t stream, uint64_t index) {
+TACHYON_HD static inline uint64_t rng_bits(uint64_t seed, uint64_t stream, uint64_t index) {
     return rng_mix64(rng_mix64(seed ^ rng_mix64(stream)) + index);
 }
 
 /* Uniform in [0, 1) with 24 bits of precision (exact in f32). */
-static inline float rng_uniform(uint64_t seed, uint64_t stream, uint64_t index) {
+TACHYON_HD static inline float rng_uniform(uint64_t seed, uint64_t stream, uint64_t index) {
     return (float)(rng_bits(seed, stream, index) >> 40) * (1.0f / 16777216.0f);
 }
 

@@ -128,15 +128,25 @@ void stats_record_itl_n(stats_t *st, double itl_s, uint64_t n) {
     pthread_mutex_unlock(&st->mu);
 }
 
+void stats_record_active(stats_t *st, const stats_active_t *a, int n, int n_total, double t) {
+    if (n > STATS_MAX_ACTIVE) n = STATS_MAX_ACTIVE;
+    pthread_mutex_lock(&st->mu);
+    memcpy(st->head.active, a, (size_t)n * sizeof *a);
+    st->head.n_active = n;
+    st->head.n_active_total = n_total;
+    st->head.active_t = t;
+    pthread_mutex_unlock(&st->mu);
+}
+
 void stats_add_submitted(stats_t *st, uint64_t n) {
     pthread_mutex_lock(&st->mu);
     st->head.requests_submitted += n;
     pthread_mutex_unlock(&st->mu);
 }
 
-void stats_add_prompt_tokens(stats_t *st, uint64_t computed) {
+void stats_add_prompt_tokens(stats_t *st, uint64_t prompt) {
     pthread_mutex_lock(&st->mu);
-    st->head.prompt_tokens += computed;
+    st->head.prompt_tokens += prompt;
     pthread_mutex_unlock(&st->mu);
 }
 

@@ -25,7 +25,7 @@
 typedef struct stats_step {
     double t;           /* engine_now() at the end of the step, s */
     float step_ms;      /* wall time of the step, ms */
-    float forward_ms;   /* of which the backend's forward pass, ms */
+    float forward_ms;   /* of which the backend: forward pass and sampling math, ms */
     int running;        /* sequences in the batch */
     int waiting;        /* sequences queued */
     int kv_used;        /* blocks referenced */
@@ -46,6 +46,26 @@ typedef struct stats_request {
     double e2e_s;   /* arrival to finish */
 } stats_request_t;
 
+/* One live choice, for the console's table of active requests. */
+typedef enum stats_req_state {
+    STATS_REQ_WAITING,   /* queued, never scheduled */
+    STATS_REQ_PREFILL,   /* computing its prompt */
+    STATS_REQ_DECODE,    /* generating */
+    STATS_REQ_PREEMPTED, /* back in the queue after losing its blocks; recomputed later */
+} stats_req_state_t;
+
+#define STATS_MAX_ACTIVE 64 /* active choices listed in a snapshot (the oldest first) */
+
+typedef struct stats_active {
+    char id[48]; /* the request id, cut to fit */
+    int choice;
+    int prompt_tokens, generated, cached_tokens;
+    double arrival;     /* engine_now() clock, s */
+    double first_token; /* engine_now() of the first token, 0 = none yet */
+    int preemptions;
+    stats_req_state_t state;
+} stats_active_t;
+
 typedef struct stats_hist {
     int n_bounds;
     double bounds[STATS_MAX_BUCKETS];       /* upper bounds, increasing */
@@ -59,7 +79,8 @@ typedef struct stats_snapshot {
     int running, waiting, kv_used, kv_total;
     /* counters since start */
     uint64_t steps;
-    uint64_t prompt_tokens;     /* prompt tokens of finished-or-running requests, computed */
+    uint64_t prompt_tokens;     /* whole prompts (cached part included) of requests that gave
+                                   their first token: vLLM's prompt_tokens_total */
     uint64_t generation_tokens; /* tokens sampled */
     uint64_t preemptions;
     uint64_t prefix_queries, prefix_hits; /* prompt tokens looked up / found in the cache */
@@ -71,6 +92,11 @@ typedef struct stats_snapshot {
      * first token to finish (e2e - ttft), inference = first scheduled to finish (e2e - queue) */
     stats_hist_t prefill_time, decode_time, inference_time;
     stats_hist_t iteration_tokens; /* tokens scheduled per step (steps that ran any) */
+    /* live choices: the first n_active of n_active_total, oldest first, as of active_t
+     * (engine_now(), refreshed a few times a second while the engine runs) */
+    stats_active_t active[STATS_MAX_ACTIVE];
+    int n_active, n_active_total;
+    double active_t;
     /* the last n_steps steps, oldest first */
     stats_step_t steps_ring[STATS_RING];
     int n_steps;
@@ -88,9 +114,11 @@ void stats_record_itl(stats_t *st, double itl_s);
 /* `n` inter-token latencies of the same value: a step's decode tokens share one, so the engine
  * records them with one lock instead of one per token. */
 void stats_record_itl_n(stats_t *st, double itl_s, uint64_t n);
+/* Replaces the list of live choices (n <= STATS_MAX_ACTIVE of n_total) as of time t. */
+void stats_record_active(stats_t *st, const stats_active_t *a, int n, int n_total, double t);
 /* Counters the engine bumps as things happen. */
 void stats_add_submitted(stats_t *st, uint64_t n);
-void stats_add_prompt_tokens(stats_t *st, uint64_t computed);
+void stats_add_prompt_tokens(stats_t *st, uint64_t prompt);
 /* Tokens sampled (appended to sequences), first tokens included: vllm:generation_tokens_total. */
 void stats_add_generation_tokens(stats_t *st, uint64_t sampled);
 void stats_add_prefix(stats_t *st, uint64_t queried, uint64_t hit);

@@ -23,7 +23,9 @@ static const char GPT2_PATTERN[] =
 #define CACHE_KEY_BYTES (1u << 20)
 #define CACHE_IDS       (1u << 18)
 
-enum { TF_VALID = 1, TF_ADDED = 2, TF_SPECIAL = 4 };
+/* TF_WHOLE_UTF8: the token's bytes are whole, well-formed characters, so the streaming decoder
+ * can copy them straight through when it holds nothing back (most tokens of any script). */
+enum { TF_VALID = 1, TF_ADDED = 2, TF_SPECIAL = 4, TF_WHOLE_UTF8 = 8 };
 
 /* ------------------------------------------------------------------------------------------ */
 /* Growable byte buffer */
@@ -970,6 +972,11 @@ static int build_bytes(tokenizer_t *tok) {
             goto oom;
         }
         if (tok->bytes[id].len > tok->max_token_bytes) tok->max_token_bytes = tok->bytes[id].len;
+        const uint8_t *b = (const uint8_t *)tstr(tok, tok->bytes[id]);
+        size_t nb = tok->bytes[id].len, at = 0, clen;
+        while (at < nb && utf8_class(b + at, nb - at, &clen) == U8_OK)
+            at += clen;
+        if (at == nb) tok->flags[id] |= TF_WHOLE_UTF8;
     }
     free(tmp.p);
     return 0;
@@ -1655,17 +1662,11 @@ int tok_stream_push(tok_stream_t *st, int32_t id, char *out, size_t cap, size_t 
     *out_len = 0;
     if (!decodes(st->tok, id, st->skip_special)) return 0;
     span_t b = st->tok->bytes[id];
-    if (st->n_pending == 0) { /* the common case: an ASCII token with nothing held back */
-        const uint8_t *t = (const uint8_t *)tstr(st->tok, b);
-        size_t k = 0;
-        while (k < b.len && t[k] < 0x80)
-            k++;
-        if (k == b.len) {
-            if (b.len > cap) return -1;
-            memcpy(out, t, b.len);
-            *out_len = b.len;
-            return 0;
-        }
+    if (st->n_pending == 0 && (st->tok->flags[id] & TF_WHOLE_UTF8)) { /* the common case */
+        if (b.len > cap) return -1;
+        memcpy(out, tstr(st->tok, b), b.len);
+        *out_len = b.len;
+        return 0;
     }
     uint8_t *s = st->scratch;
     size_t n = st->n_pending + b.len, o = 0, i = 0, len;

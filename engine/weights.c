@@ -49,7 +49,8 @@ static model_weights_t *weights_new(const model_config_t *cfg, err_t *err) {
 
 void weights_destroy(model_weights_t *w) {
     if (!w) return;
-    for (int i = 0; i < w->n_owned; i++) free(w->owned[i]);
+    for (int i = 0; i < w->n_owned; i++)
+        free(w->owned[i]);
     free(w->owned);
     free(w->layers);
     st_close(w->st);
@@ -85,17 +86,30 @@ uint64_t weights_bytes(const model_weights_t *w) {
     uint64_t n = 0;
     for (int g = 0; g < G_COUNT; g++)
         if (!(g == G_LM_HEAD && w->config.tie_word_embeddings)) n += wtensor_bytes(&w->global[g]);
-    for (int i = 0; i < w->config.n_layers * L_COUNT; i++) n += wtensor_bytes(&w->layers[i]);
+    for (int i = 0; i < w->config.n_layers * L_COUNT; i++)
+        n += wtensor_bytes(&w->layers[i]);
     return n;
 }
 
 void wtensor_row_f32(const wtensor_t *t, int64_t row, float *dst) {
-    size_t esize = dtype_size(t->dtype);
-    const unsigned char *src = (const unsigned char *)t->data + (size_t)row * t->cols * esize;
-    dtype_to_f32(t->dtype, src, dst, (size_t)t->cols);
+    if (t->dummy) {
+        uint64_t base = (uint64_t)row * (uint64_t)t->cols;
+        for (int64_t k = 0; k < t->cols; k++) {
+            uint64_t i = base + (uint64_t)k;
+            if (t->dtype == DT_F8_E4M3)
+                dst[k] = dtype_e4m3_to_f32(weights_dummy_e4m3(t->dummy_seed, t->dummy_stream, i));
+            else
+                dst[k] = dtype_bf16_to_f32(weights_dummy_bf16(t->dummy_seed, t->dummy_stream, i));
+        }
+    } else {
+        size_t esize = dtype_size(t->dtype);
+        const unsigned char *src = (const unsigned char *)t->data + (size_t)row * t->cols * esize;
+        dtype_to_f32(t->dtype, src, dst, (size_t)t->cols);
+    }
     if (!t->scale_inv) return;
     const float *scales = t->scale_inv + (row / t->block_n) * t->scale_cols;
-    for (int64_t k = 0; k < t->cols; k++) dst[k] *= scales[k / t->block_k];
+    for (int64_t k = 0; k < t->cols; k++)
+        dst[k] *= scales[k / t->block_k];
 }
 
 int load_format_parse(const char *name) {
@@ -131,12 +145,13 @@ static int check_shape(mdir_t *dir, const model_config_t *cfg, const wspec_t *s,
     if (s->rows == WD_ONE)
         return err_set(err, "%s/%s: tensor '%s' has shape %s but config.json implies [%lld] (%s)",
                        WHERE(t), have, (long long)cols, cdim);
-    return err_set(err, "%s/%s: tensor '%s' has shape %s but config.json implies [%lld, %lld] (%s; %s)",
+    return err_set(err,
+                   "%s/%s: tensor '%s' has shape %s but config.json implies [%lld, %lld] (%s; %s)",
                    WHERE(t), have, (long long)rows, (long long)cols, rdim, cdim);
 }
 
-static int bind_scale(model_weights_t *w, mdir_t *dir, const st_tensor_t *t,
-                      const st_tensor_t *sc, wtensor_t *out, err_t *err) {
+static int bind_scale(model_weights_t *w, mdir_t *dir, const st_tensor_t *t, const st_tensor_t *sc,
+                      wtensor_t *out, err_t *err) {
     const model_config_t *cfg = &w->config;
     int bn = cfg->fp8_block_n, bk = cfg->fp8_block_k;
     int64_t srows = (t->shape[0] + bn - 1) / bn, scols = (t->shape[1] + bk - 1) / bk;
@@ -207,8 +222,8 @@ static int bind_one(model_weights_t *w, mdir_t *dir, const wspec_t *s, int layer
         return bind_scale(w, dir, t, sc, out, err);
     }
     if (t->dtype != DT_BF16 && t->dtype != DT_F16 && t->dtype != DT_F32)
-        return err_set(err, "%s/%s: tensor '%s' has dtype %s; expected BF16, F16, F32%s",
-                       WHERE(t), dtype_name(t->dtype), s->kind == WK_LINEAR ? " or F8_E4M3" : "");
+        return err_set(err, "%s/%s: tensor '%s' has dtype %s; expected BF16, F16, F32%s", WHERE(t),
+                       dtype_name(t->dtype), s->kind == WK_LINEAR ? " or F8_E4M3" : "");
     if (sc)
         return err_set(err, "%s/%s: tensor '%s' has a weight_scale_inv but dtype %s (not F8_E4M3)",
                        WHERE(t), dtype_name(t->dtype));
@@ -238,52 +253,63 @@ fail:
 // ---------------------------------------------------------------------------------------------
 // Dummy weights
 
-/* HF's initializer_range: weights ~ N(0, 0.02); a uniform of the same std keeps the numbers
- * cheap to generate anywhere. */
-#define DUMMY_STD 0.02f
+uint16_t weights_dummy_bf16(uint64_t seed, uint64_t stream, uint64_t i) {
+    float x = (2.0f * rng_uniform(seed, stream, i) - 1.0f) * WEIGHTS_DUMMY_HALF_WIDTH;
+    return dtype_f32_to_bf16(x);
+}
 
+uint8_t weights_dummy_e4m3(uint64_t seed, uint64_t stream, uint64_t i) {
+    float x = (2.0f * rng_uniform(seed, stream, i) - 1.0f) * WEIGHTS_DUMMY_HALF_WIDTH;
+    return dtype_f32_to_e4m3(x / WEIGHTS_DUMMY_FP8_SCALE);
+}
+
+/* Norm vectors are made eagerly even when lazy: they are tiny and every backend reads them on
+ * the host. */
 static int make_dummy(model_weights_t *w, const wspec_t *s, uint64_t stream, uint64_t seed,
-                      wtensor_t *out, err_t *err) {
+                      bool lazy, wtensor_t *out, err_t *err) {
     const model_config_t *cfg = &w->config;
     int64_t rows = model_dim(cfg, s->rows), cols = model_dim(cfg, s->cols);
     size_t n = (size_t)(rows * cols);
     /* Real -FP8 checkpoints keep lm_head in BF16 (HF always skips it when quantizing). */
     bool fp8 = cfg->fp8 && s->kind == WK_LINEAR && !(!s->per_layer && s->slot == G_LM_HEAD);
     *out = (wtensor_t){.dtype = fp8 ? DT_F8_E4M3 : DT_BF16, .rows = rows, .cols = cols};
+    if (fp8) {
+        /* Every block's amax is (about) the half width, so one scale fits all blocks. */
+        out->block_n = cfg->fp8_block_n;
+        out->block_k = cfg->fp8_block_k;
+        out->scale_rows = (rows + out->block_n - 1) / out->block_n;
+        out->scale_cols = (cols + out->block_k - 1) / out->block_k;
+        float *scales = malloc((size_t)(out->scale_rows * out->scale_cols) * sizeof *scales);
+        if (own(w, scales, err) < 0) return -1;
+        for (int64_t i = 0; i < out->scale_rows * out->scale_cols; i++)
+            scales[i] = WEIGHTS_DUMMY_FP8_SCALE;
+        out->scale_inv = scales;
+    }
+    if (lazy && s->kind != WK_VECTOR) {
+        out->dummy = true;
+        out->dummy_seed = seed;
+        out->dummy_stream = stream;
+        return 0;
+    }
     void *data = malloc(n * dtype_size(out->dtype));
     if (own(w, data, err) < 0) return -1;
     out->data = data;
-    const float half_width = DUMMY_STD * sqrtf(3.0f);
     if (s->kind == WK_VECTOR) {
         uint16_t one = dtype_f32_to_bf16(1.0f);
-        for (size_t i = 0; i < n; i++) ((uint16_t *)data)[i] = one;
-        return 0;
-    }
-    if (!fp8) {
-        for (size_t i = 0; i < n; i++) {
-            float x = (2.0f * rng_uniform(seed, stream, i) - 1.0f) * half_width;
-            ((uint16_t *)data)[i] = dtype_f32_to_bf16(x);
-        }
-        return 0;
-    }
-    /* Every block's amax is (about) half_width, so one scale fits all blocks. */
-    out->block_n = cfg->fp8_block_n;
-    out->block_k = cfg->fp8_block_k;
-    out->scale_rows = (rows + out->block_n - 1) / out->block_n;
-    out->scale_cols = (cols + out->block_k - 1) / out->block_k;
-    float *scales = malloc((size_t)(out->scale_rows * out->scale_cols) * sizeof *scales);
-    if (own(w, scales, err) < 0) return -1;
-    const float scale = half_width / 448.0f;
-    for (int64_t i = 0; i < out->scale_rows * out->scale_cols; i++) scales[i] = scale;
-    out->scale_inv = scales;
-    for (size_t i = 0; i < n; i++) {
-        float x = (2.0f * rng_uniform(seed, stream, i) - 1.0f) * half_width;
-        ((uint8_t *)data)[i] = dtype_f32_to_e4m3(x / scale);
+        for (size_t i = 0; i < n; i++)
+            ((uint16_t *)data)[i] = one;
+    } else if (fp8) {
+        for (size_t i = 0; i < n; i++)
+            ((uint8_t *)data)[i] = weights_dummy_e4m3(seed, stream, i);
+    } else {
+        for (size_t i = 0; i < n; i++)
+            ((uint16_t *)data)[i] = weights_dummy_bf16(seed, stream, i);
     }
     return 0;
 }
 
-int weights_dummy(const model_config_t *cfg, uint64_t seed, model_weights_t **out, err_t *err) {
+static int dummy(const model_config_t *cfg, uint64_t seed, bool lazy, model_weights_t **out,
+                 err_t *err) {
     *out = NULL;
     model_weights_t *w = weights_new(cfg, err);
     if (!w) return -1;
@@ -293,7 +319,7 @@ int weights_dummy(const model_config_t *cfg, uint64_t seed, model_weights_t **ou
         if (!s->per_layer && s->slot == G_LM_HEAD && cfg->tie_word_embeddings) continue;
         for (int l = 0; l < (s->per_layer ? cfg->n_layers : 1); l++) {
             uint64_t stream = (uint64_t)i << 32 | (uint64_t)l;
-            if (make_dummy(w, s, stream, seed, slot_of(w, s, l), err) < 0) {
+            if (make_dummy(w, s, stream, seed, lazy, slot_of(w, s, l), err) < 0) {
                 weights_destroy(w);
                 return -1;
             }
@@ -304,14 +330,24 @@ int weights_dummy(const model_config_t *cfg, uint64_t seed, model_weights_t **ou
     return 0;
 }
 
+int weights_dummy_lazy(const model_config_t *cfg, uint64_t seed, model_weights_t **out,
+                       err_t *err) {
+    return dummy(cfg, seed, true, out, err);
+}
+
+int weights_dummy(const model_config_t *cfg, uint64_t seed, model_weights_t **out, err_t *err) {
+    return dummy(cfg, seed, false, out, err);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Opening a model as the command line names it
 
 int weights_open(const model_source_t *src, model_weights_t **out, err_t *err) {
     *out = NULL;
     model_config_t cfg;
-    if (src->format == LOAD_DUMMY && model_config_preset(src->model, src->dummy_fp8, &cfg, NULL) == 0)
-        return weights_dummy(&cfg, src->seed, out, err);
+    if (src->format == LOAD_DUMMY &&
+        model_config_preset(src->model, src->dummy_fp8, &cfg, NULL) == 0)
+        return dummy(&cfg, src->seed, src->lazy_dummy, out, err);
 
     mdir_t *dir;
     if (mdir_open(src->model, &dir, err) < 0) {
@@ -334,7 +370,7 @@ int weights_open(const model_source_t *src, model_weights_t **out, err_t *err) {
             cfg.fp8 = true;
             cfg.fp8_block_n = cfg.fp8_block_k = 128;
         }
-        rc = weights_dummy(&cfg, src->seed, out, err);
+        rc = dummy(&cfg, src->seed, src->lazy_dummy, out, err);
     } else {
         rc = weights_load(dir, &cfg, out, err);
     }

@@ -57,6 +57,11 @@ typedef struct wtensor {
     const float *scale_inv; /* [scale_rows, scale_cols] f32 */
     int64_t scale_rows, scale_cols;
     int block_n, block_k;
+    /* Lazy dummy weights (model_source_t.lazy_dummy): data is NULL and element i (row-major) is
+     * weights_dummy_bf16 / weights_dummy_e4m3 (dtype) of (dummy_seed, dummy_stream, i); norm
+     * vectors are all 1. False for real data and for eager dummy weights. */
+    bool dummy;
+    uint64_t dummy_seed, dummy_stream;
 } wtensor_t;
 
 typedef struct model_weights model_weights_t;
@@ -73,6 +78,19 @@ int weights_load(mdir_t *dir, const model_config_t *cfg, model_weights_t **out, 
  * The caller owns *out. */
 int weights_dummy(const model_config_t *cfg, uint64_t seed, model_weights_t **out, err_t *err);
 
+/* The same weights with no host copy: every tensor has its shape, dtype and (FP8) scales, but
+ * data is NULL and `dummy` set, for a backend that generates the values where it runs them
+ * (the cuda backend, on the device). Takes no time and no memory for any model size. */
+int weights_dummy_lazy(const model_config_t *cfg, uint64_t seed, model_weights_t **out, err_t *err);
+
+/* The dummy scheme, for backends that regenerate it: with u = rng_uniform(seed, stream, i),
+ * x = (2u - 1) * WEIGHTS_DUMMY_HALF_WIDTH in f32; BF16 tensors hold bf16(x), FP8 ones
+ * e4m3(x / WEIGHTS_DUMMY_FP8_SCALE) with every block's scale_inv = WEIGHTS_DUMMY_FP8_SCALE. */
+#define WEIGHTS_DUMMY_HALF_WIDTH (0.02f * 1.7320508075688772f) /* std 0.02 (HF's init) */
+#define WEIGHTS_DUMMY_FP8_SCALE  (WEIGHTS_DUMMY_HALF_WIDTH / 448.0f)
+uint16_t weights_dummy_bf16(uint64_t seed, uint64_t stream, uint64_t i);
+uint8_t weights_dummy_e4m3(uint64_t seed, uint64_t stream, uint64_t i);
+
 /* How a model is chosen on the command line. */
 typedef enum load_format {
     LOAD_AUTO,        /* safetensors from the directory */
@@ -81,11 +99,12 @@ typedef enum load_format {
 } load_format_t;
 
 typedef struct model_source {
-    const char *model;       /* a directory, MDIR_EMBEDDED, or with LOAD_DUMMY a preset name */
+    const char *model; /* a directory, MDIR_EMBEDDED, or with LOAD_DUMMY a preset name */
     load_format_t format;
-    bool dummy_fp8;          /* LOAD_DUMMY: block-FP8 weights (else BF16); also forced by an
-                                fp8 quantization_config in a config.json */
-    uint64_t seed;           /* LOAD_DUMMY */
+    bool dummy_fp8;  /* LOAD_DUMMY: block-FP8 weights (else BF16); also forced by an
+                        fp8 quantization_config in a config.json */
+    uint64_t seed;   /* LOAD_DUMMY */
+    bool lazy_dummy; /* LOAD_DUMMY: weights_dummy_lazy (the backend makes the values) */
 } model_source_t;
 
 /* Parses "auto" / "safetensors" / "dummy"; -1 for anything else. */
@@ -110,7 +129,7 @@ const wtensor_t *weights_layer(const model_weights_t *w, int layer, lslot_t slot
 uint64_t weights_bytes(const model_weights_t *w);
 
 /* Dequantizes row `row` of a weight to f32: dst[cols]. Exact for BF16/F16/F32; FP8 rows are
- * multiplied by their block's scale_inv. */
+ * multiplied by their block's scale_inv. Lazy dummy tensors are generated on the fly. */
 void wtensor_row_f32(const wtensor_t *t, int64_t row, float *dst);
 
 #endif

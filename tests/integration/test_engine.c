@@ -7,7 +7,8 @@
  * - a seeded sampled request gives the same tokens alone and in a batch;
  * - stop strings split across tokens stop generation and never leak into the output;
  * - a stress run of 1,000 requests with random parameters, cancels and live flag changes
- *   (including a rebuild) where every request ends with a correct finish reason. */
+ *   (including a rebuild) where every request ends with a correct finish reason;
+ * - the snapshot's list of live choices (the console's request table) follows the requests. */
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -23,7 +24,7 @@
 #include "rng.h"
 #include "testutil.h"
 
-#define N_BATCH 64
+#define N_BATCH       64
 #define GREEDY_TOKENS 12
 
 // ---------------------------------------------------------------------------------------------
@@ -61,7 +62,8 @@ static engine_t *open_tiny(const char *const *flags) {
     return open_engine(tu_fixture("tiny-qwen3"), "cpu", flags);
 }
 
-static engine_stream_t *submit(engine_t *eng, const int32_t *prompt, int n, const sampling_params_t *p) {
+static engine_stream_t *submit(engine_t *eng, const int32_t *prompt, int n,
+                               const sampling_params_t *p) {
     engine_request_t req = {.prompt = prompt, .n_prompt = n};
     err_t err = {{0}};
     if (sampling_params_copy(&req.sampling, p, &err) < 0) fail_msg("%s", err.msg);
@@ -114,7 +116,8 @@ static void expect_pool_empty(engine_t *eng) {
 /* Deterministic prompts of 5..80 tokens over the tokenizer's regular vocabulary. */
 static int make_prompt(int i, int32_t *ids) {
     int n = 5 + (int)(rng_bits(1234, 0, (uint64_t)i) % 76);
-    for (int k = 0; k < n; k++) ids[k] = (int32_t)(rng_bits(1234, 1 + (uint64_t)i, (uint64_t)k) % 2048);
+    for (int k = 0; k < n; k++)
+        ids[k] = (int32_t)(rng_bits(1234, 1 + (uint64_t)i, (uint64_t)k) % 2048);
     return n;
 }
 
@@ -138,8 +141,10 @@ static void run_together(const char *const *flags, bool expect_preemption) {
     engine_t *eng = open_tiny(flags);
     sampling_params_t p = greedy(GREEDY_TOKENS);
     engine_stream_t *streams[N_BATCH];
-    for (int i = 0; i < N_BATCH; i++) streams[i] = submit(eng, prompts[i], prompt_len[i], &p);
-    for (int i = 0; i < N_BATCH; i++) collect(streams[i], &together[i]);
+    for (int i = 0; i < N_BATCH; i++)
+        streams[i] = submit(eng, prompts[i], prompt_len[i], &p);
+    for (int i = 0; i < N_BATCH; i++)
+        collect(streams[i], &together[i]);
     for (int i = 0; i < N_BATCH; i++) {
         assert_int_equal(together[i].finishes, 1);
         assert_int_equal(together[i].reason[0], ENGINE_FINISH_LENGTH);
@@ -160,20 +165,27 @@ static void run_together(const char *const *flags, bool expect_preemption) {
 }
 
 static void test_batch_invariance(void **state) {
-    for (int i = 0; i < N_BATCH; i++) prompt_len[i] = make_prompt(i, prompts[i]);
+    for (int i = 0; i < N_BATCH; i++)
+        prompt_len[i] = make_prompt(i, prompts[i]);
     /* Alone: one request at a time on a fresh engine state. */
     const char *const base[] = {"max-model-len", "256", NULL};
     engine_t *eng = open_tiny(base);
     sampling_params_t p = greedy(GREEDY_TOKENS);
-    for (int i = 0; i < N_BATCH; i++) collect(submit(eng, prompts[i], prompt_len[i], &p), &alone[i]);
+    for (int i = 0; i < N_BATCH; i++)
+        collect(submit(eng, prompts[i], prompt_len[i], &p), &alone[i]);
     engine_close(eng);
 
     static const char *budgets[] = {"16", "64", "2048"};
     static const char *caching[] = {"true", "false"};
     for (int b = 0; b < 3; b++)
         for (int c = 0; c < 2; c++) {
-            const char *flags[] = {"max-num-batched-tokens", budgets[b], "enable-prefix-caching",
-                                   caching[c], "max-model-len", "256", NULL};
+            const char *flags[] = {"max-num-batched-tokens",
+                                   budgets[b],
+                                   "enable-prefix-caching",
+                                   caching[c],
+                                   "max-model-len",
+                                   "256",
+                                   NULL};
             run_together(flags, false);
         }
     /* A pool of 10 blocks of 16 tokens (tiny-qwen3: 3 layers x K,V x 2 heads x 128 x f32 =
@@ -181,8 +193,13 @@ static void test_batch_invariance(void **state) {
     static char pool[32];
     snprintf(pool, sizeof pool, "%d", 10 * 16 * 3 * 2 * 2 * 128 * 4);
     for (int b = 0; b < 3; b++) {
-        const char *flags[] = {"max-num-batched-tokens", budgets[b], "kv-cache-memory", pool,
-                               "max-model-len", "128", NULL};
+        const char *flags[] = {"max-num-batched-tokens",
+                               budgets[b],
+                               "kv-cache-memory",
+                               pool,
+                               "max-model-len",
+                               "128",
+                               NULL};
         run_together(flags, true);
     }
 }
@@ -215,9 +232,11 @@ static void test_seeded_sampling_invariance(void **state) {
     }
     engine_stream_t *mine = submit(eng, prompt, n, &p);
     static outcome_t scratch;
-    for (int i = 0; i < 8; i++) collect(noise[i], &scratch);
+    for (int i = 0; i < 8; i++)
+        collect(noise[i], &scratch);
     collect(mine, &in_batch);
-    for (int i = 8; i < 16; i++) collect(noise[i], &scratch);
+    for (int i = 8; i < 16; i++)
+        collect(noise[i], &scratch);
     collect(submit(eng, prompt, n, &p), &again);
     assert_int_equal(solo.n_tokens[0], 24);
     assert_memory_equal(solo.tokens[0], in_batch.tokens[0], 24 * sizeof(int32_t));
@@ -286,7 +305,7 @@ static void test_stop_strings_across_tokens(void **state) {
 // ---------------------------------------------------------------------------------------------
 // Stress
 
-#define N_STRESS 1000
+#define N_STRESS     1000
 #define N_SUBMITTERS 4
 
 typedef struct stress {
@@ -308,7 +327,8 @@ static void *stress_worker(void *arg) {
         uint64_t r = rng_bits(99, 0, (uint64_t)i);
         int32_t prompt[200];
         int n = 1 + (int)(r % 200);
-        for (int k = 0; k < n; k++) prompt[k] = (int32_t)(rng_bits(99, 1 + (uint64_t)i, (uint64_t)k) % 2074);
+        for (int k = 0; k < n; k++)
+            prompt[k] = (int32_t)(rng_bits(99, 1 + (uint64_t)i, (uint64_t)k) % 2074);
         sampling_params_t *p = &params[j];
         sampling_params_init(p);
         p->max_tokens = 1 + (int)((r >> 12) % 48);
@@ -323,8 +343,8 @@ static void *stress_worker(void *arg) {
         }
         err_t err = {{0}};
         if ((r >> 28) % 3 == 0) sampling_params_add_stop(p, stops[(r >> 30) % 5], &err);
-        engine_request_t req = {.prompt = prompt, .n_prompt = n, .sampling = *p,
-                                .priority = (int)((r >> 33) % 3)};
+        engine_request_t req = {
+            .prompt = prompt, .n_prompt = n, .sampling = *p, .priority = (int)((r >> 33) % 3)};
         if (engine_submit(st->eng, &req, &streams[j], &err) < 0) {
             snprintf(st->failure, sizeof st->failure, "submit %d: %s", i, err.msg);
             st->count = j;
@@ -348,12 +368,18 @@ static void *stress_worker(void *arg) {
                 finishes++;
                 bool ok;
                 switch (ev.reason) {
-                    case ENGINE_FINISH_ABORT: ok = cancel; break;
-                    case ENGINE_FINISH_LENGTH: ok = ev.completion_tokens == p->max_tokens; break;
-                    case ENGINE_FINISH_STOP:
-                        ok = ev.completion_tokens <= p->max_tokens && (ev.stop_str || ev.stop_token >= 0);
+                    case ENGINE_FINISH_ABORT:
+                        ok = cancel;
                         break;
-                    default: ok = false;
+                    case ENGINE_FINISH_LENGTH:
+                        ok = ev.completion_tokens == p->max_tokens;
+                        break;
+                    case ENGINE_FINISH_STOP:
+                        ok = ev.completion_tokens <= p->max_tokens &&
+                             (ev.stop_str || ev.stop_token >= 0);
+                        break;
+                    default:
+                        ok = false;
                 }
                 if (!ok && !st->failure[0])
                     snprintf(st->failure, sizeof st->failure,
@@ -363,14 +389,16 @@ static void *stress_worker(void *arg) {
             }
             engine_event_clear(&ev);
         }
-        if (rc != -1 && !st->failure[0]) snprintf(st->failure, sizeof st->failure, "request %d timed out", i);
+        if (rc != -1 && !st->failure[0])
+            snprintf(st->failure, sizeof st->failure, "request %d timed out", i);
         if (finishes != p->n && !st->failure[0])
             snprintf(st->failure, sizeof st->failure, "request %d: %d finishes for n = %d", i,
                      finishes, p->n);
         st->cancelled += cancel;
         engine_stream_release(s);
     }
-    for (int j = 0; j < st->count; j++) sampling_params_free(&params[j]);
+    for (int j = 0; j < st->count; j++)
+        sampling_params_free(&params[j]);
     free(params);
     free(streams);
     return NULL;
@@ -380,18 +408,24 @@ static void run_stress(engine_t *eng, int n_requests) {
     pthread_t threads[N_SUBMITTERS];
     stress_t st[N_SUBMITTERS];
     for (int t = 0; t < N_SUBMITTERS; t++) {
-        st[t] = (stress_t){.eng = eng, .first = t * n_requests / N_SUBMITTERS,
-                           .count = n_requests / N_SUBMITTERS};
+        st[t] = (stress_t){
+            .eng = eng, .first = t * n_requests / N_SUBMITTERS, .count = n_requests / N_SUBMITTERS};
         pthread_create(&threads[t], NULL, stress_worker, &st[t]);
     }
     /* Live flag changes while the workers run, one rebuild among them. */
     static const char *changes[][2] = {
-        {"max-num-seqs", "7"},          {"max-num-batched-tokens", "32"},
-        {"enable-prefix-caching", "false"}, {"scheduling-policy", "priority"},
-        {"block-size", "32"},           {"max-num-batched-tokens", "512"},
-        {"enable-chunked-prefill", "false"}, {"max-num-seqs", "64"},
-        {"enable-prefix-caching", "true"}, {"enable-chunked-prefill", "true"},
-        {"block-size", "16"},           {"scheduling-policy", "fcfs"},
+        {"max-num-seqs", "7"},
+        {"max-num-batched-tokens", "32"},
+        {"enable-prefix-caching", "false"},
+        {"scheduling-policy", "priority"},
+        {"block-size", "32"},
+        {"max-num-batched-tokens", "512"},
+        {"enable-chunked-prefill", "false"},
+        {"max-num-seqs", "64"},
+        {"enable-prefix-caching", "true"},
+        {"enable-chunked-prefill", "true"},
+        {"block-size", "16"},
+        {"scheduling-policy", "fcfs"},
     };
     for (size_t c = 0; c < sizeof changes / sizeof changes[0]; c++) {
         struct timespec ts = {0, 40000000};
@@ -417,7 +451,8 @@ static void test_stress_null_backend(void **state) {
                   (unsigned long long)snap.steps);
     assert_true(snap.preemptions > 0);
     uint64_t finished = 0;
-    for (int r = 0; r < 4; r++) finished += snap.requests_finished[r];
+    for (int r = 0; r < 4; r++)
+        finished += snap.requests_finished[r];
     assert_true(finished >= N_STRESS); /* one per choice, n >= 1 */
     engine_close(eng);
 }
@@ -431,6 +466,70 @@ static void test_stress_cpu_backend(void **state) {
     engine_close(eng);
 }
 
+// ---------------------------------------------------------------------------------------------
+// The live-request list of engine_stats()
+
+/* Polls the snapshot until pred holds (5 s at most). */
+static bool wait_snapshot(engine_t *eng, stats_snapshot_t *snap, int total, int decoding) {
+    for (int i = 0; i < 1000; i++) {
+        engine_stats(eng, snap);
+        int d = 0;
+        for (int k = 0; k < snap->n_active; k++)
+            d += snap->active[k].state == STATS_REQ_DECODE;
+        if (snap->n_active_total == total && d >= decoding) return true;
+        struct timespec ts = {0, 5000000};
+        nanosleep(&ts, NULL);
+    }
+    return false;
+}
+
+static void test_active_request_list(void **state) {
+    const char *flags[] = {"max-num-seqs", "4", NULL};
+    /* the CPU backend, so that the requests are still running when the test looks */
+    engine_t *eng = open_engine(MDIR_EMBEDDED, "cpu", flags);
+    sampling_params_t p = greedy(4000);
+    engine_stream_t *streams[10];
+    int32_t prompt[20];
+    for (int k = 0; k < 20; k++)
+        prompt[k] = 100 + k;
+    for (int i = 0; i < 10; i++) {
+        char id[32];
+        snprintf(id, sizeof id, "req-%d", i);
+        engine_request_t req = {.prompt = prompt, .n_prompt = 10 + i, .request_id = id};
+        req.sampling = p;
+        err_t err = {{0}};
+        if (engine_submit(eng, &req, &streams[i], &err) < 0) fail_msg("%s", err.msg);
+    }
+    static stats_snapshot_t snap;
+    assert_true(wait_snapshot(eng, &snap, 10, 4));
+    assert_int_equal(snap.n_active, 10);
+    int waiting = 0, decoding = 0;
+    for (int i = 0; i < 10; i++) {
+        const stats_active_t *a = &snap.active[i];
+        char id[32];
+        snprintf(id, sizeof id, "req-%d", i);
+        assert_string_equal(a->id, id); /* oldest first */
+        assert_int_equal(a->prompt_tokens, 10 + i);
+        waiting += a->state == STATS_REQ_WAITING;
+        decoding += a->state == STATS_REQ_DECODE;
+        if (a->state == STATS_REQ_DECODE) {
+            assert_true(a->generated > 0);
+            assert_true(a->first_token >= a->arrival);
+        } else {
+            assert_int_equal(a->generated, 0);
+        }
+    }
+    assert_int_equal(decoding, 4); /* max-num-seqs */
+    assert_int_equal(waiting, 6);
+    for (int i = 0; i < 10; i++)
+        engine_stream_cancel(streams[i]);
+    assert_true(wait_snapshot(eng, &snap, 0, 0));
+    assert_int_equal(snap.n_active, 0);
+    for (int i = 0; i < 10; i++)
+        engine_stream_release(streams[i]);
+    engine_close(eng);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_batch_invariance),
@@ -438,6 +537,7 @@ int main(void) {
         cmocka_unit_test(test_stop_strings_across_tokens),
         cmocka_unit_test(test_stress_null_backend),
         cmocka_unit_test(test_stress_cpu_backend),
+        cmocka_unit_test(test_active_request_list),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
