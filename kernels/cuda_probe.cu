@@ -24,8 +24,8 @@ extern "C" int cuda_probe_devices(char *buf, size_t size) {
     for (int i = 0; i < count && n < size; i++) {
         cudaDeviceProp p;
         if (cudaGetDeviceProperties(&p, i) != cudaSuccess) continue;
-        n += (size_t)snprintf(buf + n, size - n, "%s %s (sm_%d%d, %.0f GiB)", i ? "," : "",
-                              p.name, p.major, p.minor, p.totalGlobalMem / 1073741824.0);
+        n += (size_t)snprintf(buf + n, size - n, "%s %s (sm_%d%d, %.0f GiB)", i ? "," : "", p.name,
+                              p.major, p.minor, p.totalGlobalMem / 1073741824.0);
     }
     return count;
 }

@@ -1,0 +1,36 @@
+/*
+ * cb_internal: test hooks of the cuda backend (tests/gpu), not part of the engine's interface.
+ *
+ *     float v;
+ *     cuda_backend_weight_value(be, 3, L_GATE, row, col, &v, &err);  // as the GEMM reads it
+ */
+#ifndef TACHYON_CB_INTERNAL_H
+#define TACHYON_CB_INTERNAL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Element (row, col) of a weight as the device holds it, dequantized to f32 (e4m3 x block scale,
+ * or bf16), read back from the fused / padded device layout. layer -1 names a model-wide tensor
+ * (slot is then a gslot_t: G_EMBED or G_LM_HEAD); otherwise slot is an lslot_t projection. */
+int cuda_backend_weight_value(const backend_t *be, int layer, int slot, int64_t row, int64_t col,
+                              float *out, err_t *err);
+
+/* Whether the linears run as FP8 block-scaled GEMMs (false: BF16, also the fallback for FP8
+ * checkpoints whose shapes cuBLASLt's FP8 path cannot take). */
+bool cuda_backend_uses_fp8(const backend_t *be);
+
+/* Decode steps replayed from a CUDA graph so far, and graphs captured. */
+void cuda_backend_graph_stats(const backend_t *be, long *replays, int *captured);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,221 @@
+/* emu_cuda: the fiber scheduler behind emu_cuda.h and stubs of the CUDA runtime calls the kernel
+ * tests make (device memory is host memory; every call succeeds). */
+#include "emu_cuda.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <csetjmp>
+#include <ucontext.h>
+#include <vector>
+
+#include "ops.h"
+
+uint3 emu_block_idx;
+dim3 emu_block_dim, emu_grid_dim;
+
+namespace {
+
+constexpr size_t kStack = 64 * 1024;
+
+/* A counting barrier over fibers; a fiber that finishes leaves it (arrive-and-drop), as an
+ * exited CUDA thread no longer takes part in __syncthreads. */
+struct Barrier {
+    int expected = 0, arrived = 0;
+    unsigned gen = 0;
+};
+
+/* Fibers start through makecontext once, then switch with _setjmp / _longjmp, which (unlike
+ * swapcontext) do not save the signal mask: no system call per switch. */
+struct Fiber {
+    ucontext_t ctx;
+    jmp_buf jb;
+    uint3 idx;
+    bool started = false, done = false;
+};
+
+struct Block {
+    std::vector<Fiber> fibers;
+    std::vector<Barrier> warps;
+    std::vector<uint64_t> exchange; /* 32 slots per warp */
+    Barrier block;
+    jmp_buf sched;
+    ucontext_t sched_ctx;
+    int cur = 0;
+    const std::function<void()> *body = nullptr;
+};
+
+Block *blk;
+std::vector<uint32_t> dyn_smem;
+std::vector<char *> stacks;
+unsigned long long events; /* arrivals and departures: a round without any is a deadlock */
+
+void yield_to_scheduler() {
+    if (!_setjmp(blk->fibers[blk->cur].jb)) _longjmp(blk->sched, 1);
+}
+
+void wait(Barrier &b) {
+    events++;
+    unsigned g = b.gen;
+    if (++b.arrived == b.expected) {
+        b.arrived = 0;
+        b.gen++;
+        return;
+    }
+    while (b.gen == g)
+        yield_to_scheduler();
+}
+
+void drop(Barrier &b) {
+    events++;
+    b.expected--;
+    if (b.arrived > 0 && b.arrived == b.expected) {
+        b.arrived = 0;
+        b.gen++;
+    }
+}
+
+void fiber_main() {
+    (*blk->body)();
+    drop(blk->block);
+    drop(blk->warps[blk->cur / 32]);
+    blk->fibers[blk->cur].done = true;
+    _longjmp(blk->sched, 1);
+}
+
+} // namespace
+
+const uint3 &emu_thread_idx(void) {
+    return blk->fibers[blk->cur].idx;
+}
+
+int emu_lane(void) {
+    return blk->cur & 31;
+}
+
+uint64_t *emu_warp_exchange(void) {
+    return &blk->exchange[(size_t)(blk->cur / 32) * 32];
+}
+
+void emu_syncthreads(void) {
+    wait(blk->block);
+}
+
+void emu_syncwarp(void) {
+    wait(blk->warps[blk->cur / 32]);
+}
+
+uint32_t *ops_dynamic_smem_u32(void) {
+    return dyn_smem.data();
+}
+
+void emu_run_grid(dim3 grid, dim3 block, size_t smem, const std::function<void()> &body) {
+    const int n = (int)(block.x * block.y * block.z);
+    if (n <= 0 || n > 1024 || n % 32) {
+        fprintf(stderr, "emu: block of %d threads not supported\n", n);
+        abort();
+    }
+    while ((int)stacks.size() < n)
+        stacks.push_back(static_cast<char *>(malloc(kStack)));
+    emu_grid_dim = grid;
+    emu_block_dim = block;
+    /* Garbage, not zeros: a kernel must not rely on fresh shared memory. */
+    dyn_smem.assign(smem / 4 + 1, 0xcdcdcdcdu);
+    for (unsigned z = 0; z < grid.z; z++)
+        for (unsigned y = 0; y < grid.y; y++)
+            for (unsigned x = 0; x < grid.x; x++) {
+                Block b;
+                b.fibers.resize(n);
+                b.warps.resize(n / 32);
+                b.exchange.assign((size_t)n, 0);
+                b.block.expected = n;
+                for (auto &w : b.warps)
+                    w.expected = 32;
+                b.body = &body;
+                blk = &b;
+                emu_block_idx = make_uint3(x, y, z);
+                for (int t = 0; t < n; t++) {
+                    Fiber &f = b.fibers[t];
+                    f.idx =
+                        make_uint3(t % block.x, (t / block.x) % block.y, t / (block.x * block.y));
+                    getcontext(&f.ctx);
+                    f.ctx.uc_stack.ss_sp = stacks[t];
+                    f.ctx.uc_stack.ss_size = kStack;
+                    f.ctx.uc_link = nullptr;
+                    makecontext(&f.ctx, fiber_main, 0);
+                }
+                for (;;) {
+                    volatile int alive = 0;
+                    volatile unsigned long long before = events;
+                    for (volatile int t = 0; t < n; t++) {
+                        Fiber &f = b.fibers[t];
+                        if (f.done) continue;
+                        alive++;
+                        b.cur = t;
+                        if (!_setjmp(b.sched)) {
+                            if (!f.started) {
+                                f.started = true;
+                                swapcontext(&b.sched_ctx, &f.ctx);
+                            } else {
+                                _longjmp(f.jb, 1);
+                            }
+                        }
+                    }
+                    if (!alive) break;
+                    if (events == before) {
+                        fprintf(stderr,
+                                "emu: deadlock in block (%u, %u, %u): %d of %d threads at "
+                                "__syncthreads, %d alive\n",
+                                x, y, z, b.block.arrived, b.block.expected, alive);
+                        abort();
+                    }
+                }
+                blk = nullptr;
+            }
+}
+
+/* ---- CUDA runtime stubs ---------------------------------------------------------------------- */
+
+extern "C" {
+
+cudaError_t cudaMalloc(void **p, size_t n) {
+    *p = malloc(n ? n : 1);
+    return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+cudaError_t cudaFree(void *p) {
+    free(p);
+    return cudaSuccess;
+}
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, cudaMemcpyKind) {
+    memmove(dst, src, n);
+    return cudaSuccess;
+}
+cudaError_t cudaMemset(void *p, int v, size_t n) {
+    memset(p, v, n);
+    return cudaSuccess;
+}
+cudaError_t cudaDeviceSynchronize(void) {
+    return cudaSuccess;
+}
+cudaError_t cudaGetLastError(void) {
+    return cudaSuccess;
+}
+const char *cudaGetErrorString(cudaError_t) {
+    return "emulated";
+}
+cudaError_t cudaGetDevice(int *d) {
+    *d = 0;
+    return cudaSuccess;
+}
+cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr attr, int) {
+    *v = attr == cudaDevAttrMultiProcessorCount ? 132 : 0;
+    return cudaSuccess;
+}
+cudaError_t cudaFuncSetAttribute(const void *, cudaFuncAttribute, int) {
+    return cudaSuccess;
+}
+
+bool cuda_backend_available(void) {
+    return true;
+}
+
+} /* extern "C" */

@@ -1,0 +1,146 @@
+/*
+ * emu_cuda: runs the kernels of kernels/ops.h on the host, for machines without a GPU.
+ *
+ * The kernel sources (fused.cu, attention.cu, sampling.cu) and tests/gpu/test_kernels.cu are
+ * compiled as plain C++ with this header forced in first (g++ -include emu_cuda.h
+ * -DOPS_HOST_EMULATION). A launch (OPS_LAUNCH in ops_common.cuh) runs the grid block after block;
+ * each CUDA thread of a block is a fiber (ucontext) on the calling thread, and __syncthreads and
+ * the warp shuffles are barriers between the fibers, so the kernels' real indexing, shared
+ * memory traffic and synchronization run as written: a barrier some threads skip, or a shuffle
+ * only part of a warp reaches, deadlocks and is reported. Device memory is host memory; the
+ * CUDA runtime calls the tests use are stubs in emu_cuda.cpp.
+ *
+ * What this cannot catch: data races between threads that the fibers' cooperative order hides,
+ * out-of-bounds accesses that land in other host memory (build with -fsanitize=address for
+ * those), and anything about real hardware timing.
+ */
+#ifndef TACHYON_EMU_CUDA_H
+#define TACHYON_EMU_CUDA_H
+
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+
+/* ---- execution model ------------------------------------------------------------------------- */
+
+/* The running fiber's thread index; block index and size of the running block. */
+const uint3 &emu_thread_idx(void);
+extern uint3 emu_block_idx;
+extern dim3 emu_block_dim, emu_grid_dim;
+
+void emu_syncthreads(void);
+void emu_syncwarp(void);
+uint64_t *emu_warp_exchange(void); /* this warp's 32 exchange slots */
+int emu_lane(void);
+
+/* Runs body() as grid x block fibers, block after block; smem bytes of dynamic shared memory. */
+void emu_run_grid(dim3 grid, dim3 block, size_t smem, const std::function<void()> &body);
+
+template <typename K, typename... A>
+void ops_emu_launch(K kernel, dim3 grid, dim3 block, size_t smem, A... args) {
+    emu_run_grid(grid, block, smem, [&]() { kernel(args...); });
+}
+
+#undef __launch_bounds__
+#define __launch_bounds__(...)
+#undef __shared__
+#define __shared__      static /* one instance, shared by the fibers of the running block */
+#define threadIdx       emu_thread_idx()
+#define blockIdx        emu_block_idx
+#define blockDim        emu_block_dim
+#define gridDim         emu_grid_dim
+#define __syncthreads() emu_syncthreads()
+#define __syncwarp(...) emu_syncwarp()
+
+/* ---- warp shuffles --------------------------------------------------------------------------- */
+
+template <typename T> static inline T emu_shfl(T v, int src) {
+    static_assert(sizeof(T) <= sizeof(uint64_t), "shuffle of a wide type");
+    uint64_t *slot = emu_warp_exchange();
+    uint64_t bits = 0;
+    memcpy(&bits, &v, sizeof v);
+    slot[emu_lane()] = bits;
+    emu_syncwarp();
+    T r;
+    bits = slot[src & 31];
+    memcpy(&r, &bits, sizeof r);
+    emu_syncwarp();
+    return r;
+}
+template <typename T> static inline T emu_shfl_xor_sync(unsigned, T v, int m) {
+    return emu_shfl(v, emu_lane() ^ m);
+}
+template <typename T> static inline T emu_shfl_sync(unsigned, T v, int src) {
+    return emu_shfl(v, src);
+}
+template <typename T> static inline T emu_shfl_up_sync(unsigned, T v, int d) {
+    return emu_shfl(v, emu_lane() >= d ? emu_lane() - d : emu_lane());
+}
+#define __shfl_xor_sync emu_shfl_xor_sync
+#define __shfl_up_sync  emu_shfl_up_sync
+#define __shfl_sync     emu_shfl_sync
+
+/* ---- atomics (the fibers of a block run on one host thread: plain updates are atomic) ------ */
+
+template <typename T> static inline T emu_atomic_add(T *p, T v) {
+    T old = *p;
+    *p = old + v;
+    return old;
+}
+template <typename T> static inline T emu_atomic_or(T *p, T v) {
+    T old = *p;
+    *p = old | v;
+    return old;
+}
+#define atomicAdd emu_atomic_add
+#define atomicOr  emu_atomic_or
+
+/* ---- intrinsics ------------------------------------------------------------------------------ */
+
+template <typename T> static inline T emu_ldcg(const T *p) {
+    return *p;
+}
+#define __ldcg emu_ldcg
+
+/* Correctly rounded f32 operations; the emulation is built with -ffp-contract=off. */
+static inline float emu_fadd_rn(float a, float b) {
+    return a + b;
+}
+static inline float emu_fsub_rn(float a, float b) {
+    return a - b;
+}
+static inline float emu_fmul_rn(float a, float b) {
+    return a * b;
+}
+static inline float emu_fdiv_rn(float a, float b) {
+    return a / b;
+}
+static inline float emu_fsqrt_rn(float a) {
+    return sqrtf(a);
+}
+static inline unsigned long long emu_double2ull_rn(double x) {
+    return (unsigned long long)nearbyint(x);
+}
+static inline unsigned int emu_float_as_uint(float x) {
+    unsigned int u;
+    memcpy(&u, &x, sizeof u);
+    return u;
+}
+#define __fadd_rn       emu_fadd_rn
+#define __fsub_rn       emu_fsub_rn
+#define __fmul_rn       emu_fmul_rn
+#define __fdiv_rn       emu_fdiv_rn
+#define __fsqrt_rn      emu_fsqrt_rn
+#define __double2ull_rn emu_double2ull_rn
+#define __float_as_uint emu_float_as_uint
+
+using std::max;
+using std::min;
+
+#endif

@@ -1,0 +1,97 @@
+/* kernels/gemm.h on the host, for the backend's host emulation (tests/gpu/emu_backend/run): the
+ * cuBLASLt semantics the backend relies on, written out as loops. FP8: A = W [n, k] e4m3 with
+ * BLK128x128 scales at scale[(row / 128) * gemm_w8_scale_ld(k) + col / 128] (K-major, padded
+ * rows of 4 blocks), B = x [tp, k] e4m3 with VEC128 scales at xs[(col / 128) * tp + t]
+ * (transposed), f32 accumulation promoted per 128-column block, BF16 out (round to nearest
+ * even) or f32. BF16: f32 accumulation, BF16 or f32 out. tests/gpu/test_gemm checks these same
+ * semantics against cuBLASLt on the device. */
+#include "cb_engine.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "cuda_check.h"
+#include "gemm.h"
+
+struct gemm_ctx {
+    int queries;
+    float e4m3[256];
+};
+
+extern "C" const char *cublasLtGetStatusString(cublasStatus_t) {
+    return "emulated cuBLASLt";
+}
+
+extern "C" bool gemm_fp8_shape_ok(int n, int k, char *why, size_t why_size) {
+    if (n >= 16 && k >= 16 && n % 16 == 0 && k % 16 == 0) return true;
+    if (why) snprintf(why, why_size, "FP8 GEMM N=%d K=%d: N and K must be multiples of 16", n, k);
+    return false;
+}
+
+extern "C" int gemm_create(cudaStream_t, size_t, gemm_ctx_t **out, err_t *err) {
+    gemm_ctx_t *g = (gemm_ctx_t *)calloc(1, sizeof *g);
+    if (!g) return err_set(err, "gemm: out of memory");
+    for (int i = 0; i < 256; i++)
+        g->e4m3[i] = dtype_e4m3_to_f32((uint8_t)i);
+    *out = g;
+    return 0;
+}
+
+extern "C" void gemm_destroy(gemm_ctx_t *g) {
+    free(g);
+}
+
+extern "C" int gemm_fp8_check(gemm_ctx_t *g, int n, int k, int t, bool y_f32, err_t *err) {
+    char why[160];
+    if (!gemm_fp8_shape_ok(n, k, why, sizeof why)) return err_set(err, "%s", why);
+    g->queries++;
+    return 0;
+}
+
+extern "C" int gemm_fp8(gemm_ctx_t *g, const gemm_w8_t *w, const uint8_t *x, const float *xs, int t,
+                        void *y, bool y_f32, err_t *err) {
+    if (t <= 0) return 0;
+    char why[160];
+    if (!gemm_fp8_shape_ok(w->n, w->k, why, sizeof why)) return err_set(err, "%s", why);
+    int tp = gemm_pad_t(t), ld = gemm_w8_scale_ld(w->k), L = (w->k + 127) / 128;
+    for (int r = 0; r < tp; r++)
+        for (int n = 0; n < w->n; n++) {
+            float acc = 0.0f;
+            for (int kb = 0; kb < L; kb++) {
+                float part = 0.0f;
+                int k1 = (kb + 1) * 128 < w->k ? (kb + 1) * 128 : w->k;
+                for (int k = kb * 128; k < k1; k++)
+                    part +=
+                        g->e4m3[w->data[(size_t)n * w->k + k]] * g->e4m3[x[(size_t)r * w->k + k]];
+                acc += part * w->scale[(size_t)(n / 128) * ld + kb] * xs[(size_t)kb * tp + r];
+            }
+            if (y_f32)
+                ((float *)y)[(size_t)r * w->n + n] = acc;
+            else
+                ((uint16_t *)y)[(size_t)r * w->n + n] = dtype_f32_to_bf16(acc);
+        }
+    return 0;
+}
+
+extern "C" int gemm_bf16(gemm_ctx_t *g, const gemm_w16_t *w, const uint16_t *x, int t, void *y,
+                         bool y_f32, err_t *err) {
+    (void)g;
+    (void)err;
+    for (int r = 0; r < t; r++)
+        for (int n = 0; n < w->n; n++) {
+            float acc = 0.0f;
+            for (int k = 0; k < w->k; k++)
+                acc += dtype_bf16_to_f32(w->data[(size_t)n * w->k + k]) *
+                       dtype_bf16_to_f32(x[(size_t)r * w->k + k]);
+            if (y_f32)
+                ((float *)y)[(size_t)r * w->n + n] = acc;
+            else
+                ((uint16_t *)y)[(size_t)r * w->n + n] = dtype_f32_to_bf16(acc);
+        }
+    return 0;
+}
+
+extern "C" int gemm_algo_queries(const gemm_ctx_t *g) {
+    return g->queries;
+}

@@ -1,0 +1,91 @@
+/* The CUDA runtime calls of kernels/cuda_backend.cu that tests/gpu/emu/emu_cuda.cpp does not stub,
+ * for the backend's host emulation: one synchronous "device" whose memory is host memory.
+ * Graph capture reports "not supported", so the backend's eager fallback runs. */
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include <cuda_runtime.h>
+
+#define EMU_DEVICE_BYTES (4ull << 30) /* what cudaMemGetInfo reports */
+
+extern "C" {
+
+cudaError_t cudaGetDeviceCount(int *n) {
+    *n = 1;
+    return cudaSuccess;
+}
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int) {
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "host emulation");
+    p->major = 9;
+    p->minor = 0;
+    p->multiProcessorCount = 132;
+    p->totalGlobalMem = EMU_DEVICE_BYTES;
+    return cudaSuccess;
+}
+cudaError_t cudaSetDevice(int) {
+    return cudaSuccess;
+}
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int) {
+    *s = (cudaStream_t)(uintptr_t)1;
+    return cudaSuccess;
+}
+cudaError_t cudaStreamCreate(cudaStream_t *s) {
+    *s = (cudaStream_t)(uintptr_t)1;
+    return cudaSuccess;
+}
+cudaError_t cudaStreamDestroy(cudaStream_t) {
+    return cudaSuccess;
+}
+cudaError_t cudaStreamSynchronize(cudaStream_t) {
+    return cudaSuccess;
+}
+cudaError_t cudaMallocHost(void **p, size_t n) {
+    *p = malloc(n ? n : 1);
+    return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+cudaError_t cudaFreeHost(void *p) {
+    free(p);
+    return cudaSuccess;
+}
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind, cudaStream_t) {
+    memmove(dst, src, n);
+    return cudaSuccess;
+}
+cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t spitch,
+                              size_t width, size_t height, cudaMemcpyKind, cudaStream_t) {
+    for (size_t r = 0; r < height; r++)
+        memmove((char *)dst + r * dpitch, (const char *)src + r * spitch, width);
+    return cudaSuccess;
+}
+cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t) {
+    memset(p, v, n);
+    return cudaSuccess;
+}
+cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total) {
+    *free_b = EMU_DEVICE_BYTES;
+    *total = EMU_DEVICE_BYTES;
+    return cudaSuccess;
+}
+cudaError_t cudaStreamBeginCapture(cudaStream_t, cudaStreamCaptureMode) {
+    return cudaErrorNotSupported;
+}
+cudaError_t cudaStreamEndCapture(cudaStream_t, cudaGraph_t *) {
+    return cudaErrorNotSupported;
+}
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t *, cudaGraph_t, unsigned long long) {
+    return cudaErrorNotSupported;
+}
+cudaError_t cudaGraphLaunch(cudaGraphExec_t, cudaStream_t) {
+    return cudaErrorNotSupported;
+}
+cudaError_t cudaGraphDestroy(cudaGraph_t) {
+    return cudaSuccess;
+}
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t) {
+    return cudaSuccess;
+}
+
+} /* extern "C" */

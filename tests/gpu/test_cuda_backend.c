@@ -1,0 +1,547 @@
+/* The cuda backend end to end against the CPU backend (the project's reference numerics):
+ *
+ * - tiny-qwen3 (BF16): the logits of all golden prompts prefilled in one varlen batch are within
+ *   LOGIT_TOL_BF16 of the CPU backend's (which tests/golden checks against transformers); then
+ *   every prompt generates greedily on both backends in lockstep (chunked prefill over the
+ *   cached prefix, paged decode): logits within the tolerance at every step and the same token,
+ *   except where the CPU's own top-2 margin is inside the noise band (2 x tolerance), which is
+ *   counted and printed.
+ * - tiny-qwen3-fp8: the same against the CPU backend's W8A8 emulation (activations quantized per
+ *   token per 128 columns, as the GPU does), within LOGIT_TOL_FP8.
+ * - the engine's batch invariance with backend "cuda": each request's greedy output is the same
+ *   alone and among 32 concurrent ones, for several token budgets, graphs on and off, and a pool
+ *   small enough to preempt; a seeded sampled request gives the same tokens alone and in a batch.
+ * - dummy qwen3-0.6b (FP8 and BF16) generated on the device equals weights_dummy's host values
+ *   on sampled elements, read back through the fused / padded device layout.
+ *
+ * Tolerances (logits of magnitude 4..12 on these fixtures): the CPU computes in f32 throughout;
+ * the GPU rounds BF16 GEMM inputs, the attention inputs and output and the KV cache to bf16
+ * (relative 2^-9) and sums in other orders. Measured under the host emulation
+ * (tests/gpu/emu_backend/run: the same kernels, exact f32 arithmetic): BF16 max 0.03-0.05, FP8
+ * W8A8 max 0.2-0.32 (a bf16 rounding that moves a value across an e4m3 step changes it by 1/16
+ * relative, and such flips compound through the layers). LOGIT_TOL_BF16 0.1 and LOGIT_TOL_FP8 0.5
+ * leave 2x margin for the GPU's ulp-level differences, while a wrong norm, RoPE, scale layout,
+ * fused-weight offset or attention mask moves logits by 1 or more (seen: 17 with a broken
+ * attention input).
+ *
+ * Exit 77 without a Hopper GPU. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+#include <cmocka.h>
+
+#include "backend.h"
+#include "cb_internal.h"
+#include "cuda_backend.h"
+#include "engine.h"
+#include "rng.h"
+#include "testutil.h"
+#include "weights.h"
+
+#define LOGIT_TOL_BF16 0.1
+#define LOGIT_TOL_FP8  0.5
+#define BLOCK          16
+
+// ---------------------------------------------------------------------------------------------
+// Helpers
+
+static cJSON *golden(const char *fixture) {
+    char name[256];
+    snprintf(name, sizeof name, "golden/%s.json", fixture);
+    char *text = tu_read(tu_fixture(name), NULL);
+    assert_non_null(text);
+    cJSON *j = cJSON_Parse(text);
+    free(text);
+    assert_non_null(j);
+    return j;
+}
+
+static int32_t *json_ids(const cJSON *arr, int *n) {
+    *n = cJSON_GetArraySize(arr);
+    int32_t *ids = malloc((size_t)*n * sizeof *ids);
+    for (int i = 0; i < *n; i++)
+        ids[i] = cJSON_GetArrayItem(arr, i)->valueint;
+    return ids;
+}
+
+static backend_t *open_backend(const backend_ops_t *ops, model_weights_t *w, bool emulate) {
+    backend_options_t o = {.n_threads = 2,
+                           .emulate_fp8_activations = emulate,
+                           .gpu_memory_utilization = 0.5,
+                           .max_num_batched_tokens = 2048,
+                           .max_num_seqs = 64,
+                           .cuda_graphs = true};
+    backend_t *be;
+    err_t err = {{0}};
+    if (ops->create(&o, w, &be, &err) < 0) fail_msg("%s: %s", ops->name, err.msg);
+    return be;
+}
+
+static model_weights_t *open_fixture(const char *fixture) {
+    model_source_t src = {.model = tu_fixture(fixture), .format = LOAD_AUTO};
+    model_weights_t *w;
+    err_t err = {{0}};
+    if (weights_open(&src, &w, &err) < 0) fail_msg("%s", err.msg);
+    return w;
+}
+
+/* All golden prompts prefilled in one batch on `be`; returns logits [n_logits, vocab]. */
+static float *batched_prefill(backend_t *be, const cJSON *g, int vocab, int *n_out) {
+    const cJSON *prompts = cJSON_GetObjectItem(g, "prompts");
+    int n_seqs = cJSON_GetArraySize(prompts), n_tokens = 0, max_blocks = 0;
+    for (int s = 0; s < n_seqs; s++) {
+        int len = cJSON_GetArraySize(cJSON_GetObjectItem(cJSON_GetArrayItem(prompts, s), "ids"));
+        n_tokens += len;
+        if ((len + BLOCK - 1) / BLOCK > max_blocks) max_blocks = (len + BLOCK - 1) / BLOCK;
+    }
+    int32_t *tokens = malloc((size_t)n_tokens * 4), *pos = malloc((size_t)n_tokens * 4);
+    int64_t *slots = malloc((size_t)n_tokens * 8);
+    int32_t *qs = malloc((size_t)(n_seqs + 1) * 4), *ctx = malloc((size_t)n_seqs * 4);
+    int32_t *tables = calloc((size_t)(n_seqs * max_blocks), 4), *rows = malloc((size_t)n_seqs * 4);
+    int total = n_seqs * max_blocks, next = total - 1, t = 0;
+    qs[0] = 0;
+    for (int s = 0; s < n_seqs; s++) {
+        int len;
+        int32_t *ids = json_ids(cJSON_GetObjectItem(cJSON_GetArrayItem(prompts, s), "ids"), &len);
+        for (int b = 0; b < (len + BLOCK - 1) / BLOCK; b++)
+            tables[s * max_blocks + b] = next--;
+        for (int i = 0; i < len; i++, t++) {
+            tokens[t] = ids[i];
+            pos[t] = i;
+            slots[t] = (int64_t)tables[s * max_blocks + i / BLOCK] * BLOCK + i % BLOCK;
+        }
+        qs[s + 1] = t;
+        ctx[s] = len;
+        rows[s] = t - 1;
+        free(ids);
+    }
+    err_t err = {{0}};
+    if (backend_kv_reserve(be, total, BLOCK, &err) < 0) fail_msg("%s", err.msg);
+    be_batch_t b = {.n_tokens = n_tokens,
+                    .n_seqs = n_seqs,
+                    .token_ids = tokens,
+                    .positions = pos,
+                    .slot_mapping = slots,
+                    .query_start = qs,
+                    .context_len = ctx,
+                    .block_tables = tables,
+                    .block_table_stride = max_blocks,
+                    .n_logits = n_seqs,
+                    .logit_rows = rows};
+    float *logits = malloc((size_t)n_seqs * vocab * sizeof *logits);
+    /* poison: every row must be written */
+    for (size_t i = 0; i < (size_t)n_seqs * vocab; i++)
+        logits[i] = NAN;
+    if (backend_forward(be, &b, logits, &err) < 0) fail_msg("%s", err.msg);
+    free(tokens);
+    free(pos);
+    free(slots);
+    free(qs);
+    free(ctx);
+    free(tables);
+    free(rows);
+    *n_out = n_seqs;
+    return logits;
+}
+
+/* Greedy generation on both backends in lockstep, the CPU's token fed to both: chunked prefill
+ * (BLOCK tokens a step, over the cached prefix), then n_gen decode steps. At every step with
+ * logits the two rows must be within tol, and their argmax equal unless the CPU's top-2 gap is
+ * itself within 2 * tol (a near tie that numeric noise may flip; counted in *ties). Returns the
+ * largest logit difference seen. */
+static double lockstep(backend_t *cpu, backend_t *gpu, int vocab, const int32_t *prompt, int n,
+                       int n_gen, double tol, const char *what, int *ties) {
+    int total = n + n_gen, nb = (total + BLOCK - 1) / BLOCK;
+    int32_t *tokens = malloc((size_t)total * 4), *table = malloc((size_t)nb * 4);
+    float *lc = malloc((size_t)vocab * 4), *lg = malloc((size_t)vocab * 4);
+    memcpy(tokens, prompt, (size_t)n * 4);
+    for (int b = 0; b < nb; b++)
+        table[b] = nb - 1 - b; /* not in order */
+    err_t err = {{0}};
+    if (backend_kv_reserve(cpu, nb, BLOCK, &err) < 0 ||
+        backend_kv_reserve(gpu, nb, BLOCK, &err) < 0)
+        fail_msg("%s", err.msg);
+    double worst = 0;
+    int done = 0, len = n;
+    while (len < total) {
+        int chunk = done < n ? (n - done < BLOCK ? n - done : BLOCK) : 1;
+        int32_t pos[BLOCK], qs[2] = {0, chunk}, ctx[1] = {done + chunk}, row[1] = {chunk - 1};
+        int64_t slots[BLOCK];
+        for (int i = 0; i < chunk; i++) {
+            pos[i] = done + i;
+            slots[i] = (int64_t)table[(done + i) / BLOCK] * BLOCK + (done + i) % BLOCK;
+        }
+        bool last = done + chunk == len;
+        be_batch_t b = {.n_tokens = chunk,
+                        .n_seqs = 1,
+                        .token_ids = tokens + done,
+                        .positions = pos,
+                        .slot_mapping = slots,
+                        .query_start = qs,
+                        .context_len = ctx,
+                        .block_tables = table,
+                        .block_table_stride = nb,
+                        .n_logits = last ? 1 : 0,
+                        .logit_rows = row};
+        for (int v = 0; v < vocab; v++)
+            lg[v] = NAN;
+        if (backend_forward(cpu, &b, lc, &err) < 0 || backend_forward(gpu, &b, lg, &err) < 0)
+            fail_msg("%s: %s", what, err.msg);
+        done += chunk;
+        if (!last) continue;
+        int ac = 0, ag = 0;
+        for (int v = 0; v < vocab; v++) {
+            double d = fabs((double)lc[v] - lg[v]);
+            if (!(d <= worst)) worst = d;
+            if (lc[v] > lc[ac]) ac = v;
+            if (lg[v] > lg[ag]) ag = v;
+        }
+        if (ag != ac) {
+            float second = -INFINITY;
+            for (int v = 0; v < vocab; v++)
+                if (v != ac && lc[v] > second) second = lc[v];
+            if (lc[ac] - second > 2 * tol)
+                fail_msg("%s: token %d: cuda picks %d, cpu %d with a margin of %.4g (> %.3g)", what,
+                         len - n, ag, ac, lc[ac] - second, 2 * tol);
+            (*ties)++;
+        }
+        tokens[len++] = ac;
+    }
+    free(tokens);
+    free(table);
+    free(lc);
+    free(lg);
+    return worst;
+}
+
+/* The cuda backend against the CPU one on a fixture: batched-prefill logits within tol, greedy
+ * continuations identical. */
+static void compare_fixture(const char *fixture, bool fp8, double tol) {
+    cJSON *g = golden(fixture);
+    model_weights_t *w = open_fixture(fixture);
+    const model_config_t *cfg = weights_config(w);
+    backend_t *cpu = open_backend(&cpu_backend_ops, w, fp8);
+    backend_t *gpu = open_backend(&cuda_backend_ops, w, false);
+    char desc[256];
+    gpu->ops->describe(gpu, desc, sizeof desc);
+    print_message("%s on %s\n", fixture, desc);
+    if (fp8) assert_true(cuda_backend_uses_fp8(gpu));
+
+    int n, n2;
+    float *a = batched_prefill(cpu, g, cfg->vocab_size, &n);
+    float *b = batched_prefill(gpu, g, cfg->vocab_size, &n2);
+    assert_int_equal(n, n2);
+    double worst = 0;
+    for (size_t i = 0; i < (size_t)n * cfg->vocab_size; i++) {
+        double d = fabs((double)a[i] - b[i]);
+        if (!(d <= worst)) worst = d;
+    }
+    print_message("%s: max |logit cuda - cpu%s| = %.4g (tolerance %.3g)\n", fixture,
+                  fp8 ? " W8A8" : "", worst, tol);
+    assert_true(worst <= tol);
+    free(a);
+    free(b);
+
+    const cJSON *p;
+    int ties = 0, steps = 0;
+    double step_worst = 0;
+    cJSON_ArrayForEach(p, cJSON_GetObjectItem(g, "prompts")) {
+        int n_prompt, n_want;
+        int32_t *prompt = json_ids(cJSON_GetObjectItem(p, "ids"), &n_prompt);
+        int32_t *want = json_ids(cJSON_GetObjectItem(p, "greedy"), &n_want);
+        char what[64];
+        snprintf(what, sizeof what, "%s, prompt of %d tokens", fixture, n_prompt);
+        double d = lockstep(cpu, gpu, cfg->vocab_size, prompt, n_prompt, n_want, tol, what, &ties);
+        if (d > step_worst) step_worst = d;
+        steps += n_want;
+        free(prompt);
+        free(want);
+    }
+    print_message("%s: %d greedy steps, max |logit cuda - cpu| %.4g, %d near ties (top-2 gap "
+                  "<= %.3g) picked differently\n",
+                  fixture, steps, step_worst, ties, 2 * tol);
+    assert_true(step_worst <= tol);
+    backend_destroy(gpu);
+    backend_destroy(cpu);
+    weights_destroy(w);
+    cJSON_Delete(g);
+}
+
+static void test_bf16_fixture(void **state) {
+    compare_fixture("tiny-qwen3", false, LOGIT_TOL_BF16);
+}
+
+static void test_fp8_fixture(void **state) {
+    compare_fixture("tiny-qwen3-fp8", true, LOGIT_TOL_FP8);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Engine batch invariance (tests/integration/test_engine.c's approach, backend "cuda")
+
+#define N_REQ 32
+#define N_GEN 12
+
+static engine_t *open_engine(const char *const *flags) {
+    engine_opts_t o;
+    engine_opts_init(&o);
+    o.model.model = tu_fixture("tiny-qwen3");
+    o.backend = "cuda";
+    err_t err = {{0}};
+    for (const char *const *f = flags; f && *f; f += 2) {
+        const flag_def_t *def = flags_find(f[0]);
+        assert_non_null(def);
+        if (flags_set(def, f[1], &o.flags, &err) < 0) fail_msg("%s", err.msg);
+    }
+    engine_t *eng;
+    if (engine_open(&o, &eng, &err) < 0) fail_msg("%s", err.msg);
+    return eng;
+}
+
+static engine_stream_t *submit(engine_t *eng, const int32_t *prompt, int n,
+                               const sampling_params_t *p) {
+    engine_request_t req = {.prompt = prompt, .n_prompt = n};
+    err_t err = {{0}};
+    if (sampling_params_copy(&req.sampling, p, &err) < 0) fail_msg("%s", err.msg);
+    engine_stream_t *s;
+    if (engine_submit(eng, &req, &s, &err) < 0) fail_msg("submit: %s", err.msg);
+    sampling_params_free(&req.sampling);
+    return s;
+}
+
+/* Reads a stream to its end: the tokens of choice 0. */
+static int collect(engine_stream_t *s, int32_t *out, int cap) {
+    engine_event_t ev;
+    int rc, n = 0;
+    while ((rc = engine_stream_wait(s, &ev, 120000)) > 0) {
+        for (int i = 0; i < ev.n_tokens && n < cap; i++)
+            out[n++] = ev.token_ids[i];
+        engine_event_clear(&ev);
+    }
+    assert_int_equal(rc, -1);
+    engine_stream_release(s);
+    return n;
+}
+
+static int make_prompt(int i, int32_t *ids) {
+    int n = 5 + (int)(rng_bits(1234, 0, (uint64_t)i) % 76);
+    for (int k = 0; k < n; k++)
+        ids[k] = (int32_t)(rng_bits(1234, 1 + (uint64_t)i, (uint64_t)k) % 2048);
+    return n;
+}
+
+static sampling_params_t greedy_params(int max_tokens) {
+    sampling_params_t p;
+    sampling_params_init(&p);
+    p.temperature = 0.0f;
+    p.max_tokens = max_tokens;
+    p.ignore_eos = true;
+    return p;
+}
+
+static void test_engine_batch_invariance(void **state) {
+    static int32_t prompts[N_REQ][96], alone[N_REQ][N_GEN], together[N_REQ][N_GEN];
+    int len[N_REQ];
+    for (int i = 0; i < N_REQ; i++)
+        len[i] = make_prompt(i, prompts[i]);
+    sampling_params_t p = greedy_params(N_GEN);
+    const char *const base[] = {"max-model-len", "256", "gpu-memory-utilization", "0.3", NULL};
+    engine_t *eng = open_engine(base);
+    for (int i = 0; i < N_REQ; i++)
+        assert_int_equal(collect(submit(eng, prompts[i], len[i], &p), alone[i], N_GEN), N_GEN);
+    engine_close(eng);
+
+    /* 10 blocks of 16 tokens (3 layers x K,V x 2 heads x 128 x bf16 = 48 KiB a block) */
+    static char pool[32];
+    snprintf(pool, sizeof pool, "%d", 10 * 16 * 3 * 2 * 2 * 128 * 2);
+    const char *budgets[] = {"16", "64", "2048"};
+    for (int b = 0; b < 3; b++)
+        for (int variant = 0; variant < 3; variant++) {
+            const char *flags[] = {"max-num-batched-tokens",
+                                   budgets[b],
+                                   "cuda-graphs",
+                                   variant == 1 ? "false" : "true",
+                                   "max-model-len",
+                                   variant == 2 ? "128" : "256",
+                                   variant == 2 ? "kv-cache-memory" : "gpu-memory-utilization",
+                                   variant == 2 ? pool : "0.3",
+                                   NULL};
+            engine_t *e = open_engine(flags);
+            engine_stream_t *st[N_REQ];
+            for (int i = 0; i < N_REQ; i++)
+                st[i] = submit(e, prompts[i], len[i], &p);
+            for (int i = 0; i < N_REQ; i++) {
+                assert_int_equal(collect(st[i], together[i], N_GEN), N_GEN);
+                for (int k = 0; k < N_GEN; k++)
+                    if (together[i][k] != alone[i][k])
+                        fail_msg("request %d, budget %s, variant %d: token %d is %d in the batch, "
+                                 "%d alone",
+                                 i, budgets[b], variant, k, together[i][k], alone[i][k]);
+            }
+            engine_close(e);
+        }
+}
+
+/* --kv-cache-dtype fp8: greedy outputs alone and batched agree (against each other: the e4m3
+ * cache legitimately changes tokens relative to bf16). */
+static void test_engine_fp8_kv(void **state) {
+    enum { N = 12 };
+    static int32_t prompts[N][96], alone[N][N_GEN], together[N][N_GEN];
+    int len[N];
+    for (int i = 0; i < N; i++)
+        len[i] = make_prompt(200 + i, prompts[i]);
+    sampling_params_t p = greedy_params(N_GEN);
+    const char *const flags[] = {"max-model-len",
+                                 "256",
+                                 "gpu-memory-utilization",
+                                 "0.3",
+                                 "kv-cache-dtype",
+                                 "fp8",
+                                 "max-num-batched-tokens",
+                                 "64",
+                                 NULL};
+    engine_t *eng = open_engine(flags);
+    char desc[256];
+    engine_describe_backend(eng, desc, sizeof desc);
+    print_message("%s\n", desc);
+    assert_non_null(strstr(desc, "kv fp8"));
+    for (int i = 0; i < N; i++)
+        assert_int_equal(collect(submit(eng, prompts[i], len[i], &p), alone[i], N_GEN), N_GEN);
+    engine_stream_t *st[N];
+    for (int i = 0; i < N; i++)
+        st[i] = submit(eng, prompts[i], len[i], &p);
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(collect(st[i], together[i], N_GEN), N_GEN);
+        assert_memory_equal(alone[i], together[i], sizeof alone[i]);
+    }
+    engine_close(eng);
+}
+
+static void test_engine_seeded_sampling(void **state) {
+    const char *const flags[] = {"max-model-len", "256", "gpu-memory-utilization", "0.3", NULL};
+    engine_t *eng = open_engine(flags);
+    sampling_params_t p;
+    sampling_params_init(&p);
+    p.temperature = 0.9f;
+    p.top_p = 0.95f;
+    p.top_k = 50;
+    p.has_seed = true;
+    p.seed = 4242;
+    p.max_tokens = 24;
+    p.ignore_eos = true;
+    int32_t prompt[96], solo[24], in_batch[24], np[16][96], scratch[64];
+    int n = make_prompt(7, prompt);
+    assert_int_equal(collect(submit(eng, prompt, n, &p), solo, 24), 24);
+    sampling_params_t other = greedy_params(24);
+    engine_stream_t *noise[16];
+    for (int i = 0; i < 16; i++) {
+        int m = make_prompt(100 + i, np[i]);
+        other.temperature = i % 2 ? 1.0f : 0.0f;
+        noise[i] = submit(eng, np[i], m, &other);
+    }
+    engine_stream_t *mine = submit(eng, prompt, n, &p);
+    for (int i = 0; i < 8; i++)
+        collect(noise[i], scratch, 64);
+    assert_int_equal(collect(mine, in_batch, 24), 24);
+    for (int i = 8; i < 16; i++)
+        collect(noise[i], scratch, 64);
+    assert_memory_equal(solo, in_batch, sizeof solo);
+    engine_close(eng);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Dummy weights generated on the device
+
+static void check_dummy(bool fp8) {
+    /* TACHYON_TEST_DUMMY_PRESET: a smaller preset for the host emulation (tests/gpu/emu_backend) */
+    const char *preset = getenv("TACHYON_TEST_DUMMY_PRESET");
+    model_source_t src = {.model = preset ? preset : "qwen3-0.6b",
+                          .format = LOAD_DUMMY,
+                          .dummy_fp8 = fp8,
+                          .seed = 1234,
+                          .lazy_dummy = true};
+    model_weights_t *w;
+    err_t err = {{0}};
+    if (weights_open(&src, &w, &err) < 0) fail_msg("%s", err.msg);
+    const model_config_t *cfg = weights_config(w);
+    backend_t *be = open_backend(&cuda_backend_ops, w, false);
+    assert_int_equal(cuda_backend_uses_fp8(be), fp8);
+    static const int slots[] = {L_Q, L_K, L_V, L_O, L_GATE, L_UP, L_DOWN};
+    int checked = 0;
+    for (int i = 0; i < 2000; i++) {
+        int layer = (int)(rng_bits(99, 1, (uint64_t)i) % (uint64_t)(cfg->n_layers + 1)) - 1;
+        int slot = layer < 0 ? (int)(rng_bits(99, 2, (uint64_t)i) % 2) == 0 ? G_EMBED : G_LM_HEAD
+                             : slots[rng_bits(99, 2, (uint64_t)i) % 7];
+        const wtensor_t *t =
+            layer < 0 ? weights_global(w, (gslot_t)slot) : weights_layer(w, layer, (lslot_t)slot);
+        assert_true(t->dummy);
+        assert_null(t->data);
+        int64_t row = (int64_t)(rng_bits(99, 3, (uint64_t)i) % (uint64_t)t->rows);
+        int64_t col = (int64_t)(rng_bits(99, 4, (uint64_t)i) % (uint64_t)t->cols);
+        uint64_t idx = (uint64_t)row * (uint64_t)t->cols + (uint64_t)col;
+        float want =
+            t->dtype == DT_F8_E4M3
+                ? dtype_e4m3_to_f32(weights_dummy_e4m3(t->dummy_seed, t->dummy_stream, idx)) *
+                      t->scale_inv[(row / 128) * t->scale_cols + col / 128]
+                : dtype_bf16_to_f32(weights_dummy_bf16(t->dummy_seed, t->dummy_stream, idx));
+        float got;
+        if (cuda_backend_weight_value(be, layer, slot, row, col, &got, &err) < 0)
+            fail_msg("%s", err.msg);
+        if (got != want)
+            fail_msg("layer %d slot %d (%lld, %lld): device %g, host %g", layer, slot,
+                     (long long)row, (long long)col, got, want);
+        checked++;
+    }
+    /* the lazy scheme is the eager one: compare with weights_dummy's host data too */
+    model_weights_t *eager;
+    model_config_t small = *cfg;
+    small.n_layers = 1;
+    assert_int_equal(weights_dummy(&small, 1234, &eager, &err), 0);
+    const wtensor_t *e = weights_layer(eager, 0, L_GATE), *l = weights_layer(w, 0, L_GATE);
+    for (int64_t i = 0; i < 4096; i++) {
+        uint64_t idx = rng_bits(5, 5, (uint64_t)i) % (uint64_t)(e->rows * e->cols);
+        if (e->dtype == DT_F8_E4M3)
+            assert_int_equal(((const uint8_t *)e->data)[idx],
+                             weights_dummy_e4m3(l->dummy_seed, l->dummy_stream, idx));
+        else
+            assert_int_equal(((const uint16_t *)e->data)[idx],
+                             weights_dummy_bf16(l->dummy_seed, l->dummy_stream, idx));
+    }
+    weights_destroy(eager);
+    print_message("%s %s: %d device elements equal the host scheme\n", src.model,
+                  fp8 ? "fp8" : "bf16", checked);
+    backend_destroy(be);
+    weights_destroy(w);
+}
+
+static void test_dummy_fp8(void **state) {
+    check_dummy(true);
+}
+
+static void test_dummy_bf16(void **state) {
+    check_dummy(false);
+}
+
+int main(void) {
+    if (!cuda_backend_available()) {
+        printf("test_cuda_backend: no Hopper GPU, skipped\n");
+        return 77;
+    }
+    backend_register(&cuda_backend_ops);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_dummy_fp8),
+        cmocka_unit_test(test_dummy_bf16),
+        cmocka_unit_test(test_bf16_fixture),
+        cmocka_unit_test(test_fp8_fixture),
+        cmocka_unit_test(test_engine_batch_invariance),
+        cmocka_unit_test(test_engine_seeded_sampling),
+        cmocka_unit_test(test_engine_fp8_kv),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,1138 @@
+/* The kernels of kernels/ops.h against the CPU reference (engine/cpu/cpu_ops.h, engine/sampler.h)
+ * on fresh random inputs every run (the seed is printed; TACHYON_TEST_SEED=n replays one).
+ * Every output buffer is poisoned with 0xff bytes (NaN in bf16, f32 and e4m3) before a launch,
+ * and every comparison fails on NaN, so an element a kernel forgot to write is caught; KV pools
+ * are poisoned too, to check that only the mapped slots are written.
+ *
+ * Tolerances, per element |gpu - ref| <= rel * |ref| + abs, and why:
+ * - embedding, residual write-back, fp8 quantization of the same f32 inputs: exact (0). The
+ *   GPU runs the same f32 operations in the same order as the CPU (the max of a group does not
+ *   depend on order).
+ * - bf16 outputs of norms, SwiGLU, q/k norm + RoPE: rel 2^-8, abs 1e-5. The output is rounded to
+ *   bf16 (at most 2^-9 relative, round to nearest); the f32 result itself differs from the CPU's
+ *   by a few ulp (sum-of-squares order, CUDA vs glibc expf / cosf / sinf, each within 2 ulp), which
+ *   can move a value across a bf16 rounding boundary: 2^-8 covers one bf16 ulp. abs covers
+ *   rotations that cancel to ~0 (errors of ~1e-7 on O(1) terms).
+ * - fp8 outputs computed from f32 values that differ by ulps (norms, SwiGLU): the scale within
+ *   1e-5 relative, each dequantized element within one e4m3 step (2^-3 relative, plus 2^-9 of
+ *   the scale for subnormals), and at most 1% of elements not bit-identical.
+ * - attention (bf16 out): rel 2^-8, abs 1e-4. The f32 online softmax (exp2 of pre-scaled scores,
+ *   different summation order) differs from the CPU's two-pass f32 softmax by ~1e-6 relative;
+ *   the rest is bf16 output rounding. An off-by-one in masking or a wrong block changes outputs
+ *   by ~|v| / n_keys >= 3e-4 at the context lengths used, so abs stays below that; the relative
+ *   Frobenius error of the whole output must also stay under 3e-3.
+ * - sampling: the GPU must pick exactly the CPU sampler's token on every row (the adjusted
+ *   logits are bit-identical; the masses differ only by fixed-point vs f64 summation, ~1e-10
+ *   relative, which decides a draw only if u lands that close to a boundary), the same top ids,
+ *   and logprobs within 1e-4 absolute (f64 sums in another order; the f32 output rounding).
+ * Exit 77 without a Hopper GPU. */
+#include "cb_engine.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <vector>
+
+#include <cuda_runtime.h>
+
+#include "cuda_backend.h"
+#include "ops.h"
+#include "gpu_check.h"
+
+/* Sizes: full on the GPU; smaller under the host emulation (tests/gpu/emu), where every CUDA
+ * thread is a fiber. */
+#ifdef OPS_HOST_EMULATION
+#define SIZE(gpu, emu) (emu)
+#else
+#define SIZE(gpu, emu) (gpu)
+#endif
+
+static int failures;
+static uint64_t seed;
+static uint64_t counter;
+
+#define OPS(call)                                                                                  \
+    do {                                                                                           \
+        err_t err_ = {{0}};                                                                        \
+        if ((call) < 0) {                                                                          \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, err_.msg);               \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
+#define ERR (&err_)
+
+static float uni(void) {
+    return rng_uniform(seed, 11, counter++);
+}
+static float sym(float a) {
+    return (2.0f * uni() - 1.0f) * a;
+}
+static int irand(int n) {
+    int r = (int)(uni() * (float)n);
+    return r < n ? r : n - 1;
+}
+
+static void fail(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+    failures++;
+}
+
+/* ---- host/device buffers -------------------------------------------------------------------- */
+
+template <typename T> static T *dev(size_t n) {
+    T *p;
+    CK(cudaMalloc((void **)&p, (n ? n : 1) * sizeof(T)));
+    CK(cudaMemset(p, 0xff, (n ? n : 1) * sizeof(T)));
+    return p;
+}
+template <typename T> static void put(T *d, const std::vector<T> &h) {
+    CK(cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
+}
+template <typename T> static std::vector<T> get(const T *d, size_t n) {
+    std::vector<T> h(n);
+    CK(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost));
+    return h;
+}
+template <typename T> static void poison(T *d, size_t n) {
+    CK(cudaMemset(d, 0xff, n * sizeof(T)));
+}
+
+static float bf(uint16_t b) {
+    return dtype_bf16_to_f32(b);
+}
+/* Random bf16 values in [-a, a] (bits) and their exact f32 values. */
+static void rand_bf16(size_t n, float a, std::vector<uint16_t> &bits, std::vector<float> &f) {
+    bits.resize(n);
+    f.resize(n);
+    for (size_t i = 0; i < n; i++) {
+        bits[i] = dtype_f32_to_bf16(sym(a));
+        f[i] = bf(bits[i]);
+    }
+}
+
+/* ---- comparisons ---------------------------------------------------------------------------- */
+
+/* Counts elements outside rel * |ref| + abs (NaN counts as outside); reports the worst. */
+static bool close_all(const char *what, const float *got, const float *ref, size_t n, double rel,
+                      double abs_tol) {
+    size_t bad = 0, first = 0;
+    double worst = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double e = fabs((double)got[i] - (double)ref[i]);
+        bool ok = e <= rel * fabs((double)ref[i]) + abs_tol;
+        if (!ok) {
+            if (!bad) first = i;
+            bad++;
+        }
+        if (!(e <= worst)) worst = e;
+    }
+    if (bad) {
+        fail(
+            "%-60s FAIL: %zu of %zu outside tolerance, first at %zu (gpu %g, ref %g), max err %g\n",
+            what, bad, n, first, (double)got[first], (double)ref[first], worst);
+        return false;
+    }
+    printf("%-60s ok (max abs err %.3g)\n", what, worst);
+    return true;
+}
+
+static void frob(const char *what, const float *got, const float *ref, size_t n, double tol) {
+    double num = 0.0, den = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double d = (double)got[i] - (double)ref[i];
+        num += d * d;
+        den += (double)ref[i] * (double)ref[i];
+    }
+    double rel = den > 0.0 ? sqrt(num / den) : sqrt(num);
+    if (!(rel <= tol)) fail("%-60s FAIL: relative Frobenius error %.3g > %.1g\n", what, rel, tol);
+}
+
+/* An fp8 GEMM input against the f32 values it quantizes: codes [T_pad, K_pad], scales
+ * [ceil(K_pad / 128), T_pad]. exact: codes and scales must equal the CPU's bit for bit. */
+static void check_fp8(const char *what, const std::vector<uint8_t> &q, const std::vector<float> &sc,
+                      const std::vector<float> &x, int T, int K, int T_pad, int K_pad, bool exact) {
+    int G = (K_pad + 127) / 128;
+    std::vector<float> ref((size_t)T * K);
+    cpu_quant_fp8_rows(x.data(), T, K, 128, ref.data());
+    size_t bad = 0, differ = 0, n = 0;
+    char msg[256] = "";
+    for (int t = 0; t < T_pad; t++) {
+        for (int g = 0; g < G; g++) {
+            float s = sc[(size_t)g * T_pad + t];
+            if (t >= T) {
+                if (s != 0.0f && !bad++) snprintf(msg, sizeof msg, "pad row %d scale %g", t, s);
+                continue;
+            }
+            int k1 = (g + 1) * 128 < K ? (g + 1) * 128 : K;
+            float amax = 0.0f;
+            for (int k = g * 128; k < k1; k++)
+                amax = fmaxf(amax, fabsf(x[(size_t)t * K + k]));
+            float s_ref = fmaxf(amax, 1e-10f) / 448.0f;
+            bool s_ok = exact ? s == s_ref : fabs(s - s_ref) <= 1e-5 * s_ref;
+            if (!s_ok && !bad++)
+                snprintf(msg, sizeof msg, "row %d group %d scale %g, ref %g", t, g, s, s_ref);
+        }
+        for (int k = 0; k < K_pad; k++) {
+            uint8_t c = q[(size_t)t * K_pad + k];
+            if (t >= T || k >= K) {
+                if (c != 0 && !bad++) snprintf(msg, sizeof msg, "pad (%d, %d) = 0x%02x", t, k, c);
+                continue;
+            }
+            float s = sc[(size_t)(k / 128) * T_pad + t];
+            float got = dtype_e4m3_to_f32(c) * s, r = ref[(size_t)t * K + k];
+            /* The CPU's code, from the CPU's scale (a scale one ulp away would make every
+             * dequantized value differ while the codes agree). */
+            int g = k / 128, k1 = (g + 1) * 128 < K ? (g + 1) * 128 : K;
+            float amax = 0.0f;
+            for (int kk = g * 128; kk < k1; kk++)
+                amax = fmaxf(amax, fabsf(x[(size_t)t * K + kk]));
+            float s_ref = fmaxf(amax, 1e-10f) / 448.0f;
+            float qr = fminf(fmaxf(x[(size_t)t * K + k] / s_ref, -448.0f), 448.0f);
+            n++;
+            if (c != dtype_f32_to_e4m3(qr)) differ++;
+            double tol = exact ? 0.0 : 0.125 * fabs(r) + s * 0x1p-9 * 1.01;
+            if (!(fabs((double)got - (double)r) <= tol) && !bad++)
+                snprintf(msg, sizeof msg, "(%d, %d): %g, ref %g", t, k, (double)got, (double)r);
+        }
+    }
+    if (!exact && differ * 100 > n && !bad++)
+        snprintf(msg, sizeof msg, "%zu of %zu elements differ (> 1%%)", differ, n);
+    if (bad)
+        fail("%-60s FAIL: %zu bad: %s\n", what, bad, msg);
+    else
+        printf("%-60s ok (%zu of %zu codes differ)\n", what, differ, n);
+}
+
+static std::vector<float> bf16_vec(const std::vector<uint16_t> &b) {
+    std::vector<float> f(b.size());
+    for (size_t i = 0; i < b.size(); i++)
+        f[i] = bf(b[i]);
+    return f;
+}
+
+/* ---- embedding ------------------------------------------------------------------------------ */
+
+static void test_embed(void) {
+    const int V = 3001, H = 1024, T = 37;
+    std::vector<uint16_t> tb;
+    std::vector<float> tf;
+    rand_bf16((size_t)V * H, 1.0f, tb, tf);
+    std::vector<int32_t> ids(T);
+    for (int t = 0; t < T; t++)
+        ids[t] = irand(V);
+    uint16_t *d_tb = dev<uint16_t>(tb.size());
+    int32_t *d_ids = dev<int32_t>(T);
+    float *d_out = dev<float>((size_t)T * H);
+    put(d_tb, tb);
+    put(d_ids, ids);
+    OPS(ops_embed(d_tb, d_ids, T, H, d_out, 0, ERR));
+    std::vector<float> out = get(d_out, (size_t)T * H), ref((size_t)T * H);
+    for (int t = 0; t < T; t++)
+        memcpy(&ref[(size_t)t * H], &tf[(size_t)ids[t] * H], H * sizeof(float));
+    close_all("embed (bf16 table -> f32 residual)", out.data(), ref.data(), out.size(), 0, 0);
+    cudaFree(d_tb);
+    cudaFree(d_ids);
+    cudaFree(d_out);
+}
+
+/* ---- residual add + RMSNorm ------------------------------------------------------------------ */
+
+/* add_kind: 0 none, 1 bf16, 2 f32. gather: rows is a random subset (the final norm). */
+static void test_norm_case(int H, int T, int add_kind, bool gather, bool fp8) {
+    char name[128];
+    snprintf(name, sizeof name, "add_rmsnorm_%s H=%d T=%d add=%s%s", fp8 ? "fp8" : "bf16", H, T,
+             add_kind == 0   ? "none"
+             : add_kind == 1 ? "bf16"
+                             : "f32",
+             gather ? " gather" : "");
+    const float eps = 1e-6f;
+    std::vector<float> resid((size_t)T * H), w(H), addf((size_t)T * H);
+    std::vector<uint16_t> addb;
+    for (auto &x : resid)
+        x = sym(3.0f);
+    for (auto &x : w)
+        x = 0.5f + uni();
+    if (add_kind == 1) {
+        rand_bf16((size_t)T * H, 2.0f, addb, addf);
+    } else if (add_kind == 2) {
+        for (auto &x : addf)
+            x = sym(2.0f);
+    }
+    int n_rows = T;
+    std::vector<int32_t> rows;
+    if (gather) {
+        n_rows = T / 2 + 1;
+        for (int i = 0; i < n_rows; i++)
+            rows.push_back((i * 7 + 3) % T);
+    }
+    const int T_pad = ops_pad_tokens(n_rows) + 4; /* a graph's capacity beyond the live rows */
+
+    float *d_resid = dev<float>(resid.size()), *d_w = dev<float>(H);
+    void *d_add = nullptr;
+    int32_t *d_rows = nullptr;
+    put(d_resid, resid);
+    put(d_w, w);
+    if (add_kind == 1) {
+        uint16_t *p = dev<uint16_t>(addb.size());
+        put(p, addb);
+        d_add = p;
+    } else if (add_kind == 2) {
+        float *p = dev<float>(addf.size());
+        put(p, addf);
+        d_add = p;
+    }
+    if (gather) {
+        d_rows = dev<int32_t>(rows.size());
+        put(d_rows, rows);
+    }
+    ops_dtype_t adt = add_kind == 2 ? OPS_F32 : OPS_BF16;
+
+    /* Reference. */
+    std::vector<float> r_ref = resid, y((size_t)n_rows * H);
+    for (int i = 0; i < n_rows; i++) {
+        int r = gather ? rows[i] : i;
+        if (add_kind)
+            for (int c = 0; c < H; c++)
+                r_ref[(size_t)r * H + c] = resid[(size_t)r * H + c] + addf[(size_t)r * H + c];
+        cpu_rmsnorm(&r_ref[(size_t)r * H], w.data(), H, eps, &y[(size_t)i * H]);
+    }
+
+    if (!fp8) {
+        uint16_t *d_out = dev<uint16_t>((size_t)n_rows * H);
+        OPS(ops_add_rmsnorm_bf16(d_resid, d_add, adt, d_rows, n_rows, H, d_w, eps, d_out, 0, ERR));
+        std::vector<float> out = bf16_vec(get(d_out, (size_t)n_rows * H));
+        close_all(name, out.data(), y.data(), out.size(), 0x1p-8, 1e-5);
+        cudaFree(d_out);
+    } else {
+        uint8_t *d_q = dev<uint8_t>((size_t)T_pad * H);
+        float *d_s = dev<float>((size_t)(H / 128) * T_pad);
+        OPS(ops_add_rmsnorm_fp8(d_resid, d_add, adt, d_rows, n_rows, T_pad, H, d_w, eps, d_q, d_s,
+                                0, ERR));
+        check_fp8(name, get(d_q, (size_t)T_pad * H), get(d_s, (size_t)(H / 128) * T_pad), y, n_rows,
+                  H, T_pad, H, false);
+        cudaFree(d_q);
+        cudaFree(d_s);
+    }
+    std::vector<float> r_got = get(d_resid, resid.size());
+    char rn[160];
+    snprintf(rn, sizeof rn, "  residual write-back (%s)", name);
+    close_all(rn, r_got.data(), r_ref.data(), r_got.size(), 0, 0);
+    cudaFree(d_resid);
+    cudaFree(d_w);
+    cudaFree(d_add);
+    cudaFree(d_rows);
+}
+
+static void test_norms(void) {
+    const int Hs[] = {1024, 5120};
+    const int Ts[] = {1, 7, 64};
+    for (int H : Hs)
+        for (int T : Ts)
+            for (int add = 0; add < 3; add++) {
+                test_norm_case(H, T, add, false, false);
+                test_norm_case(H, T, add, false, true);
+            }
+    test_norm_case(5120, 33, 1, true, false); /* final norm: add + gather of the logit rows */
+    test_norm_case(1024, 9, 2, true, true);
+}
+
+/* ---- standalone quantization and SwiGLU ------------------------------------------------------ */
+
+static void test_quant(void) {
+    struct {
+        int T, K, ld, K_pad;
+        bool f32;
+    } cases[] = {
+        {5, 320, 352, 384, false}, {64, 5120, 5120, 5120, false}, {3, 1024, 1032, 1024, true}};
+    for (auto &c : cases) {
+        char name[128];
+        snprintf(name, sizeof name, "quant_fp8 %s T=%d K=%d ld=%d K_pad=%d", c.f32 ? "f32" : "bf16",
+                 c.T, c.K, c.ld, c.K_pad);
+        std::vector<uint16_t> xb;
+        std::vector<float> xf;
+        rand_bf16((size_t)c.T * c.ld, 4.0f, xb, xf);
+        /* Some groups with tiny values (the 1e-10 floor) and a zero group. */
+        for (int k = 0; k < 128 && k < c.K; k++) {
+            xf[k] = bf(xb[k] = dtype_f32_to_bf16(sym(1e-12f)));
+        }
+        void *d_x;
+        if (c.f32) {
+            float *p = dev<float>(xf.size());
+            put(p, xf);
+            d_x = p;
+        } else {
+            uint16_t *p = dev<uint16_t>(xb.size());
+            put(p, xb);
+            d_x = p;
+        }
+        const int T_pad = ops_pad_tokens(c.T), G = (c.K_pad + 127) / 128;
+        uint8_t *d_q = dev<uint8_t>((size_t)T_pad * c.K_pad);
+        float *d_s = dev<float>((size_t)G * T_pad);
+        OPS(ops_quant_fp8(d_x, c.f32 ? OPS_F32 : OPS_BF16, c.ld, c.T, c.K, T_pad, c.K_pad, d_q, d_s,
+                          0, ERR));
+        std::vector<float> x((size_t)c.T * c.K);
+        for (int t = 0; t < c.T; t++)
+            for (int k = 0; k < c.K; k++)
+                x[(size_t)t * c.K + k] = xf[(size_t)t * c.ld + k];
+        check_fp8(name, get(d_q, (size_t)T_pad * c.K_pad), get(d_s, (size_t)G * T_pad), x, c.T, c.K,
+                  T_pad, c.K_pad, true);
+        cudaFree(d_x);
+        cudaFree(d_q);
+        cudaFree(d_s);
+    }
+}
+
+static void test_silu(void) {
+    struct {
+        int T, I, I_pad;
+        bool f32;
+    } cases[] = {{7, 320, 384, false}, {33, 1024, 1024, true}, {4, 17408, 17408, false}};
+    for (auto &c : cases) {
+        const int ld = 2 * c.I + 8;
+        std::vector<uint16_t> gb;
+        std::vector<float> gf;
+        rand_bf16((size_t)c.T * ld, 6.0f, gb, gf);
+        void *d_gu;
+        if (c.f32) {
+            float *p = dev<float>(gf.size());
+            put(p, gf);
+            d_gu = p;
+        } else {
+            uint16_t *p = dev<uint16_t>(gb.size());
+            put(p, gb);
+            d_gu = p;
+        }
+        std::vector<float> y((size_t)c.T * c.I);
+        for (int t = 0; t < c.T; t++)
+            for (int i = 0; i < c.I; i++) {
+                float g = gf[(size_t)t * ld + i], u = gf[(size_t)t * ld + c.I + i];
+                y[(size_t)t * c.I + i] = g / (1.0f + expf(-g)) * u;
+            }
+        ops_dtype_t dt = c.f32 ? OPS_F32 : OPS_BF16;
+        char name[128];
+        snprintf(name, sizeof name, "silu_mul_bf16 %s T=%d I=%d", c.f32 ? "f32" : "bf16", c.T, c.I);
+        uint16_t *d_o = dev<uint16_t>((size_t)c.T * c.I);
+        OPS(ops_silu_mul_bf16(d_gu, dt, ld, c.T, c.I, d_o, 0, ERR));
+        std::vector<float> o = bf16_vec(get(d_o, (size_t)c.T * c.I));
+        close_all(name, o.data(), y.data(), o.size(), 0x1p-8, 1e-5);
+
+        const int T_pad = ops_pad_tokens(c.T) + 4, G = (c.I_pad + 127) / 128;
+        uint8_t *d_q = dev<uint8_t>((size_t)T_pad * c.I_pad);
+        float *d_s = dev<float>((size_t)G * T_pad);
+        OPS(ops_silu_mul_fp8(d_gu, dt, ld, c.T, c.I, T_pad, c.I_pad, d_q, d_s, 0, ERR));
+        snprintf(name, sizeof name, "silu_mul_fp8 %s T=%d I=%d I_pad=%d", c.f32 ? "f32" : "bf16",
+                 c.T, c.I, c.I_pad);
+        check_fp8(name, get(d_q, (size_t)T_pad * c.I_pad), get(d_s, (size_t)G * T_pad), y, c.T, c.I,
+                  T_pad, c.I_pad, false);
+        cudaFree(d_gu);
+        cudaFree(d_o);
+        cudaFree(d_q);
+        cudaFree(d_s);
+    }
+}
+
+/* ---- q/k norm + RoPE + KV write ---------------------------------------------------------------
+ */
+
+static void test_qkv_case(int D, int Hq, int Hkv, bool f32_in, bool fp8_kv) {
+    char name[128];
+    snprintf(name, sizeof name, "qk_norm_rope_kv D=%d heads=%d/%d in=%s kv=%s", D, Hq, Hkv,
+             f32_in ? "f32" : "bf16", fp8_kv ? "fp8" : "bf16");
+    const int T = 50, bs = 16, num_blocks = 8;
+    const int W = (Hq + 2 * Hkv) * D, ld = W + 64;
+    const float eps = 1e-6f, kv_scale = fp8_kv ? 0.5f : 1.0f;
+    std::vector<uint16_t> xb;
+    std::vector<float> xf;
+    rand_bf16((size_t)T * ld, 3.0f, xb, xf);
+    std::vector<float> qn(D), kn(D), inv(D / 2);
+    for (int j = 0; j < D; j++) {
+        qn[j] = 0.5f + uni();
+        kn[j] = 0.5f + uni();
+    }
+    cpu_rope_inv_freq(D, 1000000.0, inv.data());
+    std::vector<int32_t> pos(T);
+    std::vector<int64_t> slot(T);
+    const int64_t n_slots = (int64_t)num_blocks * bs;
+    for (int t = 0; t < T; t++) {
+        pos[t] = t < 5 ? t : irand(40000);
+        slot[t] = (t % 7 == 3) ? -1 : (int64_t)((t * 37) % n_slots); /* distinct slots, T < n */
+    }
+    void *d_x;
+    if (f32_in) {
+        float *p = dev<float>(xf.size());
+        put(p, xf);
+        d_x = p;
+    } else {
+        uint16_t *p = dev<uint16_t>(xb.size());
+        put(p, xb);
+        d_x = p;
+    }
+    float *d_qn = dev<float>(D), *d_kn = dev<float>(D), *d_inv = dev<float>(D / 2);
+    int32_t *d_pos = dev<int32_t>(T);
+    int64_t *d_slot = dev<int64_t>(T);
+    put(d_qn, qn);
+    put(d_kn, kn);
+    put(d_inv, inv);
+    put(d_pos, pos);
+    put(d_slot, slot);
+    const size_t pool =
+        ops_kv_pool_bytes(num_blocks, bs, Hkv, D, fp8_kv ? OPS_KV_FP8 : OPS_KV_BF16);
+    uint8_t *d_k = dev<uint8_t>(pool), *d_v = dev<uint8_t>(pool);
+    uint16_t *d_q = dev<uint16_t>((size_t)T * Hq * D);
+
+    ops_qkv_args_t a = {};
+    a.qkv = d_x;
+    a.qkv_dtype = f32_in ? OPS_F32 : OPS_BF16;
+    a.ld_qkv = ld;
+    a.T = T;
+    a.n_heads = Hq;
+    a.n_kv_heads = Hkv;
+    a.head_dim = D;
+    a.q_norm = d_qn;
+    a.k_norm = d_kn;
+    a.eps = eps;
+    a.inv_freq = d_inv;
+    a.positions = d_pos;
+    a.slot_mapping = d_slot;
+    a.q_out = d_q;
+    a.k_cache = d_k;
+    a.v_cache = d_v;
+    a.kv_dtype = fp8_kv ? OPS_KV_FP8 : OPS_KV_BF16;
+    a.kv_scale = kv_scale;
+    a.block_size = bs;
+    OPS(ops_qk_norm_rope_kv(&a, 0, ERR));
+
+    /* Reference. */
+    std::vector<float> q_ref((size_t)T * Hq * D), k_ref((size_t)T * Hkv * D),
+        v_ref((size_t)T * Hkv * D), cs(D / 2), sn(D / 2);
+    for (int t = 0; t < T; t++) {
+        cpu_rope_cos_sin(pos[t], inv.data(), D / 2, cs.data(), sn.data());
+        for (int h = 0; h < Hq + 2 * Hkv; h++) {
+            std::vector<float> x(&xf[(size_t)t * ld + (size_t)h * D],
+                                 &xf[(size_t)t * ld + (size_t)h * D] + D);
+            if (h < Hq + Hkv) {
+                cpu_rmsnorm(x.data(), h < Hq ? qn.data() : kn.data(), D, eps, x.data());
+                cpu_rope_apply(x.data(), D, cs.data(), sn.data());
+            }
+            float *dst = h < Hq         ? &q_ref[((size_t)t * Hq + h) * D]
+                         : h < Hq + Hkv ? &k_ref[((size_t)t * Hkv + h - Hq) * D]
+                                        : &v_ref[((size_t)t * Hkv + h - Hq - Hkv) * D];
+            memcpy(dst, x.data(), D * sizeof(float));
+        }
+    }
+    std::vector<float> q = bf16_vec(get(d_q, (size_t)T * Hq * D));
+    close_all(name, q.data(), q_ref.data(), q.size(), 0x1p-8, 1e-5);
+
+    /* The caches: written slots against the reference, every other slot still poisoned. */
+    std::vector<uint8_t> kc = get(d_k, pool), vc = get(d_v, pool);
+    const size_t elem = fp8_kv ? 1 : 2, per_slot = (size_t)Hkv * D;
+    std::vector<float> kg, kr, vg, vr;
+    std::vector<char> written(n_slots, 0);
+    for (int t = 0; t < T; t++) {
+        if (slot[t] < 0) continue;
+        written[slot[t]] = 1;
+        for (size_t e = 0; e < per_slot; e++) {
+            size_t off = (size_t)slot[t] * per_slot + e;
+            float kk, vv;
+            if (fp8_kv) {
+                kk = dtype_e4m3_to_f32(kc[off]) * kv_scale;
+                vv = dtype_e4m3_to_f32(vc[off]) * kv_scale;
+            } else {
+                uint16_t b;
+                memcpy(&b, &kc[off * 2], 2);
+                kk = bf(b);
+                memcpy(&b, &vc[off * 2], 2);
+                vv = bf(b);
+            }
+            kg.push_back(kk);
+            vg.push_back(vv);
+            kr.push_back(k_ref[(size_t)t * per_slot + e]);
+            vr.push_back(v_ref[(size_t)t * per_slot + e]);
+        }
+    }
+    char kn_[160];
+    /* fp8: half an e4m3 step (2^-4 relative) plus the subnormal step of the scale. */
+    double rel = fp8_kv ? 0.0625 * 1.01 : 0x1p-8, abs_tol = fp8_kv ? kv_scale * 0x1p-10 : 1e-5;
+    snprintf(kn_, sizeof kn_, "  K cache (%s)", name);
+    close_all(kn_, kg.data(), kr.data(), kg.size(), rel, abs_tol);
+    snprintf(kn_, sizeof kn_, "  V cache (%s)", name);
+    close_all(kn_, vg.data(), vr.data(), vg.size(), fp8_kv ? rel : 0.0, fp8_kv ? abs_tol : 0.0);
+    size_t stray = 0;
+    for (int64_t s = 0; s < n_slots; s++) {
+        if (written[s]) continue;
+        for (size_t b = 0; b < per_slot * elem; b++)
+            stray += (kc[(size_t)s * per_slot * elem + b] != 0xff) +
+                     (vc[(size_t)s * per_slot * elem + b] != 0xff);
+    }
+    if (stray) fail("  %s: %zu bytes written outside the mapped slots\n", name, stray);
+    cudaFree(d_x);
+    cudaFree(d_qn);
+    cudaFree(d_kn);
+    cudaFree(d_inv);
+    cudaFree(d_pos);
+    cudaFree(d_slot);
+    cudaFree(d_k);
+    cudaFree(d_v);
+    cudaFree(d_q);
+}
+
+static void test_qkv(void) {
+    test_qkv_case(128, 4, 2, false, false);  /* the tiny fixtures */
+    test_qkv_case(128, 40, 8, false, false); /* Qwen3-14B */
+    test_qkv_case(128, 40, 8, true, false);
+    test_qkv_case(128, 64, 8, false, true); /* Qwen3-32B, fp8 cache */
+    test_qkv_case(64, 8, 8, true, true);
+}
+
+/* ---- attention --------------------------------------------------------------------------------
+ */
+
+struct AttnCase {
+    int D, Hq, Hkv, bs;
+    bool fp8;
+    bool decode;
+    int splits; /* decode: 0 = the heuristic */
+    std::vector<int> prefix, q_len;
+};
+
+static void run_attention(const AttnCase &c) {
+    const int S = (int)c.prefix.size();
+    char name[160];
+    snprintf(name, sizeof name, "attention %s D=%d heads=%d/%d bs=%d kv=%s seqs=%d",
+             c.decode ? "decode" : "prefill", c.D, c.Hq, c.Hkv, c.bs, c.fp8 ? "fp8" : "bf16", S);
+    if (c.decode) snprintf(name + strlen(name), sizeof name - strlen(name), " splits=%d", c.splits);
+    const int D = c.D;
+    std::vector<int32_t> qs(S + 1, 0), ctx(S);
+    int max_q = 0, max_blocks = 0, total_blocks = 0, max_ctx = 0;
+    for (int s = 0; s < S; s++) {
+        qs[s + 1] = qs[s] + c.q_len[s];
+        ctx[s] = c.prefix[s] + c.q_len[s];
+        max_q = c.q_len[s] > max_q ? c.q_len[s] : max_q;
+        max_ctx = ctx[s] > max_ctx ? ctx[s] : max_ctx;
+        int nb = (ctx[s] + c.bs - 1) / c.bs;
+        max_blocks = nb > max_blocks ? nb : max_blocks;
+        total_blocks += nb;
+    }
+    const int T = qs[S], stride = max_blocks + 3, num_blocks = total_blocks + 5;
+    /* Blocks handed out in a shuffled order; unused table entries are -1 (never to be read). */
+    std::vector<int32_t> perm(num_blocks), table((size_t)S * stride, -1);
+    for (int i = 0; i < num_blocks; i++)
+        perm[i] = i;
+    for (int i = num_blocks - 1; i > 0; i--) {
+        int j = irand(i + 1);
+        int32_t x = perm[i];
+        perm[i] = perm[j];
+        perm[j] = x;
+    }
+    for (int s = 0, next = 0; s < S; s++)
+        for (int b = 0; b < (ctx[s] + c.bs - 1) / c.bs; b++)
+            table[(size_t)s * stride + b] = perm[next++];
+
+    const size_t n_elem = (size_t)num_blocks * c.bs * c.Hkv * D;
+    const float kv_scale = c.fp8 ? 0.5f : 1.0f;
+    std::vector<float> kf(n_elem), vf(n_elem);
+    std::vector<uint8_t> k8, v8;
+    std::vector<uint16_t> kb, vb;
+    if (c.fp8) {
+        k8.resize(n_elem);
+        v8.resize(n_elem);
+        for (size_t i = 0; i < n_elem; i++) {
+            k8[i] = dtype_f32_to_e4m3(sym(2.0f));
+            v8[i] = dtype_f32_to_e4m3(sym(2.0f));
+            kf[i] = dtype_e4m3_to_f32(k8[i]) * kv_scale;
+            vf[i] = dtype_e4m3_to_f32(v8[i]) * kv_scale;
+        }
+    } else {
+        rand_bf16(n_elem, 1.0f, kb, kf);
+        rand_bf16(n_elem, 1.0f, vb, vf);
+    }
+    std::vector<uint16_t> qb;
+    std::vector<float> qf;
+    rand_bf16((size_t)T * c.Hq * D, 4.0f, qb, qf);
+
+    uint8_t *d_k = dev<uint8_t>(n_elem * (c.fp8 ? 1 : 2)),
+            *d_v = dev<uint8_t>(n_elem * (c.fp8 ? 1 : 2));
+    if (c.fp8) {
+        put(d_k, k8);
+        put(d_v, v8);
+    } else {
+        CK(cudaMemcpy(d_k, kb.data(), n_elem * 2, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(d_v, vb.data(), n_elem * 2, cudaMemcpyHostToDevice));
+    }
+    uint16_t *d_q = dev<uint16_t>(qb.size()), *d_o = dev<uint16_t>(qb.size());
+    int32_t *d_qs = dev<int32_t>(S + 1), *d_ctx = dev<int32_t>(S),
+            *d_tab = dev<int32_t>(table.size());
+    put(d_q, qb);
+    put(d_qs, qs);
+    put(d_ctx, ctx);
+    put(d_tab, table);
+
+    ops_attn_args_t a = {};
+    a.q = d_q;
+    a.out = d_o;
+    a.k_cache = d_k;
+    a.v_cache = d_v;
+    a.kv_dtype = c.fp8 ? OPS_KV_FP8 : OPS_KV_BF16;
+    a.kv_scale = kv_scale;
+    a.n_seqs = S;
+    a.n_tokens = c.bs == 16 ? T : 0; /* both prefill grid bounds: by tokens and by max_q_len */
+    a.n_heads = c.Hq;
+    a.n_kv_heads = c.Hkv;
+    a.head_dim = D;
+    a.block_size = c.bs;
+    a.query_start = d_qs;
+    a.context_len = d_ctx;
+    a.block_tables = d_tab;
+    a.block_table_stride = stride;
+    a.scale = (float)(1.0 / sqrt((double)D));
+    void *ws = nullptr;
+    if (c.decode) {
+        int dev_id, sms;
+        CK(cudaGetDevice(&dev_id));
+        CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev_id));
+        int splits = c.splits ? c.splits : ops_attention_decode_splits(S, c.Hkv, max_ctx, sms, 64);
+        int max_splits = splits > 64 ? splits : 64;
+        ws = dev<uint8_t>(ops_attention_workspace_bytes(S, c.Hq, D, max_splits));
+        OPS(ops_attention_decode(&a, splits, ws, 0, ERR));
+        snprintf(name + strlen(name), sizeof name - strlen(name), "%s(%d)",
+                 c.splits ? "" : " heuristic", splits);
+    } else {
+        OPS(ops_attention_prefill(&a, max_q, 0, ERR));
+    }
+    std::vector<float> out = bf16_vec(get(d_o, qb.size()));
+
+    std::vector<float> ref(qb.size()), scores(max_ctx + 1);
+    cpu_attn_t ca = {};
+    ca.q = qf.data();
+    ca.out = ref.data();
+    ca.k_cache = kf.data();
+    ca.v_cache = vf.data();
+    ca.block_size = c.bs;
+    ca.n_heads = c.Hq;
+    ca.n_kv_heads = c.Hkv;
+    ca.head_dim = D;
+    ca.scale = a.scale;
+    ca.query_start = qs.data();
+    ca.context_len = ctx.data();
+    ca.block_tables = table.data();
+    ca.block_table_stride = stride;
+    for (int s = 0; s < S; s++)
+        for (int t = qs[s]; t < qs[s + 1]; t++)
+            for (int h = 0; h < c.Hq; h++)
+                cpu_attention_head(&ca, s, t, h, scores.data());
+    close_all(name, out.data(), ref.data(), out.size(), 0x1p-8, 1e-4);
+    frob(name, out.data(), ref.data(), out.size(), 3e-3);
+    cudaFree(d_k);
+    cudaFree(d_v);
+    cudaFree(d_q);
+    cudaFree(d_o);
+    cudaFree(d_qs);
+    cudaFree(d_ctx);
+    cudaFree(d_tab);
+    cudaFree(ws);
+}
+
+static void test_attention(void) {
+    struct Shape {
+        int D, Hq, Hkv;
+    } shapes[] = {{128, 4, 2}, {128, 40, 8}, {128, 64, 8}, {64, 8, 8}, {128, 16, 1}};
+    for (const Shape &sh : shapes) {
+        if (SIZE(false, sh.Hq > 16)) continue; /* emulation: the wide shapes take too long */
+        for (int bs : {16, 32})
+            for (int fp8 = 0; fp8 < 2; fp8++) {
+                if (fp8 && sh.Hq != 40 && sh.Hq != 4) continue;
+                /* Prefill: fresh prompts, chunks after cached prefixes, decodes mixed in, a prefix
+                 * ending mid-block and one ending on a block edge. */
+                AttnCase p = {sh.D, sh.Hq, sh.Hkv, bs, fp8 != 0, false, 0, {}, {}};
+                const int pre[] = {0, 37, SIZE(300, 60), 16 * 3, SIZE(1000, 90),
+                                   5, 0,  SIZE(511, 31)};
+                const int ql[] = {SIZE(70, 20), 1, SIZE(64, 9), 16, 1, SIZE(130, 40), 1, 33};
+                for (int i = 0; i < SIZE(8, 5); i++) {
+                    p.prefix.push_back(pre[i] + (i == 2 ? irand(40) : 0));
+                    p.q_len.push_back(ql[i] + (i == 0 ? irand(20) : 0));
+                }
+                run_attention(p);
+                /* Decode: ragged contexts, splits off, fixed and heuristic. */
+                for (int splits : {1, 3, 8, 0}) {
+                    AttnCase d = {sh.D, sh.Hq, sh.Hkv, bs, fp8 != 0, true, splits, {}, {}};
+                    for (int s = 0; s < SIZE(12, 5); s++) {
+                        int len = s == 0   ? 1
+                                  : s == 1 ? bs
+                                  : s == 2 ? SIZE(3000, 300)
+                                           : 1 + irand(SIZE(2500, 200));
+                        d.prefix.push_back(len - 1);
+                        d.q_len.push_back(1);
+                    }
+                    run_attention(d);
+                }
+            }
+    }
+    /* More sequences than a prefill CTA scans at once (256): the tile search crosses chunks. */
+    AttnCase many = {128, 4, 2, 16, false, false, 0, {}, {}};
+    for (int i = 0; i < 300; i++) {
+        many.prefix.push_back(irand(40));
+        many.q_len.push_back(1 + irand(3));
+    }
+    run_attention(many);
+}
+
+/* ---- sampling ---------------------------------------------------------------------------------
+ */
+
+struct SampleCase {
+    sampling_params_t p;
+    std::vector<int32_t> prompt, output, eos;
+    uint64_t seed;
+    int choice;
+};
+
+/* Runs the GPU sampler on rows (row i of logits), returns results; counts is checked to be
+ * zero again afterwards. */
+static std::vector<sampler_result_t> gpu_sample(const std::vector<float> &logits, int V,
+                                                const std::vector<SampleCase> &rows) {
+    const int n = (int)rows.size();
+    std::vector<ops_sample_row_t> rh(n);
+    std::vector<int32_t> arena;
+    for (int i = 0; i < n; i++) {
+        const SampleCase &c = rows[i];
+        ops_sample_row_t &r = rh[i];
+        memset(&r, 0, sizeof r);
+        r.temperature = c.p.temperature;
+        r.top_p = c.p.top_p;
+        r.min_p = c.p.min_p;
+        r.presence_penalty = c.p.presence_penalty;
+        r.frequency_penalty = c.p.frequency_penalty;
+        r.repetition_penalty = c.p.repetition_penalty;
+        r.top_k = c.p.top_k;
+        r.min_tokens = c.p.min_tokens;
+        r.logprobs = c.p.logprobs;
+        r.n_output = (int32_t)c.output.size();
+        r.seed = c.seed;
+        r.choice = c.choice;
+        r.prompt_off = (int64_t)arena.size();
+        r.n_prompt_tokens = (int32_t)c.prompt.size();
+        arena.insert(arena.end(), c.prompt.begin(), c.prompt.end());
+        r.output_off = (int64_t)arena.size();
+        r.n_output_tokens = (int32_t)c.output.size();
+        arena.insert(arena.end(), c.output.begin(), c.output.end());
+        r.mask_off = (int64_t)arena.size();
+        r.n_mask = (int32_t)(c.eos.size() + (size_t)c.p.n_stop_token_ids);
+        arena.insert(arena.end(), c.eos.begin(), c.eos.end());
+        arena.insert(arena.end(), c.p.stop_token_ids, c.p.stop_token_ids + c.p.n_stop_token_ids);
+    }
+    float *d_l = dev<float>(logits.size());
+    ops_sample_row_t *d_r = dev<ops_sample_row_t>(n);
+    int32_t *d_a = dev<int32_t>(arena.size());
+    void *d_c;
+    const size_t cb = ops_sample_workspace_bytes(n, V);
+    CK(cudaMalloc(&d_c, cb));
+    CK(cudaMemset(d_c, 0, cb));
+    sampler_result_t *d_o = dev<sampler_result_t>(n);
+    put(d_l, logits);
+    put(d_r, rh);
+    if (!arena.empty()) put(d_a, arena);
+    OPS(ops_sample(d_l, V, n, V, d_r, d_a, d_c, d_o, 0, ERR));
+    std::vector<sampler_result_t> out = get(d_o, n);
+    std::vector<int32_t> cnt = get(static_cast<int32_t *>(d_c), cb / sizeof(int32_t));
+    size_t nonzero = 0;
+    for (int32_t x : cnt)
+        nonzero += x != 0;
+    if (nonzero) fail("sample: %zu occurrence counts left non-zero\n", nonzero);
+    cudaFree(d_l);
+    cudaFree(d_r);
+    cudaFree(d_a);
+    cudaFree(d_c);
+    cudaFree(d_o);
+    return out;
+}
+
+/* The CPU sampler's result; adj receives the row as the draw saw it (masks, penalties and
+ * temperature applied in place by sampler_sample). */
+static sampler_result_t cpu_sample(sampler_t *smp, const float *logits, int V, const SampleCase &c,
+                                   std::vector<float> &adj) {
+    std::vector<float> &row = adj;
+    row.assign(logits, logits + V);
+    sampler_row_t r = {};
+    r.params = &c.p;
+    r.prompt = c.prompt.data();
+    r.n_prompt = (int)c.prompt.size();
+    r.output = c.output.data();
+    r.n_output = (int)c.output.size();
+    r.eos_ids = c.eos.data();
+    r.n_eos = (int)c.eos.size();
+    r.seed = c.seed;
+    r.choice = c.choice;
+    sampler_result_t out;
+    sampler_sample(smp, row.data(), &r, &out);
+    return out;
+}
+
+/* Logits with structure: a few strong tokens, ties, some -inf. */
+static void make_logits(std::vector<float> &l, int V, int row, float spread) {
+    /* Every fifth row has only five distinct values: top_k, top_p and the draw then cut through
+     * hundreds of exact ties, which must resolve by lower id. */
+    const bool flat = row % 5 == 4;
+    for (int i = 0; i < V; i++)
+        l[(size_t)row * V + i] = flat ? (float)(int)sym(3.0f) : sym(spread);
+    for (int j = 0; j < 12; j++)
+        l[(size_t)row * V + irand(V)] = spread + sym(2.0f);
+    float tie = spread + 1.0f; /* exact ties: the lower id must win */
+    l[(size_t)row * V + irand(V)] = tie;
+    l[(size_t)row * V + irand(V)] = tie;
+    l[(size_t)row * V + irand(V)] = -INFINITY;
+}
+
+static SampleCase random_case(int V, int kind) {
+    SampleCase c;
+    sampling_params_init(&c.p);
+    c.p.temperature = kind == 0 || kind == 7 ? 0.0f : 0.3f + uni() * 1.2f;
+    c.p.top_k = kind == 1 ? 1 + irand(50) : kind == 4 ? 1 + irand(3) : 0;
+    c.p.top_p = kind == 2 ? 0.3f + 0.6f * uni() : kind == 4 ? 0.9f : 1.0f;
+    c.p.min_p = kind == 3 ? 0.05f + 0.2f * uni() : 0.0f;
+    c.p.presence_penalty = kind == 5 ? sym(1.5f) : 0.0f;
+    c.p.frequency_penalty = kind == 5 ? sym(1.0f) : 0.0f;
+    c.p.repetition_penalty = kind == 5 || kind == 0 ? 0.8f + 0.6f * uni() : 1.0f;
+    c.p.min_tokens = kind == 6 ? 5 : 0;
+    c.p.logprobs = kind % 3 == 0 ? -1 : kind % 3 == 1 ? 0 : 1 + irand(20);
+    if (kind == 6) {
+        c.p.stop_token_ids[0] = irand(V);
+        c.p.n_stop_token_ids = 1;
+    }
+    c.p.n = 1;
+    c.p.max_tokens = 100;
+    int np = irand(200), no = irand(50);
+    for (int i = 0; i < np; i++)
+        c.prompt.push_back(irand(V));
+    for (int i = 0; i < no; i++)
+        c.output.push_back(i > 0 && uni() < 0.3f ? c.output[i - 1] : irand(V)); /* repeats */
+    c.eos.push_back(V - 1);
+    c.seed = ((uint64_t)irand(1 << 24) << 20) ^ (uint64_t)irand(1 << 20);
+    c.choice = irand(3);
+    return c;
+}
+
+static void compare_rows(const char *what, const std::vector<float> &logits, int V,
+                         const std::vector<SampleCase> &rows,
+                         const std::vector<sampler_result_t> &got) {
+    sampler_t *smp = sampler_create(V);
+    std::vector<float> adj;
+    int bad = 0, boundary = 0;
+    for (size_t i = 0; i < rows.size(); i++) {
+        sampler_result_t r = cpu_sample(smp, &logits[i * V], V, rows[i], adj);
+        const sampler_result_t &g = got[i];
+        /* A NaN logit makes the logprobs NaN on both sides. */
+        auto same = [](float a, float b) {
+            return fabsf(a - b) <= 1e-4f || (std::isnan(a) && std::isnan(b));
+        };
+        bool tok_ok = g.token == r.token;
+        /* CUDA's expf is within 2 ulp of glibc's, so a draw whose u * Z lands within ~1e-7 of
+         * the boundary between two neighbouring tokens (in canonical order) may pick the other
+         * one: accept at most two such rows per batch, and only between neighbours. */
+        if (!tok_ok && rows[i].p.temperature >= 1e-5f && g.token >= 0 && g.token < V &&
+            std::isfinite(adj[g.token]) && boundary < 2) {
+            auto better = [&](int x, int y) {
+                return adj[x] > adj[y] || (adj[x] == adj[y] && x < y);
+            };
+            const int hi = better(g.token, r.token) ? g.token : r.token;
+            const int lo = hi == g.token ? r.token : g.token;
+            bool between = false;
+            for (int j = 0; j < V && !between; j++)
+                between = j != hi && j != lo && better(hi, j) && better(j, lo);
+            if (!between) {
+                boundary++;
+                tok_ok = true;
+                printf("  row %zu: gpu %d, cpu %d: neighbours at a draw boundary (accepted)\n", i,
+                       g.token, r.token);
+            }
+        }
+        /* The sampled logprob, of the GPU's token under the CPU's log-sum-exp. */
+        float want = r.logprob;
+        if (g.token != r.token && tok_ok && rows[i].p.logprobs >= 0) {
+            const float *raw = &logits[i * V];
+            want = (float)((double)raw[g.token] - ((double)raw[r.token] - (double)r.logprob));
+        }
+        bool ok = tok_ok && g.n_top == r.n_top && same(g.logprob, want);
+        for (int j = 0; ok && j < r.n_top; j++)
+            ok = g.top_ids[j] == r.top_ids[j] && same(g.top_logprobs[j], r.top_logprobs[j]);
+        if (!ok && bad++ < 5)
+            printf("  row %zu (T=%g k=%d p=%g min_p=%g rep=%g lp=%d): gpu %d (%g, %d top), cpu %d "
+                   "(%g, %d top)\n",
+                   i, (double)rows[i].p.temperature, rows[i].p.top_k, (double)rows[i].p.top_p,
+                   (double)rows[i].p.min_p, (double)rows[i].p.repetition_penalty,
+                   rows[i].p.logprobs, g.token, (double)g.logprob, g.n_top, r.token,
+                   (double)r.logprob, r.n_top);
+    }
+    sampler_destroy(smp);
+    if (bad)
+        fail("%-60s FAIL: %d of %zu rows differ from the CPU sampler\n", what, bad, rows.size());
+    else
+        printf("%-60s ok (%zu rows)\n", what, rows.size());
+}
+
+static void test_sampling(void) {
+    for (int V : {2112, 151936}) {
+        const int n = V > 10000 ? SIZE(48, 8) : SIZE(160, 40);
+        std::vector<float> logits((size_t)n * V);
+        std::vector<SampleCase> rows;
+        for (int i = 0; i < n; i++) {
+            make_logits(logits, V, i, i % 4 == 0 ? 12.0f : 4.0f);
+            rows.push_back(random_case(V, i % 8));
+        }
+        /* Degenerate rows: all -inf (token 0), one NaN among finite values. */
+        for (int i = 0; i < V; i++)
+            logits[i] = -INFINITY;
+        logits[(size_t)1 * V + 5] = NAN;
+        std::vector<sampler_result_t> got = gpu_sample(logits, V, rows);
+        char name[96];
+        snprintf(name, sizeof name, "sample vs CPU sampler V=%d", V);
+        compare_rows(name, logits, V, rows, got);
+
+        /* Plain greedy rows (no penalty, no mask) must be the first argmax of the raw row. */
+        int greedy_bad = 0, n_greedy = 0;
+        for (int i = 0; i < n; i++) {
+            const sampling_params_t &p = rows[i].p;
+            if (p.temperature != 0.0f || p.repetition_penalty != 1.0f || p.min_tokens > 0) continue;
+            const float *l = &logits[(size_t)i * V];
+            int best = 0;
+            for (int j = 1; j < V; j++)
+                if (l[j] > l[best]) best = j;
+            n_greedy++;
+            greedy_bad += got[i].token != best;
+        }
+        if (greedy_bad || !n_greedy)
+            fail("sample V=%d: greedy differs from argmax on %d of %d rows\n", V, greedy_bad,
+                 n_greedy);
+        else
+            printf("%-60s ok (%d rows)\n", "sample: greedy = first argmax", n_greedy);
+
+        /* Batch independence: the same rows reversed, in a batch of different size. */
+        std::vector<float> rl((size_t)(n - 1) * V);
+        std::vector<SampleCase> rr;
+        for (int i = n - 1; i >= 1; i--) {
+            memcpy(&rl[(size_t)(n - 1 - i) * V], &logits[(size_t)i * V], (size_t)V * sizeof(float));
+            rr.push_back(rows[i]);
+        }
+        std::vector<sampler_result_t> got2 = gpu_sample(rl, V, rr);
+        int moved = 0;
+        for (int i = 1; i < n; i++)
+            moved += got2[n - 1 - i].token != got[i].token;
+        if (moved)
+            fail("sample V=%d: %d rows changed with the batch composition\n", V, moved);
+        else
+            printf("%-60s ok\n", "sample: independent of batch composition");
+    }
+
+    /* Distribution: one row, many seeds: every draw inside top-k / top-p / min-p, and the counts
+     * of the likelier tokens within 6 sigma of the renormalized probabilities. */
+    const int V = 4096, draws = SIZE(2048, 512);
+    std::vector<float> base(V);
+    for (int i = 0; i < V; i++)
+        base[i] = sym(2.0f);
+    for (int j = 0; j < 10; j++)
+        base[j * 97] = 3.0f + 0.3f * (float)j;
+    struct {
+        int top_k;
+        float top_p, min_p;
+    } modes[] = {{8, 1.0f, 0.0f}, {0, 0.5f, 0.0f}, {0, 1.0f, 0.3f}};
+    for (auto &m : modes) {
+        std::vector<float> logits((size_t)draws * V);
+        std::vector<SampleCase> rows(draws);
+        for (int d = 0; d < draws; d++) {
+            memcpy(&logits[(size_t)d * V], base.data(), V * sizeof(float));
+            SampleCase &c = rows[d];
+            sampling_params_init(&c.p);
+            c.p.temperature = 1.0f;
+            c.p.top_k = m.top_k;
+            c.p.top_p = m.top_p;
+            c.p.min_p = m.min_p;
+            c.p.presence_penalty = c.p.frequency_penalty = 0.0f;
+            c.p.repetition_penalty = 1.0f;
+            c.p.min_tokens = 0;
+            c.p.logprobs = -1;
+            c.seed = 1000 + (uint64_t)d;
+            c.choice = 0;
+        }
+        std::vector<sampler_result_t> got = gpu_sample(logits, V, rows);
+        /* Kept set and probabilities, by the CPU rules (sorted: a test may sort). */
+        std::vector<int> order(V);
+        for (int i = 0; i < V; i++)
+            order[i] = i;
+        std::sort(order.begin(), order.end(),
+                  [&](int a, int b) { return base[a] > base[b] || (base[a] == base[b] && a < b); });
+        double mx = base[order[0]], z = 0.0;
+        std::vector<double> w(V, 0.0);
+        int kept = 0;
+        for (int r = 0; r < V; r++) {
+            int i = order[r];
+            if (m.top_k && r >= m.top_k) break;
+            if (base[i] - mx < log((double)(m.min_p > 0 ? m.min_p : 0.0)) && m.min_p > 0) break;
+            w[i] = exp((double)base[i] - mx);
+            z += w[i];
+            kept++;
+        }
+        if (m.top_p < 1.0f) {
+            double acc = 0.0, target = m.top_p * z;
+            int r = 0;
+            for (; r < kept; r++) {
+                acc += w[order[r]];
+                if (acc >= target) break;
+            }
+            for (int q = r + 1; q < kept; q++)
+                w[order[q]] = 0.0;
+            z = acc;
+        }
+        std::vector<int> hits(V, 0);
+        int outside = 0;
+        for (auto &g : got) {
+            if (g.token < 0 || g.token >= V || w[g.token] == 0.0)
+                outside++;
+            else
+                hits[g.token]++;
+        }
+        double worst = 0.0;
+        for (int i = 0; i < V; i++) {
+            /* Tokens expected >= 20 times (a normal approximation of their count holds). */
+            if (w[i] == 0.0 || draws * w[i] / z < 20.0) continue;
+            double p = w[i] / z, e = draws * p, sd = sqrt(draws * p * (1 - p)) + 1e-9;
+            double zs = fabs(hits[i] - e) / sd;
+            worst = zs > worst ? zs : worst;
+        }
+        char name[96];
+        snprintf(name, sizeof name, "sample distribution top_k=%d top_p=%g min_p=%g", m.top_k,
+                 (double)m.top_p, (double)m.min_p);
+        if (outside || worst > 6.0)
+            fail("%-60s FAIL: %d draws outside the kept set, worst deviation %.1f sigma\n", name,
+                 outside, worst);
+        else
+            printf("%-60s ok (worst %.1f sigma)\n", name, worst);
+    }
+}
+
+int main(void) {
+    if (!cuda_backend_available()) {
+        printf("test_kernels: no Hopper GPU, skipped\n");
+        return 77;
+    }
+    const char *env = getenv("TACHYON_TEST_SEED");
+    seed = env ? strtoull(env, NULL, 10) : (uint64_t)time(NULL);
+    printf("test_kernels: seed %llu (TACHYON_TEST_SEED=%llu replays it)\n",
+           (unsigned long long)seed, (unsigned long long)seed);
+    OPS(ops_init(ERR));
+    test_embed();
+    test_norms();
+    test_quant();
+    test_silu();
+    test_qkv();
+    test_attention();
+    test_sampling();
+    CK(cudaDeviceSynchronize());
+    printf("test_kernels: %d failure%s\n", failures, failures == 1 ? "" : "s");
+    return failures ? 1 : 0;
+}
