@@ -8,6 +8,13 @@
 
 #include "mdir.h"
 
+#ifndef TACHYON_VERSION
+#define TACHYON_VERSION "dev"
+#endif
+#ifdef TACHYON_HAVE_CUDA
+#include "cuda_backend.h"
+#endif
+
 int cli_parse_long(const char *text, long min, long max, long *out) {
     char *end;
     errno = 0;
@@ -47,6 +54,7 @@ static int model_option(cli_engine_t *ce, const char *name, const char *value) {
         o->model.dummy_fp8 = !strcmp(value, "fp8");
     } else if (!strcmp(name, "backend")) {
         o->backend = value;
+        ce->backend_given = true;
     } else if (!strcmp(name, "threads")) {
         long v;
         if (cli_parse_long(value, 0, 1024, &v) < 0) {
@@ -74,7 +82,8 @@ int cli_engine_args(cli_engine_t *ce, int *argc, char **argv) {
     for (int i = 1; i < *argc; i++) {
         const char *arg = argv[i], *next = i + 1 < *argc ? argv[i + 1] : NULL;
         if (!strcmp(arg, "--")) { /* the rest is the subcommand's */
-            while (i < *argc) argv[out++] = argv[i++];
+            while (i < *argc)
+                argv[out++] = argv[i++];
             break;
         }
         if (!strcmp(arg, "--emulate-fp8-activations")) {
@@ -116,7 +125,117 @@ int cli_engine_args(cli_engine_t *ce, int *argc, char **argv) {
     *argc = out;
     argv[out] = NULL;
     ce->opts.model.seed = ce->opts.flags.seed;
+#ifdef TACHYON_HAVE_CUDA
+    /* the GPU when there is one, unless --backend says otherwise */
+    if (!ce->backend_given && cuda_backend_available()) ce->opts.backend = "cuda";
+#endif
     return 0;
+}
+
+/* One server option with its value; 0 = taken, -1 = bad value (printed). */
+static int server_option(cli_server_t *sv, const char *name, const char *value) {
+    http_opts_t *o = &sv->ho;
+    long v;
+    float f;
+    if (!strcmp(name, "host")) {
+        o->host = value;
+    } else if (!strcmp(name, "port")) {
+        if (cli_parse_long(value, 0, 65535, &v) < 0) goto bad_int;
+        o->port = (int)v;
+    } else if (!strcmp(name, "api-key") || !strcmp(name, "served-model-name")) {
+        bool key = name[0] == 'a';
+        int *n = key ? &sv->n_keys : &sv->n_names;
+        if (*n == CLI_MAX_LIST || !*value) {
+            fprintf(stderr, "tachyon: --%s: at most %d non-empty values\n", name, CLI_MAX_LIST);
+            return -1;
+        }
+        (key ? sv->keys : sv->names)[(*n)++] = value;
+    } else if (!strcmp(name, "reasoning-parser")) {
+        if (strcmp(value, "qwen3")) {
+            fprintf(stderr, "tachyon: --reasoning-parser: only qwen3 is supported\n");
+            return -1;
+        }
+        o->reasoning_qwen3 = true;
+        sv->reasoning_given = true;
+    } else if (!strcmp(name, "http-threads")) {
+        if (cli_parse_long(value, 1, 256, &v) < 0) goto bad_int;
+        o->threads = (unsigned)v;
+    } else if (!strcmp(name, "max-connections")) {
+        if (cli_parse_long(value, 1, 1 << 20, &v) < 0) goto bad_int;
+        o->max_connections = (unsigned)v;
+    } else if (!strcmp(name, "http-timeout")) {
+        if (cli_parse_long(value, 1, 86400, &v) < 0) goto bad_int;
+        o->timeout_s = (unsigned)v;
+    } else if (!strcmp(name, "sse-keepalive")) {
+        if (cli_parse_float(value, 0.01f, 1e6f, &f) < 0) {
+            fprintf(stderr, "tachyon: --sse-keepalive must be a number of seconds >= 0.01\n");
+            return -1;
+        }
+        o->keepalive_s = f;
+    }
+    return 0;
+bad_int:
+    fprintf(stderr, "tachyon: --%s must be a whole number in range, got \"%s\"\n", name, value);
+    return -1;
+}
+
+int cli_server_args(cli_server_t *sv, int *argc, char **argv) {
+    static const char *const names[] = {"host",
+                                        "port",
+                                        "api-key",
+                                        "served-model-name",
+                                        "reasoning-parser",
+                                        "http-threads",
+                                        "max-connections",
+                                        "http-timeout",
+                                        "sse-keepalive"};
+    memset(sv, 0, sizeof *sv);
+    http_opts_init(&sv->ho);
+    int out = 1;
+    for (int i = 1; i < *argc; i++) {
+        const char *arg = argv[i];
+        if (!strcmp(arg, "--")) {
+            while (i < *argc)
+                argv[out++] = argv[i++];
+            break;
+        }
+        const char *name = NULL;
+        if (!strncmp(arg, "--", 2))
+            for (size_t k = 0; k < sizeof names / sizeof names[0] && !name; k++) {
+                size_t len = strlen(names[k]);
+                if (!strncmp(arg + 2, names[k], len) &&
+                    (arg[2 + len] == '\0' || arg[2 + len] == '='))
+                    name = names[k];
+            }
+        if (!name) {
+            argv[out++] = argv[i];
+            continue;
+        }
+        const char *eq = strchr(arg, '=');
+        const char *value = eq ? eq + 1 : i + 1 < *argc ? argv[++i] : NULL;
+        if (!value) {
+            fprintf(stderr, "tachyon: --%s needs a value\n", name);
+            return -1;
+        }
+        if (server_option(sv, name, value) < 0) return -1;
+    }
+    *argc = out;
+    argv[out] = NULL;
+    return 0;
+}
+
+void cli_server_finish(cli_server_t *sv, const cli_engine_t *ce) {
+    const char *env_key = getenv("TACHYON_API_KEY");
+    if (sv->n_keys == 0 && env_key && *env_key) sv->keys[sv->n_keys++] = env_key;
+    const char *model = ce->opts.model.model;
+    if (sv->n_names == 0)
+        sv->names[sv->n_names++] = !strcmp(model, MDIR_EMBEDDED) ? "tiny-qwen3" : model;
+    sv->ho.api_keys = sv->keys;
+    sv->ho.n_api_keys = sv->n_keys;
+    sv->ho.model_names = sv->names;
+    sv->ho.n_model_names = sv->n_names;
+    sv->ho.model_root = model;
+    sv->ho.version = TACHYON_VERSION;
 }
 
 int cli_engine_open(cli_engine_t *ce) {

@@ -21,29 +21,65 @@
 #include <stdint.h>
 
 #include "engine.h"
+#include "server.h"
 
 typedef struct cli_engine {
     engine_opts_t opts;
-    engine_t *eng; /* after cli_engine_open */
+    engine_t *eng;      /* after cli_engine_open */
+    bool backend_given; /* --backend was on the command line (else: cuda when a GPU is there) */
 } cli_engine_t;
 
 #define CLI_ENGINE_HELP                                                                            \
     "model:\n"                                                                                     \
-    "  --model DIR|PRESET         model directory (default: the embedded tiny-qwen3), or with\n"  \
-    "                             --load-format dummy a preset: tiny, qwen3-0.6b, qwen3-8b,\n"    \
-    "                             qwen3-14b, qwen3-32b\n"                                         \
-    "  --load-format FMT          auto | safetensors | dummy (random weights, real shapes)\n"     \
+    "  --model DIR|PRESET         model directory (default: the embedded tiny-qwen3), or with\n"   \
+    "                             --load-format dummy a preset: tiny, qwen3-0.6b, qwen3-8b,\n"     \
+    "                             qwen3-14b, qwen3-32b\n"                                          \
+    "  --load-format FMT          auto | safetensors | dummy (random weights, real shapes)\n"      \
     "  --dtype bf16|fp8           dummy weights' type (default bf16)\n"                            \
-    "  --backend NAME             cpu (default), cuda when built, or null (no model math)\n"      \
-    "  --threads N                CPU backend threads (default: all cores)\n"                     \
-    "  --emulate-fp8-activations  CPU: quantize FP8 GEMM inputs per token x 128 (W8A8)\n"         \
+    "  --backend NAME             cuda (the default on a Hopper GPU), cpu (elsewhere), or\n"       \
+    "                             null (no model math)\n"                                          \
+    "  --threads N                CPU backend threads (default: all cores)\n"                      \
+    "  --emulate-fp8-activations  CPU: quantize FP8 GEMM inputs per token x 128 (W8A8)\n"          \
     "engine flags (tachyon flags lists them all): --max-num-seqs N, --max-num-batched-tokens N,\n" \
-    "  --enable-prefix-caching BOOL, --block-size N, --max-model-len N, --kv-cache-memory SIZE,\n"  \
+    "  --enable-prefix-caching BOOL, --block-size N, --max-model-len N, --kv-cache-memory SIZE,\n" \
     "  --seed N (dummy weights and unseeded requests), ...\n"
 
 /* Defaults, then takes the model options and every engine flag out of argv (compacting it in
  * place and updating *argc; argv[0] stays). Prints the problem and returns -1 on a bad value. */
 int cli_engine_args(cli_engine_t *ce, int *argc, char **argv);
+
+#define CLI_MAX_LIST 16 /* --api-key / --served-model-name given more than once */
+
+/* The HTTP server's options, shared by `tachyon serve` and the console. */
+typedef struct cli_server {
+    http_opts_t ho; /* complete after cli_server_finish */
+    const char *keys[CLI_MAX_LIST], *names[CLI_MAX_LIST];
+    int n_keys, n_names;
+    bool reasoning_given; /* --reasoning-parser was on the command line */
+} cli_server_t;
+
+#define CLI_SERVER_HELP                                                                            \
+    "server:\n"                                                                                    \
+    "  --host ADDR                listen address (default 127.0.0.1; 0.0.0.0 for all)\n"           \
+    "  --port N                   port (default 8000; 0 = any free port)\n"                        \
+    "  --api-key KEY              require Authorization: Bearer KEY (repeatable; default\n"        \
+    "                             $TACHYON_API_KEY)\n"                                             \
+    "  --served-model-name NAME   the model's name in the API (repeatable; default the --model\n"  \
+    "                             argument)\n"                                                     \
+    "  --reasoning-parser qwen3   split <think> output into reasoning and content\n"               \
+    "  --http-threads N           HTTP threads (default: one per 4 cores, at least 1)\n"           \
+    "  --max-connections N        open connections at most (default 4096)\n"                       \
+    "  --http-timeout S           idle connection timeout in seconds (default 60)\n"               \
+    "  --sse-keepalive S          seconds without data before a stream gets a keep-alive\n"        \
+    "                             comment (default 5)\n"
+
+/* Defaults, then takes the server options above out of argv (compacting it like
+ * cli_engine_args). Prints the problem and returns -1 on a bad value. */
+int cli_server_args(cli_server_t *sv, int *argc, char **argv);
+
+/* Completes sv->ho after cli_engine_args: the keys ($TACHYON_API_KEY when none was given), the
+ * model names (the --model argument, "tiny-qwen3" for the embedded model), the version. */
+void cli_server_finish(cli_server_t *sv, const cli_engine_t *ce);
 
 /* Opens the engine; prints the problem and returns -1 on failure. */
 int cli_engine_open(cli_engine_t *ce);
@@ -64,5 +100,9 @@ int cmd_tokenize(int argc, char **argv);
 int cmd_chat(int argc, char **argv);
 int cmd_flags(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
+/* `tachyon bench`: the benchmark client (bench/bench.h) from the command line. */
+int cmd_bench(int argc, char **argv);
+/* `tachyon` / `tachyon console`: the ncurses console with the engine and server embedded. */
+int cmd_console(int argc, char **argv);
 
 #endif

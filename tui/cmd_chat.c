@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "conversation.h"
 #include "textstream.h"
 
 static const char chat_usage[] =
@@ -25,71 +26,21 @@ static const char chat_usage[] =
 
 static const char chat_help[] = "/new  /system TEXT  /think on|off  /help  /quit\n";
 
-typedef struct history {
-    chat_msg_t *msgs; /* [cap]; msgs[0] is the system message when has_system */
-    char **texts;     /* owned contents, parallel to msgs */
-    size_t n, cap;
-} history_t;
-
-static int history_add(history_t *h, chat_role_t role, const char *text) {
-    if (h->n == h->cap) {
-        size_t cap = h->cap ? 2 * h->cap : 16;
-        chat_msg_t *msgs = realloc(h->msgs, cap * sizeof *msgs);
-        if (!msgs) return -1;
-        h->msgs = msgs;
-        char **texts = realloc(h->texts, cap * sizeof *texts);
-        if (!texts) return -1;
-        h->texts = texts;
-        h->cap = cap;
-    }
-    char *copy = strdup(text);
-    if (!copy) return -1;
-    static const char *const names[] = {"system", "user", "assistant", "tool", "other"};
-    h->texts[h->n] = copy;
-    h->msgs[h->n++] = (chat_msg_t){.role = role,
-                                   .role_name = names[role],
-                                   .content_kind = CHAT_CONTENT_TEXT,
-                                   .content = copy};
-    return 0;
-}
-
-static void history_clear(history_t *h) {
-    for (size_t i = 0; i < h->n; i++) free(h->texts[i]);
-    h->n = 0;
-}
-
-static void history_free(history_t *h) {
-    history_clear(h);
-    free(h->msgs);
-    free(h->texts);
-}
-
-/* Starts a conversation, with the system message when there is one. */
-static int history_reset(history_t *h, const char *system) {
-    history_clear(h);
-    return system && *system ? history_add(h, CHAT_SYSTEM, system) : 0;
-}
-
 typedef struct chat_state {
     engine_t *eng;
     chat_format_t format;
-    history_t history;
+    conversation_t history;
     char *system;
     bool think;
     textstream_mode_t mode;
     sampling_params_t sampling; /* per turn; unset fields: the model's defaults */
 } chat_state_t;
 
-static void forget_last(history_t *h) {
-    h->n--;
-    free(h->texts[h->n]);
-}
-
 /* One user turn: render, encode, stream the reply while printing it, remember it. Returns -1
  * only on a failure that ends the chat (out of memory). */
 static int chat_turn(chat_state_t *st, const char *line) {
     err_t err = {{0}};
-    if (history_add(&st->history, CHAT_USER, line) < 0) return -1;
+    if (conversation_add(&st->history, CHAT_USER, line) < 0) return -1;
     chat_opts_t copts = {.add_generation_prompt = true,
                          .enable_thinking = st->think ? CHAT_THINK_DEFAULT : CHAT_THINK_OFF};
     char *prompt;
@@ -97,7 +48,7 @@ static int chat_turn(chat_state_t *st, const char *line) {
     if (chat_render(st->format, st->history.msgs, st->history.n, NULL, &copts, &prompt, &len,
                     &err) < 0) {
         fprintf(stderr, "tachyon: %s\n", err.msg);
-        forget_last(&st->history);
+        conversation_forget_last(&st->history);
         return 0;
     }
     int32_t *ids;
@@ -106,7 +57,7 @@ static int chat_turn(chat_state_t *st, const char *line) {
     free(prompt);
     if (rc < 0) {
         fprintf(stderr, "tachyon: %s\n", err.msg);
-        forget_last(&st->history);
+        conversation_forget_last(&st->history);
         return 0;
     }
     engine_request_t req = {.prompt = ids, .n_prompt = (int)n_ids, .sampling = st->sampling};
@@ -115,11 +66,12 @@ static int chat_turn(chat_state_t *st, const char *line) {
     free(ids);
     if (rc < 0) { /* too long for the context, most likely: say so, keep the chat */
         fprintf(stderr, "tachyon: %s (/new starts over)\n", err.msg);
-        forget_last(&st->history);
+        conversation_forget_last(&st->history);
         return 0;
     }
     textstream_t ts;
-    if (textstream_init(&ts, stdout, st->mode, chat_prompt_ends_reasoning(st->format, &copts)) < 0) {
+    if (textstream_init(&ts, stdout, st->mode, chat_prompt_ends_reasoning(st->format, &copts)) <
+        0) {
         engine_stream_release(s);
         return -1;
     }
@@ -136,8 +88,8 @@ static int chat_turn(chat_state_t *st, const char *line) {
     engine_stream_release(s);
     textstream_finish(&ts);
     printf("\n");
-    rc = ok ? history_add(&st->history, CHAT_ASSISTANT, ts.reply) : 0;
-    if (!ok) forget_last(&st->history);
+    rc = ok ? conversation_add(&st->history, CHAT_ASSISTANT, ts.reply) : 0;
+    if (!ok) conversation_forget_last(&st->history);
     textstream_free(&ts);
     if (st->sampling.has_seed) st->sampling.seed++;
     return rc;
@@ -149,13 +101,14 @@ static int chat_command(chat_state_t *st, const char *line) {
     if (!strcmp(line, "/help")) {
         fputs(chat_help, stdout);
     } else if (!strcmp(line, "/new")) {
-        history_reset(&st->history, st->system);
+        conversation_reset(&st->history, st->system);
         printf("(new conversation)\n");
     } else if (!strncmp(line, "/system", 7) && (line[7] == ' ' || !line[7])) {
         free(st->system);
         st->system = strdup(line[7] ? line + 8 : "");
-        history_reset(&st->history, st->system);
-        printf("(new conversation with %s)\n", *st->system ? "this system message" : "no system message");
+        conversation_reset(&st->history, st->system);
+        printf("(new conversation with %s)\n",
+               *st->system ? "this system message" : "no system message");
     } else if (!strcmp(line, "/think on") || !strcmp(line, "/think off")) {
         st->think = !strcmp(line, "/think on");
         printf("(thinking %s)\n", st->think ? "on" : "off");
@@ -187,9 +140,15 @@ int cmd_chat(int argc, char **argv) {
     optind = 1;
     while ((opt = getopt_long(argc, argv, "n:h", longopts, NULL)) != -1) {
         switch (opt) {
-            case 's': system = optarg; break;
-            case 'T': st.think = false; break;
-            case 'H': st.mode = TEXTSTREAM_HIDE_REASONING; break;
+            case 's':
+                system = optarg;
+                break;
+            case 'T':
+                st.think = false;
+                break;
+            case 'H':
+                st.mode = TEXTSTREAM_HIDE_REASONING;
+                break;
             case 'n':
                 if (cli_parse_long(optarg, 1, 1 << 20, &v) < 0) {
                     fprintf(stderr, "tachyon: --max-tokens must be a positive integer\n");
@@ -211,8 +170,12 @@ int cmd_chat(int argc, char **argv) {
                 st.sampling.has_seed = true;
                 st.sampling.seed = (uint64_t)v;
                 break;
-            case 'h': fputs(chat_usage, stdout); return 0;
-            default: fputs(chat_usage, stderr); return 2;
+            case 'h':
+                fputs(chat_usage, stdout);
+                return 0;
+            default:
+                fputs(chat_usage, stderr);
+                return 2;
         }
     }
     if (optind < argc) {
@@ -229,7 +192,7 @@ int cmd_chat(int argc, char **argv) {
     }
     st.format = (chat_format_t)fmt;
     st.system = strdup(system ? system : "");
-    history_reset(&st.history, st.system);
+    conversation_reset(&st.history, st.system);
 
     bool tty = isatty(STDIN_FILENO);
     if (tty) {
@@ -247,7 +210,8 @@ int cmd_chat(int argc, char **argv) {
         }
         ssize_t n = getline(&line, &cap, stdin);
         if (n < 0) break;
-        while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r')) line[--n] = '\0';
+        while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
+            line[--n] = '\0';
         if (n == 0) continue;
         if (line[0] == '/') {
             if (chat_command(&st, line)) break;
@@ -260,7 +224,7 @@ int cmd_chat(int argc, char **argv) {
     }
     free(line);
     free(st.system);
-    history_free(&st.history);
+    conversation_free(&st.history);
     sampling_params_free(&st.sampling);
     cli_engine_close(&ce);
     return rc;

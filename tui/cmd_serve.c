@@ -16,12 +16,6 @@
 #include "mdir.h"
 #include "server.h"
 
-#ifndef TACHYON_VERSION
-#define TACHYON_VERSION "dev"
-#endif
-
-#define MAX_LIST 16 /* --api-key / --served-model-name given more than once */
-
 static const char serve_usage[] =
     "usage: tachyon serve [options]\n"
     "\n"
@@ -29,18 +23,6 @@ static const char serve_usage[] =
     "/v1/completions, /v1/models, /tokenize, /detokenize, /metrics, /health, /admin/flags)\n"
     "until SIGINT or SIGTERM.\n"
     "\n"
-    "  --host ADDR                listen address (default 127.0.0.1; 0.0.0.0 for all)\n"
-    "  --port N                   port (default 8000; 0 = any free port)\n"
-    "  --api-key KEY              require Authorization: Bearer KEY (repeatable; default\n"
-    "                             $TACHYON_API_KEY)\n"
-    "  --served-model-name NAME   the model's name in the API (repeatable; default the --model\n"
-    "                             argument)\n"
-    "  --reasoning-parser qwen3   split <think> output into reasoning and content\n"
-    "  --http-threads N           HTTP threads (default: one per 4 cores, at least 1)\n"
-    "  --max-connections N        open connections at most (default 4096)\n"
-    "  --http-timeout S           idle connection timeout in seconds (default 60)\n"
-    "  --sse-keepalive S          seconds without data before a stream gets a keep-alive\n"
-    "                             comment (default 5)\n"
     "  --shutdown-timeout S       on SIGTERM, seconds to let requests finish (default 30)\n"
     "  --stats-interval S         seconds between stats lines (default 5; 0 = none)\n";
 
@@ -60,6 +42,7 @@ static void on_signal(int sig) {
 
 static void print_usage(FILE *f) {
     fputs(serve_usage, f);
+    fputs(CLI_SERVER_HELP, f);
     fputs(CLI_ENGINE_HELP, f);
     fputs(serve_usage_flags, f);
 }
@@ -73,16 +56,6 @@ static int parse_double(const char *name, const char *text, double min, double *
         return -1;
     }
     *out = v;
-    return 0;
-}
-
-static int parse_uint(const char *name, const char *text, long min, long max, unsigned *out) {
-    long v;
-    if (cli_parse_long(text, min, max, &v) < 0) {
-        fprintf(stderr, "tachyon: --%s must be an integer in [%ld, %ld]\n", name, min, max);
-        return -1;
-    }
-    *out = (unsigned)v;
     return 0;
 }
 
@@ -140,70 +113,20 @@ static bool wait_signal(int ms) {
 
 int cmd_serve(int argc, char **argv) {
     static const struct option longopts[] = {
-        {"host", required_argument, 0, 'H'},
-        {"port", required_argument, 0, 'p'},
-        {"api-key", required_argument, 0, 'k'},
-        {"served-model-name", required_argument, 0, 'n'},
-        {"reasoning-parser", required_argument, 0, 'r'},
-        {"http-threads", required_argument, 0, 'T'},
-        {"max-connections", required_argument, 0, 'C'},
-        {"http-timeout", required_argument, 0, 't'},
-        {"sse-keepalive", required_argument, 0, 'K'},
         {"shutdown-timeout", required_argument, 0, 'S'},
         {"stats-interval", required_argument, 0, 'I'},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
     cli_engine_t ce;
-    if (cli_engine_args(&ce, &argc, argv) < 0) return 2;
-    http_opts_t ho;
-    http_opts_init(&ho);
-    const char *keys[MAX_LIST], *names[MAX_LIST];
-    int n_keys = 0, n_names = 0, opt;
+    cli_server_t sv;
+    if (cli_engine_args(&ce, &argc, argv) < 0 || cli_server_args(&sv, &argc, argv) < 0) return 2;
+    int opt;
     double shutdown_s = 30, stats_s = 5;
     err_t err = {{0}};
-    unsigned port;
     optind = 1;
     while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         switch (opt) {
-            case 'H':
-                ho.host = optarg;
-                break;
-            case 'p':
-                if (parse_uint("port", optarg, 0, 65535, &port) < 0) return 2;
-                ho.port = (int)port;
-                break;
-            case 'k':
-            case 'n': {
-                int *n = opt == 'k' ? &n_keys : &n_names;
-                if (*n == MAX_LIST || !*optarg) {
-                    fprintf(stderr, "tachyon: --%s: at most %d non-empty values\n",
-                            opt == 'k' ? "api-key" : "served-model-name", MAX_LIST);
-                    return 2;
-                }
-                (opt == 'k' ? keys : names)[(*n)++] = optarg;
-                break;
-            }
-            case 'r':
-                if (strcmp(optarg, "qwen3")) {
-                    fprintf(stderr, "tachyon: --reasoning-parser: only qwen3 is supported\n");
-                    return 2;
-                }
-                ho.reasoning_qwen3 = true;
-                break;
-            case 'T':
-                if (parse_uint("http-threads", optarg, 1, 256, &ho.threads) < 0) return 2;
-                break;
-            case 'C':
-                if (parse_uint("max-connections", optarg, 1, 1 << 20, &ho.max_connections) < 0)
-                    return 2;
-                break;
-            case 't':
-                if (parse_uint("http-timeout", optarg, 1, 86400, &ho.timeout_s) < 0) return 2;
-                break;
-            case 'K':
-                if (parse_double("sse-keepalive", optarg, 0.01, &ho.keepalive_s) < 0) return 2;
-                break;
             case 'S':
                 if (parse_double("shutdown-timeout", optarg, 0, &shutdown_s) < 0) return 2;
                 break;
@@ -223,17 +146,8 @@ int cmd_serve(int argc, char **argv) {
                 argv[optind]);
         return 2;
     }
-    const char *env_key = getenv("TACHYON_API_KEY");
-    if (n_keys == 0 && env_key && *env_key) keys[n_keys++] = env_key;
-
-    const char *model = ce.opts.model.model;
-    if (n_names == 0) names[n_names++] = !strcmp(model, MDIR_EMBEDDED) ? "tiny-qwen3" : model;
-    ho.api_keys = keys;
-    ho.n_api_keys = n_keys;
-    ho.model_names = names;
-    ho.n_model_names = n_names;
-    ho.model_root = model;
-    ho.version = TACHYON_VERSION;
+    cli_server_finish(&sv, &ce);
+    const http_opts_t *ho = &sv.ho;
 
     if (pipe(wake_pipe) < 0) {
         fprintf(stderr, "tachyon: pipe: %s\n", strerror(errno));
@@ -249,17 +163,17 @@ int cmd_serve(int argc, char **argv) {
     if (cli_engine_open(&ce) < 0) return 1;
     engine_t *eng = ce.eng;
     http_server_t *srv;
-    if (http_start(eng, &ho, &srv, &err) < 0) {
+    if (http_start(eng, ho, &srv, &err) < 0) {
         fprintf(stderr, "tachyon: %s\n", err.msg);
         cli_engine_close(&ce);
         return 1;
     }
     char be[256];
     engine_describe_backend(eng, be, sizeof be);
-    const char *host = ho.host;
+    const char *host = ho->host;
     bool v6 = strchr(host, ':') != NULL;
-    fprintf(stderr, "tachyon: serving %s (%s) on http://%s%s%s:%d\n", names[0], be, v6 ? "[" : "",
-            host, v6 ? "]" : "", http_port(srv));
+    fprintf(stderr, "tachyon: serving %s (%s) on http://%s%s%s:%d\n", sv.names[0], be,
+            v6 ? "[" : "", host, v6 ? "]" : "", http_port(srv));
 
     stats_state_t st = {.snap = malloc(sizeof(stats_snapshot_t)), .t = engine_now()};
     int stats_ms = stats_s > 0 ? (int)(stats_s * 1000) : -1;

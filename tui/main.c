@@ -5,6 +5,7 @@
 #include "cli.h"
 #include "model.h"
 #ifdef TACHYON_HAVE_CUDA
+#include "cuda_backend.h"
 #include "cuda_probe.h"
 #endif
 
@@ -16,7 +17,9 @@ static const char usage[] =
     "usage: tachyon <command> [options]\n"
     "\n"
     "commands:\n"
+    "  console    the operator's console: charts, chat, live flags, benchmarks (the default)\n"
     "  serve      OpenAI-compatible HTTP server (tachyon serve --help)\n"
+    "  bench      benchmark any OpenAI-compatible server (tachyon bench --help)\n"
     "  chat       line-mode chat with the model (default: the embedded model)\n"
     "  complete   generate a completion of a prompt (tachyon complete --help)\n"
     "  tokenize   encode text with a model's tokenizer\n"
@@ -27,7 +30,8 @@ static const char usage[] =
 
 static int cmd_version(void) {
     printf("tachyon %s\nbackends:", TACHYON_VERSION);
-    for (const char *const *n = backend_names(); *n; n++) printf(" %s", *n);
+    for (const char *const *n = backend_names(); *n; n++)
+        printf(" %s", *n);
     printf("\n");
 #ifdef TACHYON_HAVE_CUDA
     char devices[512];
@@ -40,11 +44,15 @@ static int cmd_version(void) {
 }
 
 int main(int argc, char **argv) {
-    if (argc < 2) {
-        fputs(usage, stderr);
-        return 2;
-    }
+#ifdef TACHYON_HAVE_CUDA
+    backend_register(&cuda_backend_ops);
+#endif
+    if (argc < 2 ||
+        (!strncmp(argv[1], "--", 2) && strcmp(argv[1], "--help") && strcmp(argv[1], "--version")))
+        return cmd_console(argc, argv);
     const char *cmd = argv[1];
+    if (!strcmp(cmd, "console")) return cmd_console(argc - 1, argv + 1);
+    if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
     if (!strcmp(cmd, "complete")) return cmd_complete(argc - 1, argv + 1);
     if (!strcmp(cmd, "chat")) return cmd_chat(argc - 1, argv + 1);
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 1, argv + 1);

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Flags: /set max-num-seqs 4 shows in the flags panel (marked changed) and in /get; a bad value
+# shows why and changes nothing; a rebuild flag (block-size) drains, rebuilds and reports it;
+# a reload flag is refused; Tab completes a flag name.
+source "$(dirname "$0")/lib.sh"
+
+tui_start
+tui_wait '^ready \|'
+tui_wait ' max-num-seqs +256$' # the panel before: default, unmarked
+tui_send '/set max-num-seqs 4' Enter
+tui_wait '\*max-num-seqs +4$'
+tui_send '/get max-num-seqs' Enter
+tui_wait '^max-num-seqs = 4 +\(default 256, live\)'
+
+tui_send '/set max-num-seqs abc' Enter
+tui_wait 'max-num-seqs must be an integer'
+tui_send '/set max-num-seqs 0' Enter
+tui_wait 'max-num-seqs must be an integer in \[1'
+tui_send '/get max-num-seqs' Enter
+tui_wait_count '^max-num-seqs = 4 ' 2
+tui_screen | grep -Eq '\*max-num-seqs +4$' || tui_fail "the panel changed after a bad /set"
+
+tui_send '/set block-size 32' Enter
+tui_wait 'needs a KV-pool rebuild'
+tui_wait 'KV pool rebuilt in'
+tui_wait '\*block-size +32$'
+
+tui_send '/set tensor-parallel-size 2' Enter
+tui_wait 'restart'
+
+tui_send '/get max-num-bat' Tab
+tui_wait '^> /get max-num-batched-tokens'
+tui_keys Enter
+tui_wait '^max-num-batched-tokens = '
+
+tui_quit
+echo PASS

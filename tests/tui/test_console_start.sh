@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The console starts on the tiny fixture with a free port: the ready marker, the header (model,
+# backend, server URL), the charts, flags and requests panels; F1 opens the help and any key
+# closes it; /quit exits 0 with the terminal modes restored and the shell's screen back.
+source "$(dirname "$0")/lib.sh"
+
+tui_start
+tui_wait '^ready \|'
+screen=$(tui_screen)
+grep -q 'tiny-qwen3' <<<"$screen" || tui_fail "header does not name the model"
+grep -Eq 'http://127\.0\.0\.1:[0-9]+' <<<"$screen" || tui_fail "header has no server URL"
+grep -q 'cpu' <<<"$screen" || tui_fail "header does not name the backend"
+for title in 'running seqs' 'waiting seqs' 'KV cache' 'prompt tok/s' 'gen tok/s' 'TTFT/TPOT' \
+    'Flags' 'Requests' 'Chat and output'; do
+    grep -q "$title" <<<"$screen" || tui_fail "no \"$title\" panel"
+done
+
+# the server answers on the URL the header shows
+port=$(grep -Eo 'http://127\.0\.0\.1:[0-9]+' <<<"$screen" | head -1 | sed 's/.*://')
+if command -v curl >/dev/null; then
+    curl -sf "http://127.0.0.1:$port/health" >/dev/null || tui_fail "the server does not answer /health"
+fi
+
+tui_keys F1
+tui_wait 'Help \(any key closes\)'
+tui_wait 'PgUp / PgDn'
+tui_keys Space
+tui_wait_gone 'Help \(any key closes\)'
+tui_wait 'Chat and output'
+
+tui_quit
+tui_wait 'console exited: rc=0'
+tui_screen | grep -q 'Chat and output' && tui_fail "the console's screen is still shown after exit"
+echo PASS

@@ -1,0 +1,51 @@
+/*
+ * layout: where each panel of the console goes on a W x H terminal. A pure function (no curses),
+ * so that every size can be checked by a unit test.
+ *
+ *     layout_t l;
+ *     layout_compute(COLS, LINES, &l);
+ *     if (l.too_small) show "terminal too small: need l.min_w x l.min_h";
+ *     else draw the header in l.header, charts in l.charts[0 .. l.n_charts), ...
+ *
+ * Always shown (when not too small): header (top row), the charts, the chat/output pane, the
+ * REPL line and the status line (bottom row). The flags panel and the requests table are shown
+ * where there is room (a column beside the charts on wide terminals, a strip under the charts on
+ * medium ones)
+ * and have w = h = 0 otherwise. Shown rectangles lie inside the screen and never overlap.
+ */
+#ifndef TACHYON_LAYOUT_H
+#define TACHYON_LAYOUT_H
+
+#include <stdbool.h>
+
+#define LAYOUT_CHARTS 6 /* running, waiting, KV cache, prompt tok/s, generation tok/s, latency */
+#define LAYOUT_MIN_W  60
+#define LAYOUT_MIN_H  16
+
+typedef struct layout_rect {
+    int x, y, w, h; /* columns and rows from the top left; w = h = 0: not shown */
+} layout_rect_t;
+
+typedef struct layout {
+    bool too_small; /* below min_w x min_h: show only the "too small" screen */
+    int min_w, min_h;
+    layout_rect_t header;
+    layout_rect_t charts[LAYOUT_CHARTS];
+    int n_charts;               /* LAYOUT_CHARTS unless too small */
+    int chart_cols, chart_rows; /* grid of the charts */
+    layout_rect_t flags;        /* optional */
+    layout_rect_t requests;     /* optional */
+    layout_rect_t chat;         /* chat and command output */
+    layout_rect_t repl;         /* one row */
+    layout_rect_t status;       /* one row */
+} layout_t;
+
+/* Fills *out for a terminal of w columns and h rows (any values, also 0 or negative). */
+void layout_compute(int w, int h, layout_t *out);
+
+bool layout_rect_empty(layout_rect_t r);
+
+/* True when a and b share a cell. */
+bool layout_rect_overlap(layout_rect_t a, layout_rect_t b);
+
+#endif
