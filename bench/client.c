@@ -1,6 +1,7 @@
 /* client: libcurl multi over epoll, streaming requests timed as vLLM times them (see client.h). */
 #include "client.h"
 
+#include <cjson/cJSON.h>
 #include <curl/curl.h>
 #include <errno.h>
 #include <math.h>
@@ -50,6 +51,7 @@ struct client {
     int ep;
     double timer_deadline; /* absolute; < 0 when libcurl wants no timeout */
     int64_t tokens;        /* token events (then usage-corrected counts) so far */
+    char auth[320];        /* "Authorization: Bearer ..." header, "" without an API key */
 };
 
 double bench_client_now(void) {
@@ -86,37 +88,29 @@ static int on_timer(CURLM *multi, long timeout_ms, void *userp) {
 static size_t on_header(char *p, size_t size, size_t nmemb, void *user) {
     xfer_t *x = user;
     size_t n = size * nmemb;
-    if (n > 9 && !memcmp(p, "HTTP/", 5)) {
-        const char *sp = memchr(p, ' ', n);
-        if (sp) {
-            x->status = strtol(sp + 1, NULL, 10);
-            const char *r = memchr(sp + 1, ' ', n - (size_t)(sp + 1 - p));
-            size_t rl = 0;
-            if (r) {
-                r++;
-                rl = n - (size_t)(r - p);
-                while (rl && (r[rl - 1] == '\r' || r[rl - 1] == '\n'))
-                    rl--;
-                if (rl >= sizeof x->reason) rl = sizeof x->reason - 1;
-                memcpy(x->reason, r, rl);
-            }
-            x->reason[rl] = '\0';
-        }
+    const char *sp = n > 9 && !memcmp(p, "HTTP/", 5) ? memchr(p, ' ', n) : NULL;
+    if (!sp) return n;
+    x->status = strtol(sp + 1, NULL, 10);
+    const char *r = memchr(sp + 1, ' ', n - (size_t)(sp + 1 - p));
+    size_t rl = 0;
+    if (r) {
+        r++;
+        rl = n - (size_t)(r - p);
+        while (rl && (r[rl - 1] == '\r' || r[rl - 1] == '\n'))
+            rl--;
+        if (rl >= sizeof x->reason) rl = sizeof x->reason - 1;
+        memcpy(x->reason, r, rl);
     }
+    x->reason[rl] = '\0';
     return n;
 }
 
+/* The text of the JSON string value v (quotes included), cut to cap: cJSON undoes every escape
+ * (\n, \", \uXXXX). Error paths only, where an allocation does not matter. */
 static void copy_json_string(char *dst, size_t cap, const char *v, size_t vlen) {
-    size_t k = 0;
-    if (vlen >= 2 && v[0] == '"') {
-        v++;
-        vlen -= 2;
-    }
-    for (size_t i = 0; i < vlen && k + 1 < cap; i++) {
-        if (v[i] == '\\' && i + 1 < vlen) i++;
-        dst[k++] = v[i];
-    }
-    dst[k] = '\0';
+    cJSON *str = cJSON_ParseWithLength(v, vlen);
+    snprintf(dst, cap, "%s", cJSON_IsString(str) ? str->valuestring : "");
+    cJSON_Delete(str);
 }
 
 /* One SSE message: a token event when choices is non-empty, else usage, else maybe an error. */
@@ -235,11 +229,7 @@ static int xfer_start(client_t *c, xfer_t *x, int idx, const bench_client_reques
     snprintf(x->id_header, sizeof x->id_header, "x-request-id: %s%d",
              cfg->request_id_prefix ? cfg->request_id_prefix : "bench-", idx);
     if (h) h = curl_slist_append(h, x->id_header);
-    if (h && cfg->api_key && cfg->api_key[0]) {
-        char auth[320];
-        snprintf(auth, sizeof auth, "Authorization: Bearer %s", cfg->api_key);
-        h = curl_slist_append(h, auth);
-    }
+    if (h && c->auth[0]) h = curl_slist_append(h, c->auth);
     if (!h) return -1;
     x->headers = h;
     curl_easy_setopt(x->easy, CURLOPT_HTTPHEADER, h);
@@ -329,6 +319,8 @@ int bench_client_run(const bench_client_config_t *cfg, const bench_client_reques
     int limit = cfg->max_concurrency > 0 && cfg->max_concurrency < n ? cfg->max_concurrency : n;
     raise_fd_limit(limit);
     client_t c = {.cfg = cfg, .timer_deadline = -1};
+    if (cfg->api_key && cfg->api_key[0])
+        snprintf(c.auth, sizeof c.auth, "Authorization: Bearer %s", cfg->api_key);
     xfer_t *xs = calloc((size_t)limit, sizeof *xs);
     int *idle = malloc((size_t)limit * sizeof *idle);
     c.ep = epoll_create1(EPOLL_CLOEXEC);

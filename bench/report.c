@@ -9,6 +9,7 @@
  * output tokens/s = out / latency.
  */
 #include <math.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -36,6 +37,17 @@ static void row_i(FILE *f, const char *label, long long v) {
 
 static void row_f(FILE *f, const char *label, double v) {
     fprintf(f, "%-40s %-10.2f\n", label, v);
+}
+
+/* row_f with a formatted label: the Mean / Median / Pxx rows of one metric. */
+static void row_fmt(FILE *f, double v, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void row_fmt(FILE *f, double v, const char *fmt, ...) {
+    char label[96];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(label, sizeof label, fmt, ap);
+    va_end(ap);
+    row_f(f, label, v);
 }
 
 /* Python's str(int(p)) for whole numbers, else repr(float): the shortest round-trip digits. */
@@ -90,16 +102,13 @@ static void preamble(FILE *f, const bench_result_t *r) {
 
 static void vllm_metric(FILE *f, const bench_metrics_t *m, const char *name, const char *header,
                         const bench_stat_t *st) {
-    char label[96], pw[32];
+    char pw[32];
     rule(f, header, '-');
-    snprintf(label, sizeof label, "Mean %s (ms):", name);
-    row_f(f, label, st->mean);
-    snprintf(label, sizeof label, "Median %s (ms):", name);
-    row_f(f, label, st->median);
+    row_fmt(f, st->mean, "Mean %s (ms):", name);
+    row_fmt(f, st->median, "Median %s (ms):", name);
     for (int k = 0; k < m->n_percentiles; k++) {
         pct_word(m->percentile_points[k], pw, sizeof pw);
-        snprintf(label, sizeof label, "P%s %s (ms):", pw, name);
-        row_f(f, label, st->percentiles[k]);
+        row_fmt(f, st->percentiles[k], "P%s %s (ms):", pw, name);
     }
 }
 
@@ -220,6 +229,12 @@ static int g_compute(const bench_result_t *r, g_values_t *g) {
     return 0;
 }
 
+/* A guidellm statistics table: its title and column header. */
+static void g_header(FILE *f, const char *title) {
+    fprintf(f, "%s\n| %-26s | %12s | %12s | %12s | %12s |\n", title, "Metric", "Mean", "Median",
+            "P95", "P99");
+}
+
 static void g_row(FILE *f, const char *name, const g_stat_t *s) {
     fprintf(f, "| %-26s | %12.2f | %12.2f | %12.2f | %12.2f |\n", name, s->mean, s->median, s->p95,
             s->p99);
@@ -241,14 +256,12 @@ static void report_guidellm(FILE *f, const bench_result_t *r) {
             m->failed, m->completed + incomplete + m->failed);
     fprintf(f, "Duration (s): %.2f\n\n", m->duration);
 
-    fputs("Request Token Statistics\n", f);
-    fprintf(f, "| %-26s | %12s | %12s | %12s | %12s |\n", "Metric", "Mean", "Median", "P95", "P99");
+    g_header(f, "Request Token Statistics");
     g_row(f, "Input Tokens / Request", &g.prompt_tokens);
     g_row(f, "Output Tokens / Request", &g.output_tokens);
     fputc('\n', f);
 
-    fputs("Request Latency Statistics\n", f);
-    fprintf(f, "| %-26s | %12s | %12s | %12s | %12s |\n", "Metric", "Mean", "Median", "P95", "P99");
+    g_header(f, "Request Latency Statistics");
     g_row(f, "Request Latency (s)", &g.latency_s);
     g_row(f, "TTFT (ms)", &g.ttft_ms);
     g_row(f, "ITL (ms)", &g.itl_ms);
@@ -273,19 +286,14 @@ static void report_guidellm(FILE *f, const bench_result_t *r) {
 
 static void gs_block(FILE *f, const char *header, const char *name, const char *unit,
                      const g_stat_t *s) {
-    char label[96];
     if (header[0] == '-')
         fprintf(f, "%s\n", header);
     else
         rule(f, header, '-');
-    snprintf(label, sizeof label, "Mean %s%s:", name, unit);
-    row_f(f, label, s->mean);
-    snprintf(label, sizeof label, "Median %s%s:", name, unit);
-    row_f(f, label, s->median);
-    snprintf(label, sizeof label, "P95 %s%s:", name, unit);
-    row_f(f, label, s->p95);
-    snprintf(label, sizeof label, "P99 %s%s:", name, unit);
-    row_f(f, label, s->p99);
+    row_fmt(f, s->mean, "Mean %s%s:", name, unit);
+    row_fmt(f, s->median, "Median %s%s:", name, unit);
+    row_fmt(f, s->p95, "P95 %s%s:", name, unit);
+    row_fmt(f, s->p99, "P99 %s%s:", name, unit);
 }
 
 static void report_gpustack(FILE *f, const bench_result_t *r) {

@@ -228,7 +228,6 @@ void engine_opts_init(engine_opts_t *o) {
     o->model.format = LOAD_AUTO;
     o->backend = "cpu";
     flags_init(&o->flags);
-    o->backend_opts.gpu_memory_utilization = o->flags.gpu_memory_utilization;
 }
 
 static int grow(void **arr, size_t *cap, size_t need, size_t size) {
@@ -912,9 +911,9 @@ static void on_token(engine_t *e, eng_seq_t *q, const sampler_result_t *r, doubl
         /* vLLM's prompt_tokens_total: a request's whole prompt, cached part included, counted
          * when its first token comes out */
         if (q->choice == 0) stats_add_prompt_tokens(e->stats, (uint64_t)q->s.n_prompt);
-    }
-    else
+    } else {
         add_itl(e, now - q->t_last);
+    }
     q->t_last = now;
 
     int reason = -1;
@@ -1223,9 +1222,6 @@ static void record_step(engine_t *e, stats_step_t *st) {
     e->last_rec = *st;
 }
 
-/* Before the engine sleeps: a record of the state it sleeps in (no batch), when the last
- * record shows another (the last step's batch, a cancel, a rebuild), so that the gauges do not
- * keep showing finished work. */
 /* Lists the live choices for the console, oldest first, at most every 100 ms (and whenever the
  * engine goes idle, so an empty list shows at once): cheap next to a step at any batch size. */
 static void record_active(engine_t *e, bool force) {
@@ -1261,6 +1257,9 @@ static void record_active(engine_t *e, bool force) {
     stats_record_active(e->stats, e->active, n, total, now);
 }
 
+/* Before the engine sleeps: a record of the state it sleeps in (no batch), when the last
+ * record shows another (the last step's batch, a cancel, a rebuild), so that the gauges do not
+ * keep showing finished work. */
 static void record_idle(engine_t *e) {
     stats_step_t st = {.t = engine_now(),
                        .waiting = sched_num_waiting(e->sched),

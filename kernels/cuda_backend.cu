@@ -501,37 +501,34 @@ static size_t layout_meta(cuda_backend_t *be, char *base, bool host) {
     return a.off;
 }
 
-static int grow_tables(cuda_backend_t *be, size_t need, err_t *err) {
-    if (need <= be->cap_tables) return 0;
-    size_t cap = be->cap_tables ? be->cap_tables : 1 << 16;
+/* Grows a device buffer and its pinned host staging copy (int32 elements, contents dropped) to at
+ * least need, doubling; captured graphs are dropped first when they read the old device address. */
+static int grow_mirrored(cuda_backend_t *be, int32_t **d, int32_t **h, size_t *cap_io, size_t need,
+                         bool in_graphs, const char *what, err_t *err) {
+    if (need <= *cap_io) return 0;
+    size_t cap = *cap_io ? *cap_io : 1 << 16;
     while (cap < need)
         cap *= 2;
     CUDA_CHECK(cudaStreamSynchronize(be->stream), err);
-    drop_graphs(be); /* they read the old table address */
-    cudaFree(be->tables_d);
-    cudaFreeHost(be->tables_h);
-    be->tables_d = be->tables_h = NULL;
-    be->cap_tables = 0;
-    if (alloc_dev(be, (void **)&be->tables_d, cap * 4, "block tables", err) < 0) return -1;
-    CUDA_CHECK(cudaMallocHost((void **)&be->tables_h, cap * 4), err);
-    be->cap_tables = cap;
+    if (in_graphs) drop_graphs(be);
+    cudaFree(*d);
+    cudaFreeHost(*h);
+    *d = *h = NULL;
+    *cap_io = 0;
+    if (alloc_dev(be, (void **)d, cap * 4, what, err) < 0) return -1;
+    CUDA_CHECK(cudaMallocHost((void **)h, cap * 4), err);
+    *cap_io = cap;
     return 0;
 }
 
+static int grow_tables(cuda_backend_t *be, size_t need, err_t *err) {
+    return grow_mirrored(be, &be->tables_d, &be->tables_h, &be->cap_tables, need, true,
+                         "block tables", err);
+}
+
 static int grow_arena(cuda_backend_t *be, size_t need, err_t *err) {
-    if (need <= be->cap_arena) return 0;
-    size_t cap = be->cap_arena ? be->cap_arena : 1 << 16;
-    while (cap < need)
-        cap *= 2;
-    CUDA_CHECK(cudaStreamSynchronize(be->stream), err);
-    cudaFree(be->arena_d);
-    cudaFreeHost(be->arena_h);
-    be->arena_d = be->arena_h = NULL;
-    be->cap_arena = 0;
-    if (alloc_dev(be, (void **)&be->arena_d, cap * 4, "sampler token lists", err) < 0) return -1;
-    CUDA_CHECK(cudaMallocHost((void **)&be->arena_h, cap * 4), err);
-    be->cap_arena = cap;
-    return 0;
+    return grow_mirrored(be, &be->arena_d, &be->arena_h, &be->cap_arena, need, false,
+                         "sampler token lists", err);
 }
 
 // ---------------------------------------------------------------------------------------------

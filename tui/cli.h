@@ -20,6 +20,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "bench.h"
 #include "engine.h"
 #include "server.h"
 
@@ -102,6 +103,10 @@ int cmd_flags(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 /* `tachyon bench`: the benchmark client (bench/bench.h) from the command line. */
 int cmd_bench(int argc, char **argv);
+/* The console's /bench: applies `tachyon bench`'s workload options in argv[1..argc) to o (argv[0]
+ * is skipped), with the same names, ranges and messages; the target, tokenizer and output options
+ * are refused (the console sets those). -1 with the reason in msg, o unchanged. */
+int cmd_bench_parse_workload(bench_options_t *o, int argc, char **argv, char *msg, size_t size);
 /* `tachyon` / `tachyon console`: the ncurses console with the engine and server embedded. */
 int cmd_console(int argc, char **argv);
 

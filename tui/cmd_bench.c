@@ -4,6 +4,7 @@
 #include <math.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -154,10 +155,22 @@ static void on_progress(const bench_progress_t *p, void *user) {
 
 /* --- Flag parsing ---------------------------------------------------------------------------- */
 
-static int bad(const char *flag, const char *value, const char *want) {
-    fprintf(stderr, "tachyon bench: %s %s: %s (tachyon bench --help)\n", flag, value ? value : "",
-            want);
+/* Why the last option was refused: `tachyon bench` prints it, the console's /bench shows it.
+ * Both parse on the thread that reads it. */
+static _Thread_local char flag_error[512];
+
+static int fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int fail(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(flag_error, sizeof flag_error, fmt, ap);
+    va_end(ap);
     return -1;
+}
+
+static int bad(const char *flag, const char *value, const char *want) {
+    fail("%s %s: %s", flag, value ? value : "", want);
+    return -1; /* visibly -1, so callers' out-parameters are known set on 0 */
 }
 
 static int parse_int(const char *flag, const char *v, long min, long max, int *out) {
@@ -288,7 +301,9 @@ static const char *const value_flags[] = {"--backend",
                                           "--output-len",
                                           "--sharegpt-output-len",
                                           "--random-range-ratio",
+                                          "--range-ratio",
                                           "--random-prefix-len",
+                                          "--prefix-len",
                                           "--seed",
                                           "--request-rate",
                                           "--burstiness",
@@ -372,10 +387,10 @@ static int apply_flag(cli_bench_t *c, const char *f, const char *v) {
              !strcmp(f, "--sharegpt-output-len")) {
         c->output_len_set = true;
         return parse_int(f, v, 1, 100000000, &o->output_len);
-    } else if (!strcmp(f, "--random-range-ratio")) {
+    } else if (!strcmp(f, "--random-range-ratio") || !strcmp(f, "--range-ratio")) {
         if (parse_dbl(f, v, 0, false, &o->range_ratio) < 0) return -1;
         if (o->range_ratio >= 1) return bad(f, v, "expected 0 <= R < 1");
-    } else if (!strcmp(f, "--random-prefix-len"))
+    } else if (!strcmp(f, "--random-prefix-len") || !strcmp(f, "--prefix-len"))
         return parse_int(f, v, 0, 100000000, &o->prefix_len);
     else if (!strcmp(f, "--seed")) {
         int s;
@@ -444,20 +459,13 @@ static int parse_args(cli_bench_t *c, int argc, char **argv) {
         for (int i = 1; i < argc; i++) {
             char name[64];
             const char *a = argv[i], *eq = strchr(a, '='), *v = NULL;
-            if (a[0] != '-') {
-                fprintf(stderr, "tachyon bench: unexpected argument %s (tachyon bench --help)\n",
-                        a);
-                return -1;
-            }
+            if (a[0] != '-') return fail("unexpected argument %s", a);
             size_t k = eq && a[1] == '-' ? (size_t)(eq - a) : strlen(a);
             if (k >= sizeof name) return bad(a, "", "unknown option");
             memcpy(name, a, k);
             name[k] = '\0';
             bool is_bool = in_list(bool_flags, name);
-            if (!is_bool && !in_list(value_flags, name)) {
-                fprintf(stderr, "tachyon bench: unknown option %s (tachyon bench --help)\n", name);
-                return -1;
-            }
+            if (!is_bool && !in_list(value_flags, name)) return fail("unknown option %s", name);
             if (is_bool) {
                 if (eq && name[1] == '-') return bad(name, eq + 1, "takes no value");
             } else if (eq && a[1] == '-') {
@@ -481,6 +489,21 @@ static int parse_args(cli_bench_t *c, int argc, char **argv) {
                     if (parse_goodput(argv[++i], &c->o) < 0) return -1;
         }
     }
+    return 0;
+}
+
+int cmd_bench_parse_workload(bench_options_t *o, int argc, char **argv, char *msg, size_t size) {
+    cli_bench_t c = {.o = *o};
+    int rc = parse_args(&c, argc, argv);
+    if (rc == 0 && (c.base_url_set || c.host || c.port || c.o.model[0] || c.o.api_key[0] ||
+                    c.tokenizer || c.save || c.list_profiles || c.help || c.result_dir ||
+                    c.result_filename || c.style != BENCH_REPORT_VLLM))
+        rc = fail("the target, tokenizer and output options are the console's own here");
+    if (rc < 0) {
+        snprintf(msg, size, "%s", flag_error);
+        return -1;
+    }
+    *o = c.o;
     return 0;
 }
 
@@ -541,7 +564,10 @@ int cmd_bench(int argc, char **argv) {
     if (argc >= 2 && !strcmp(argv[1], "compare")) return compare(argc - 1, argv + 1);
     cli_bench_t c = {.host = "127.0.0.1", .port = 8000, .result_dir = "."};
     bench_options_default(&c.o);
-    if (parse_args(&c, argc, argv) < 0) return 2;
+    if (parse_args(&c, argc, argv) < 0) {
+        fprintf(stderr, "tachyon bench: %s (tachyon bench --help)\n", flag_error);
+        return 2;
+    }
     if (c.help) {
         fputs(bench_usage, stdout);
         return 0;

@@ -44,7 +44,6 @@
 #include "ui_series.h"
 #include "ui_text.h"
 
-
 #define SAMPLE_MS      250 /* engine_stats() sampling period */
 #define FRAME_MS       100 /* at most ten frames a second */
 #define MAX_COLS       512 /* chart buffers are sized for this; wider screens draw up to it */
@@ -134,7 +133,8 @@ typedef struct console {
     double *points2;     /* [2 * MAX_COLS] */
     char *line_buf;      /* [4 * MAX_COLS + 1] scratch for one screen row */
     ui_text_row_t *rows; /* [MAX_ROWS] */
-    bool help, dirty, too_small_noted;
+    bool help, dirty;
+    char help_cmds[8192]; /* repl_help(NULL): the command list the help overlay shows */
     double last_frame;
     char status[256];
     bool status_error;
@@ -164,6 +164,7 @@ typedef struct console {
     jbuf_t reply;
     atomic_bool wake_pending;
     int chat_id, req_prompt, req_gen;
+    char chat_rid[32]; /* "chat-<chat_id>": the request id of the reply in flight */
     double req_t0;
     bool req_started, reasoning_started, content_started;
     /* benchmark */
@@ -212,14 +213,21 @@ static void out_error(console_t *c, const char *msg) {
     c->scroll = 0;
 }
 
-/* Starts a thread with SIGINT and SIGWINCH blocked, so that only the UI thread takes them. */
-static int spawn(pthread_t *t, void *(*fn)(void *), void *arg) {
-    sigset_t block, old;
+/* Blocks SIGINT, SIGTERM and SIGWINCH in the calling thread (and the threads it starts next);
+ * *old receives the mask to restore. */
+static void block_ui_signals(sigset_t *old) {
+    sigset_t block;
     sigemptyset(&block);
     sigaddset(&block, SIGINT);
-    sigaddset(&block, SIGWINCH);
     sigaddset(&block, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &block, &old);
+    sigaddset(&block, SIGWINCH);
+    pthread_sigmask(SIG_BLOCK, &block, old);
+}
+
+/* Starts a thread with the UI's signals blocked, so that only the UI thread takes them. */
+static int spawn(pthread_t *t, void *(*fn)(void *), void *arg) {
+    sigset_t old;
+    block_ui_signals(&old);
     int rc = pthread_create(t, NULL, fn, arg);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     return rc;
@@ -391,10 +399,12 @@ static void chat_send(console_t *c, const char *text) {
         return;
     }
     free(prompt);
-    char id[32];
-    snprintf(id, sizeof id, "chat-%d", ++c->chat_id);
-    engine_request_t req = {
-        .prompt = ids, .n_prompt = (int)n_ids, .request_id = id, .wake = chat_wake, .wake_ctx = c};
+    snprintf(c->chat_rid, sizeof c->chat_rid, "chat-%d", ++c->chat_id);
+    engine_request_t req = {.prompt = ids,
+                            .n_prompt = (int)n_ids,
+                            .request_id = c->chat_rid,
+                            .wake = chat_wake,
+                            .wake_ctx = c};
     sampling_params_init(&req.sampling);
     req.sampling.max_tokens = c->max_tokens;
     int rc = chat_reasoning_create(chat_prompt_ends_reasoning((chat_format_t)c->format, &copts),
@@ -518,74 +528,6 @@ static void *bench_main(void *arg) {
     return NULL;
 }
 
-static int parse_int_opt(const char *name, const char *v, long min, long max, int *out, char *msg,
-                         size_t size) {
-    long x;
-    if (!v || cli_parse_long(v, min, max, &x) < 0) {
-        snprintf(msg, size, "%s must be an integer in [%ld, %ld]", name, min, max);
-        return -1;
-    }
-    *out = (int)x;
-    return 0;
-}
-
-static int parse_double_opt(const char *name, const char *v, double min, double *out, char *msg,
-                            size_t size) {
-    char *end;
-    double x = v ? strtod(v, &end) : NAN;
-    if (!v || end == v || *end || !(x >= min)) {
-        snprintf(msg, size, "%s must be a number >= %g (or inf)", name, min);
-        return -1;
-    }
-    *out = x;
-    return 0;
-}
-
-/* The /bench options: the common ones of `tachyon bench` / `vllm bench serve`. */
-static int bench_parse(int argc, char **argv, bench_options_t *o, char *msg, size_t size) {
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int rc;
-        if (!strcmp(a, "--num-prompts"))
-            rc = parse_int_opt(a, v, 1, 1000000, &o->num_prompts, msg, size);
-        else if (!strcmp(a, "--input-len") || !strcmp(a, "--random-input-len"))
-            rc = parse_int_opt(a, v, 1, 1 << 20, &o->input_len, msg, size);
-        else if (!strcmp(a, "--output-len") || !strcmp(a, "--random-output-len"))
-            rc = parse_int_opt(a, v, 1, 1 << 20, &o->output_len, msg, size);
-        else if (!strcmp(a, "--prefix-len") || !strcmp(a, "--random-prefix-len"))
-            rc = parse_int_opt(a, v, 0, 1 << 20, &o->prefix_len, msg, size);
-        else if (!strcmp(a, "--max-concurrency"))
-            rc = parse_int_opt(a, v, 0, 1000000, &o->max_concurrency, msg, size);
-        else if (!strcmp(a, "--num-warmups"))
-            rc = parse_int_opt(a, v, 0, 100000, &o->num_warmups, msg, size);
-        else if (!strcmp(a, "--request-rate"))
-            rc = parse_double_opt(a, v, 0, &o->request_rate, msg, size);
-        else if (!strcmp(a, "--range-ratio") || !strcmp(a, "--random-range-ratio"))
-            rc = parse_double_opt(a, v, 0, &o->range_ratio, msg, size);
-        else if (!strcmp(a, "--seed")) {
-            int s = 0;
-            rc = parse_int_opt(a, v, 0, 2147483647, &s, msg, size);
-            o->seed = (uint64_t)s;
-        } else if (!strcmp(a, "--label")) {
-            rc = v ? 0 : -1;
-            if (v)
-                snprintf(o->label, sizeof o->label, "%s", v);
-            else
-                snprintf(msg, size, "--label needs a value");
-        } else {
-            snprintf(msg, size,
-                     "unknown /bench option \"%s\" (--num-prompts, --input-len, --output-len, "
-                     "--prefix-len, --max-concurrency, --request-rate, --range-ratio, "
-                     "--num-warmups, --seed, --label)",
-                     a);
-            return -1;
-        }
-        if (rc < 0) return -1;
-        i++;
-    }
-    return 0;
-}
-
 static void con_bench(console_t *c, int argc, char **argv) {
     if (c->bench_running) {
         out_error(c, "a benchmark is running: /bench stop ends it");
@@ -599,7 +541,7 @@ static void con_bench(console_t *c, int argc, char **argv) {
         return;
     }
     char msg[512];
-    if (bench_parse(argc - 1, argv + 1, o, msg, sizeof msg) < 0) {
+    if (cmd_bench_parse_workload(o, argc, argv, msg, sizeof msg) < 0) { /* argv[0]: the profile */
         out_error(c, msg);
         return;
     }
@@ -1141,13 +1083,10 @@ static void draw_requests(console_t *c) {
         putf(c, y++, r.x + 1, w, A_DIM, "%-*s %6s %5s %5s %s", id_w, "id", "prompt", "gen", "secs",
              "state");
     /* the console's own reply first: with a benchmark queued ahead it may be far down the list */
-    char chat_id[32] = "";
-    if (c->stream) {
-        snprintf(chat_id, sizeof chat_id, "chat-%d", c->chat_id);
-        if (y < end - 1)
-            putf(c, y++, r.x + 1, w, A_BOLD, "%-*s %6d %5d %5.1f %s", id_w, chat_id, c->req_prompt,
-                 c->req_gen, now_s() - c->req_t0, c->req_started ? "decode" : "prefill");
-    }
+    const char *chat_id = c->stream ? c->chat_rid : "";
+    if (c->stream && y < end - 1)
+        putf(c, y++, r.x + 1, w, A_BOLD, "%-*s %6d %5d %5.1f %s", id_w, chat_id, c->req_prompt,
+             c->req_gen, now_s() - c->req_t0, c->req_started ? "decode" : "prefill");
     int shown = c->stream ? 1 : 0;
     for (int i = 0; i < s->n_active && y < end - 2; i++) {
         const stats_active_t *a = &s->active[i];
@@ -1196,10 +1135,8 @@ static void draw_chat(console_t *c) {
     layout_rect_t r = c->lay.chat;
     int h = r.h - 1 > MAX_ROWS ? MAX_ROWS : r.h - 1;
     int n = ui_text_rows(c->text, r.w - 1, h, &c->scroll, c->show_reasoning, c->rows);
-    char title[96];
-    snprintf(title, sizeof title, "Chat and output%s",
-             c->scroll ? " (scrolled up: PgDn goes back)" : "");
-    title_rule(c, r, title);
+    title_rule(c, r,
+               c->scroll ? "Chat and output (scrolled up: PgDn goes back)" : "Chat and output");
     int y0 = r.y + 1 + (h - n); /* bottom-aligned */
     for (int i = 0; i < n; i++)
         put(y0 + i, r.x, r.w, c->rows[i].text, c->rows[i].len, text_attr(c, c->rows[i].style));
@@ -1224,8 +1161,6 @@ static void draw_repl(console_t *c) {
 static void draw_status(console_t *c) {
     layout_rect_t r = c->lay.status;
     char left[160], bar[64] = "";
-    char wtxt[32];
-    chart_format_window(windows_s[c->window], wtxt, sizeof wtxt);
     if (c->bench_running) {
         progress_bar(c, bar, sizeof bar, 20);
         snprintf(left, sizeof left, "ready | bench %s %d/%d |", bar, c->prog.done, c->prog.total);
@@ -1234,6 +1169,8 @@ static void draw_status(console_t *c) {
         snprintf(left, sizeof left, "ready | applying %s %c %.1f s |", c->flag_name,
                  spin[(int)(now_s() * 8) % 4], now_s() - c->flag_t0);
     } else {
+        char wtxt[32];
+        chart_format_window(windows_s[c->window], wtxt, sizeof wtxt);
         snprintf(left, sizeof left, "ready | F1 help | +/- window %s | F2 reasoning %s |", wtxt,
                  c->show_reasoning ? "shown" : "hidden");
     }
@@ -1252,15 +1189,12 @@ static void draw_status(console_t *c) {
 static void draw_help(console_t *c) {
     int w = COLS - 4 < 96 ? COLS - 4 : 96, h = LINES - 2;
     int x = (COLS - w) / 2, y = 1;
-    char cmds[8192];
-    err_t err;
-    if (repl_help(NULL, cmds, sizeof cmds, &err) < 0) cmds[0] = '\0';
     for (int row = 0; row < h; row++)
         mvhline(y + row, x, ' ', w);
     title_rule(c, (layout_rect_t){x, y, w, 1}, "Help (any key closes)");
     int row = y + 1;
     for (int part = 0; part < 2; part++) {
-        const char *s = part ? cmds : help_keys;
+        const char *s = part ? c->help_cmds : help_keys;
         while (*s && row < y + h) {
             const char *nl = strchr(s, '\n');
             size_t n = nl ? (size_t)(nl - s) : strlen(s);
@@ -1493,8 +1427,7 @@ static int default_results_dir(char *buf, size_t size) {
 
 static void describe(console_t *c, const cli_engine_t *ce) {
     const engine_opts_t *o = &ce->opts;
-    char desc[256];
-    model_config_describe(engine_model_config(c->eng), desc, sizeof desc);
+    model_config_describe(engine_model_config(c->eng), c->model_desc, sizeof c->model_desc);
     const char *model = o->model.model, *slash = strrchr(model, '/');
     const char *base = slash && slash[1] ? slash + 1 : model;
     if (!strcmp(model, MDIR_EMBEDDED))
@@ -1503,7 +1436,6 @@ static void describe(console_t *c, const cli_engine_t *ce) {
         snprintf(c->model_line, sizeof c->model_line, "%s (dummy random weights)", base);
     else
         snprintf(c->model_line, sizeof c->model_line, "%s", base);
-    snprintf(c->model_desc, sizeof c->model_desc, "%s", desc);
     engine_describe_backend(c->eng, c->backend, sizeof c->backend);
     snprintf(c->layout_desc, sizeof c->layout_desc, "TP %d%s", o->flags.tensor_parallel_size,
              o->flags.enable_expert_parallel ? " EP" : "");
@@ -1696,6 +1628,7 @@ int cmd_console(int argc, char **argv) {
     flags_init(&c->def_flags);
     c->cc.values = &c->cur_flags;
     le_set_completer(c->le, repl_complete, &c->cc);
+    if (repl_help(NULL, c->help_cmds, sizeof c->help_cmds, &err) < 0) c->help_cmds[0] = '\0';
     if (le_history_path(c->hist_path, sizeof c->hist_path, &err) == 0) {
         c->have_hist = true;
         le_history_load(c->le, c->hist_path, &err);
@@ -1703,12 +1636,8 @@ int cmd_console(int argc, char **argv) {
 
     /* Every thread the engine, the server and curl start inherits this mask: only the UI
      * thread takes SIGINT, SIGTERM and SIGWINCH. */
-    sigset_t block, old;
-    sigemptyset(&block);
-    sigaddset(&block, SIGINT);
-    sigaddset(&block, SIGTERM);
-    sigaddset(&block, SIGWINCH);
-    pthread_sigmask(SIG_BLOCK, &block, &old);
+    sigset_t old;
+    block_ui_signals(&old);
     signal(SIGPIPE, SIG_IGN);
     fprintf(stderr, "tachyon: opening the model...\n");
     if (cli_engine_open(&ce) < 0) {

@@ -51,6 +51,37 @@ static void report(const char *what, double rel, double tol, bool finite) {
     if (!ok) failures++;
 }
 
+/* Compares the T x N output at dy (f32 or bf16) with x[T, K] W[N, K]^T in f64. */
+static void check_output(const char *what, const void *dy, const std::vector<double> &xd,
+                         const std::vector<double> &wd, int T, int N, int K, bool f32, double tol) {
+    size_t esize = f32 ? 4 : 2;
+    std::vector<unsigned char> y((size_t)T * N * esize);
+    CK(cudaMemcpy(y.data(), dy, y.size(), cudaMemcpyDeviceToHost));
+    double num = 0, den = 0;
+    bool finite = true;
+    for (int t = 0; t < T; t++)
+        for (int n = 0; n < N; n++) {
+            double ref = 0;
+            for (int k = 0; k < K; k++)
+                ref += xd[(size_t)t * K + k] * wd[(size_t)n * K + k];
+            size_t i = (size_t)t * N + n;
+            double got;
+            if (f32) {
+                float v;
+                memcpy(&v, &y[i * 4], 4);
+                got = v;
+            } else {
+                uint16_t v;
+                memcpy(&v, &y[i * 2], 2);
+                got = dtype_bf16_to_f32(v);
+            }
+            if (!std::isfinite(got)) finite = false;
+            num += (got - ref) * (got - ref);
+            den += ref * ref;
+        }
+    report(what, sqrt(num / (den > 0 ? den : 1)), tol, finite);
+}
+
 /* One FP8 case: y[T, N] = x[T, K] W[N, K]^T. */
 static void fp8_case(gemm_ctx_t *g, int N, int K, int T, bool f32) {
     int Tp = gemm_pad_t(T), L = (K + 127) / 128, ld = gemm_w8_scale_ld(K), NB = (N + 127) / 128;
@@ -118,31 +149,7 @@ static void fp8_case(gemm_ctx_t *g, int N, int K, int T, bool f32) {
             failures++;
         }
     } else {
-        std::vector<unsigned char> y((size_t)Tp * N * esize);
-        CK(cudaMemcpy(y.data(), dy, y.size(), cudaMemcpyDeviceToHost));
-        double num = 0, den = 0;
-        bool finite = true;
-        for (int t = 0; t < T; t++)
-            for (int n = 0; n < N; n++) {
-                double ref = 0;
-                for (int k = 0; k < K; k++)
-                    ref += xd[(size_t)t * K + k] * wd[(size_t)n * K + k];
-                size_t i = (size_t)t * N + n;
-                double got;
-                if (f32) {
-                    float v;
-                    memcpy(&v, &y[i * 4], 4);
-                    got = v;
-                } else {
-                    uint16_t v;
-                    memcpy(&v, &y[i * 2], 2);
-                    got = dtype_bf16_to_f32(v);
-                }
-                if (!std::isfinite(got)) finite = false;
-                num += (got - ref) * (got - ref);
-                den += ref * ref;
-            }
-        report(what, sqrt(num / (den > 0 ? den : 1)), f32 ? FP8_F32_TOL : FP8_TOL, finite);
+        check_output(what, dy, xd, wd, T, N, K, f32, f32 ? FP8_F32_TOL : FP8_TOL);
     }
     cudaFree(dw);
     cudaFree(dx);
@@ -174,32 +181,12 @@ static void bf16_case(gemm_ctx_t *g, int N, int K, int T, bool f32) {
         printf("%-58s FAIL: %s\n", what, err.msg);
         failures++;
     } else {
-        std::vector<unsigned char> y(ysize);
-        CK(cudaMemcpy(y.data(), dy, ysize, cudaMemcpyDeviceToHost));
-        double num = 0, den = 0;
-        bool finite = true;
-        for (int t = 0; t < T; t++)
-            for (int n = 0; n < N; n++) {
-                double ref = 0;
-                for (int k = 0; k < K; k++)
-                    ref += (double)dtype_bf16_to_f32(x[(size_t)t * K + k]) *
-                           dtype_bf16_to_f32(w[(size_t)n * K + k]);
-                size_t i = (size_t)t * N + n;
-                double got;
-                if (f32) {
-                    float v;
-                    memcpy(&v, &y[i * 4], 4);
-                    got = v;
-                } else {
-                    uint16_t v;
-                    memcpy(&v, &y[i * 2], 2);
-                    got = dtype_bf16_to_f32(v);
-                }
-                if (!std::isfinite(got)) finite = false;
-                num += (got - ref) * (got - ref);
-                den += ref * ref;
-            }
-        report(what, sqrt(num / (den > 0 ? den : 1)), f32 ? F32_TOL : BF16_TOL, finite);
+        std::vector<double> xd(x.size()), wd(w.size());
+        for (size_t i = 0; i < x.size(); i++)
+            xd[i] = dtype_bf16_to_f32(x[i]);
+        for (size_t i = 0; i < w.size(); i++)
+            wd[i] = dtype_bf16_to_f32(w[i]);
+        check_output(what, dy, xd, wd, T, N, K, f32, f32 ? F32_TOL : BF16_TOL);
     }
     cudaFree(dw);
     cudaFree(dx);

@@ -117,6 +117,18 @@ static void rand_bf16(size_t n, float a, std::vector<uint16_t> &bits, std::vecto
     }
 }
 
+/* Uploads an activation as f32 (f) or as its bf16 bits (b), the two input types of the ops. */
+static void *put_act(bool f32, const std::vector<uint16_t> &b, const std::vector<float> &f) {
+    if (f32) {
+        float *p = dev<float>(f.size());
+        put(p, f);
+        return p;
+    }
+    uint16_t *p = dev<uint16_t>(b.size());
+    put(p, b);
+    return p;
+}
+
 /* ---- comparisons ---------------------------------------------------------------------------- */
 
 /* Counts elements outside rel * |ref| + abs (NaN counts as outside); reports the worst. */
@@ -362,16 +374,7 @@ static void test_quant(void) {
         for (int k = 0; k < 128 && k < c.K; k++) {
             xf[k] = bf(xb[k] = dtype_f32_to_bf16(sym(1e-12f)));
         }
-        void *d_x;
-        if (c.f32) {
-            float *p = dev<float>(xf.size());
-            put(p, xf);
-            d_x = p;
-        } else {
-            uint16_t *p = dev<uint16_t>(xb.size());
-            put(p, xb);
-            d_x = p;
-        }
+        void *d_x = put_act(c.f32, xb, xf);
         const int T_pad = ops_pad_tokens(c.T), G = (c.K_pad + 127) / 128;
         uint8_t *d_q = dev<uint8_t>((size_t)T_pad * c.K_pad);
         float *d_s = dev<float>((size_t)G * T_pad);
@@ -399,16 +402,7 @@ static void test_silu(void) {
         std::vector<uint16_t> gb;
         std::vector<float> gf;
         rand_bf16((size_t)c.T * ld, 6.0f, gb, gf);
-        void *d_gu;
-        if (c.f32) {
-            float *p = dev<float>(gf.size());
-            put(p, gf);
-            d_gu = p;
-        } else {
-            uint16_t *p = dev<uint16_t>(gb.size());
-            put(p, gb);
-            d_gu = p;
-        }
+        void *d_gu = put_act(c.f32, gb, gf);
         std::vector<float> y((size_t)c.T * c.I);
         for (int t = 0; t < c.T; t++)
             for (int i = 0; i < c.I; i++) {
@@ -464,16 +458,7 @@ static void test_qkv_case(int D, int Hq, int Hkv, bool f32_in, bool fp8_kv) {
         pos[t] = t < 5 ? t : irand(40000);
         slot[t] = (t % 7 == 3) ? -1 : (int64_t)((t * 37) % n_slots); /* distinct slots, T < n */
     }
-    void *d_x;
-    if (f32_in) {
-        float *p = dev<float>(xf.size());
-        put(p, xf);
-        d_x = p;
-    } else {
-        uint16_t *p = dev<uint16_t>(xb.size());
-        put(p, xb);
-        d_x = p;
-    }
+    void *d_x = put_act(f32_in, xb, xf);
     float *d_qn = dev<float>(D), *d_kn = dev<float>(D), *d_inv = dev<float>(D / 2);
     int32_t *d_pos = dev<int32_t>(T);
     int64_t *d_slot = dev<int64_t>(T);

@@ -7,6 +7,11 @@ source "$(dirname "$0")/lib.sh"
 opts=(--num-prompts 20 --input-len 64 --output-len 16)
 tui_start
 tui_wait '^ready \|'
+# /bench takes `tachyon bench`'s own options, with its messages; the target is the console's
+tui_send '/bench short --num-prompts x' Enter
+tui_wait 'num-prompts x: expected a whole number'
+tui_send '/bench short --base-url http://example.invalid' Enter
+tui_wait "the target, tokenizer and output options are the console's own here"
 tui_send "/bench short ${opts[*]}" Enter
 tui_wait 'bench \[[#.]+\]'
 tui_wait 'run #1: ' 120
