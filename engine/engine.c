@@ -24,6 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "copy_small.h"
 #include "kvcache.h"
 #include "rng.h"
 #include "sampler.h"
@@ -620,22 +621,27 @@ static sched_config_t sched_config_of(const flag_values_t *f) {
 // ---------------------------------------------------------------------------------------------
 // Events (engine thread)
 
-/* Writes an event of choice q into its stream: the text and, when r is not NULL, the step's
- * token (with its logprobs when the request asked for them). Published at the end of the step.
- * NULL when out of memory (the caller decides what is lost). */
-static engine_event_t *write_event(engine_t *e, eng_seq_t *q, engine_event_type_t type,
-                                   const sampler_result_t *r, const char *text, size_t len) {
+/* Opens an event of choice q in its stream: the step's token when r is not NULL (with its
+ * logprobs when the request asked for them) and room for up to text_max bytes of text, which
+ * the caller writes at ev->text before close_event. Published at the end of the step. NULL
+ * when out of memory (the caller decides what is lost). */
+static inline engine_event_t *open_event(engine_t *e, eng_seq_t *q, engine_event_type_t type,
+                                         const sampler_result_t *r, size_t text_max) {
+    static const engine_event_t blank = {.stop_token = -1};
     eng_req_t *req = q->req;
     engine_stream_t *s = req->stream;
     int n_tok = r ? 1 : 0;
     int n_top = r && req->sp.logprobs >= 0 ? r->n_top : 0;
     int n_lp = r && req->sp.logprobs >= 0 ? 1 + n_top : 0;
-    size_t size =
-        (size_t)n_lp * sizeof(engine_token_logprob_t) + (size_t)n_tok * sizeof(int32_t) + len + 1;
+    size_t size = (size_t)n_lp * sizeof(engine_token_logprob_t) +
+                  (size_t)n_tok * sizeof(int32_t) + text_max + 1;
     char *p;
     engine_event_t *ev = stream_slot(s, size, &p);
     if (!ev) return NULL;
-    *ev = (engine_event_t){.type = type, .choice = q->choice, .stop_token = -1, .mem_ = s->ptail};
+    *ev = blank; /* a copy of a constant: a few wide moves */
+    ev->type = type;
+    ev->choice = q->choice;
+    ev->mem_ = s->ptail;
     if (n_lp) {
         engine_token_logprob_t *lp = (engine_token_logprob_t *)p;
         lp[0] = (engine_token_logprob_t){r->token, r->logprob};
@@ -651,15 +657,31 @@ static engine_event_t *write_event(engine_t *e, eng_seq_t *q, engine_event_type_
         ev->n_tokens = 1;
         p += sizeof(int32_t);
     }
-    memcpy(p, text, len);
-    p[len] = '\0';
     ev->text = p;
-    ev->text_len = len;
     if (!s->pending) {
         s->pending = true;
         s->next_pending = e->to_publish;
         e->to_publish = s;
     }
+    return ev;
+}
+
+/* Ends the text of the event just opened in stream s at len bytes and gives the arena room
+ * it did not use back. */
+static void close_event(engine_stream_t *s, engine_event_t *ev, size_t len) {
+    evseg_t *g = s->ptail;
+    ev->text[len] = '\0';
+    ev->text_len = len;
+    g->arena_used = ((size_t)(ev->text + len + 1 - g->arena) + 7) & ~(size_t)7;
+}
+
+/* An event with the step's token (r, may be NULL) and the text[0..len). */
+static engine_event_t *write_event(engine_t *e, eng_seq_t *q, engine_event_type_t type,
+                                   const sampler_result_t *r, const char *text, size_t len) {
+    engine_event_t *ev = open_event(e, q, type, r, len);
+    if (!ev) return NULL;
+    copy_small(ev->text, text, len);
+    close_event(q->req->stream, ev, len);
     return ev;
 }
 
@@ -927,6 +949,16 @@ static void on_token(engine_t *e, eng_seq_t *q, const sampler_result_t *r, doubl
             stop_token = r->token;
         }
     }
+    /* Without stop strings nothing is held back: the text goes straight into the event. */
+    if (reason < 0 && q->ts && sp->n_stop == 0 && q->n_pend == 0) {
+        engine_event_t *ev = open_event(e, q, ENGINE_EV_DELTA, r, e->max_chunk);
+        if (ev) {
+            size_t len = 0;
+            tok_stream_push(q->ts, r->token, ev->text, e->max_chunk, &len);
+            close_event(req->stream, ev, len);
+            return;
+        }
+    }
     int stop_idx = -1;
     if (q->ts) {
         size_t len = 0;
@@ -1188,14 +1220,11 @@ static bool step(engine_t *e, stats_step_t *st) {
     }
     sched_advance(e->sched, &out);
     stats_add_generation_tokens(e->stats, (uint64_t)b.n_logits);
-    /* Forks first: a choice 0 that ends on its first token still shares its prompt blocks. */
-    for (int l = 0; l < b.n_logits; l++) {
-        eng_seq_t *q = seq_of(out.seqs[e->b_row_seq[l]]);
-        if (q->choice == 0 && q->req->n_started < q->req->n) fork_choices(e, q->req);
-    }
     double now = engine_now();
     for (int l = 0; l < b.n_logits; l++) {
         eng_seq_t *q = seq_of(out.seqs[e->b_row_seq[l]]);
+        /* forks first: a choice 0 that ends on its first token still shares its prompt */
+        if (q->choice == 0 && q->req->n_started < q->req->n) fork_choices(e, q->req);
         if (!q->finished) on_token(e, q, &e->results[l], now);
     }
 record:

@@ -351,6 +351,11 @@ int sched_schedule(sched_t *s, sched_out_t *out, sched_seq_t **failed) {
     int avail = kv_available(s->kv);
     for (int i = 0; i < s->n_running && budget > 0; i++) {
         sched_seq_t *seq = s->running[i];
+        if (seq->n_tokens - seq->n_computed == 1 && seq->n_computed < seq->n_blocks * bs) {
+            plan(out, s, seq, 1); /* a decode in a block it holds: the common case */
+            budget--;
+            continue;
+        }
         int n_new = clamp_new(s, seq->n_tokens - seq->n_computed, budget, out->n);
         if (n_new == 0) continue;
         int need = blocks_needed(seq, seq->n_computed + n_new, bs);

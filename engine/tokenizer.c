@@ -1,4 +1,5 @@
 #include "tokenizer.h"
+#include "copy_small.h"
 #include "utf8.h"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
@@ -24,8 +25,13 @@ static const char GPT2_PATTERN[] =
 #define CACHE_IDS       (1u << 18)
 
 /* TF_WHOLE_UTF8: the token's bytes are whole, well-formed characters, so the streaming decoder
- * can copy them straight through when it holds nothing back (most tokens of any script). */
-enum { TF_VALID = 1, TF_ADDED = 2, TF_SPECIAL = 4, TF_WHOLE_UTF8 = 8 };
+ * can copy them straight through when it holds nothing back (most tokens of any script).
+ * Otherwise TF_SHAPED: the bytes are up to 3 continuation bytes (the end of a character begun
+ * by earlier tokens), whole characters, then up to 3 bytes that begin a character; the two
+ * counts are in the bits at TF_HEAD_SHIFT and TF_TAIL_SHIFT. Byte-level vocabularies split
+ * multi-byte characters this way, and the decoder then classifies only the ends. */
+enum { TF_VALID = 1, TF_ADDED = 2, TF_SPECIAL = 4, TF_WHOLE_UTF8 = 8, TF_SHAPED = 16 };
+enum { TF_HEAD_SHIFT = 5, TF_TAIL_SHIFT = 7 }; /* 2 bits each */
 
 /* ------------------------------------------------------------------------------------------ */
 /* Growable byte buffer */
@@ -258,7 +264,7 @@ struct tokenizer {
     span_t *str;    /* [n_ids] token as tokenizer.json spells it (normalized added tokens:
                        normalized, as HF prints them), NUL-terminated in arena */
     span_t *bytes;  /* [n_ids] bytes it decodes to */
-    uint8_t *flags; /* [n_ids] TF_* */
+    uint16_t *flags; /* [n_ids] TF_* */
     size_t max_token_bytes;
     int32_t n_model; /* entries in model.vocab */
 
@@ -607,10 +613,10 @@ static int grow_ids(tokenizer_t *tok, int32_t id) {
     if (str) tok->str = str;
     span_t *bytes = realloc(tok->bytes, (size_t)n * sizeof *bytes);
     if (bytes) tok->bytes = bytes;
-    uint8_t *flags = realloc(tok->flags, (size_t)n);
+    uint16_t *flags = realloc(tok->flags, (size_t)n * sizeof *flags);
     if (flags) tok->flags = flags;
     if (!str || !bytes || !flags) return -1;
-    memset(tok->flags + tok->n_ids, 0, (size_t)(n - tok->n_ids));
+    memset(tok->flags + tok->n_ids, 0, (size_t)(n - tok->n_ids) * sizeof *flags);
     tok->n_ids = n;
     return 0;
 }
@@ -946,6 +952,23 @@ fail:
 
 /* The bytes each token decodes to, as HF's ByteLevel decoder gives them: a token made only
  * of byte-level characters maps back to its bytes; any other token is taken verbatim. */
+
+/* TF_WHOLE_UTF8, or TF_SHAPED with the head and tail counts, or 0 for the bytes of a token. */
+static uint16_t utf8_shape(const uint8_t *b, size_t n) {
+    size_t head = 0, at, len;
+    while (head < n && (b[head] & 0xC0) == 0x80)
+        head++;
+    for (at = head; at < n; at += len) {
+        int cls = utf8_class(b + at, n - at, &len);
+        if (cls == U8_BAD) return 0;
+        if (cls == U8_SHORT) break;
+    }
+    size_t tail = n - at;
+    if (head == 0 && tail == 0) return TF_WHOLE_UTF8;
+    if (head > 3) return 0;
+    return (uint16_t)(TF_SHAPED | head << TF_HEAD_SHIFT | tail << TF_TAIL_SHIFT);
+}
+
 static int build_bytes(tokenizer_t *tok) {
     int16_t inv[324];
     for (int i = 0; i < 324; i++)
@@ -972,11 +995,8 @@ static int build_bytes(tokenizer_t *tok) {
             goto oom;
         }
         if (tok->bytes[id].len > tok->max_token_bytes) tok->max_token_bytes = tok->bytes[id].len;
-        const uint8_t *b = (const uint8_t *)tstr(tok, tok->bytes[id]);
-        size_t nb = tok->bytes[id].len, at = 0, clen;
-        while (at < nb && utf8_class(b + at, nb - at, &clen) == U8_OK)
-            at += clen;
-        if (at == nb) tok->flags[id] |= TF_WHOLE_UTF8;
+        tok->flags[id] |= utf8_shape((const uint8_t *)tstr(tok, tok->bytes[id]),
+                                     tok->bytes[id].len);
     }
     free(tmp.p);
     return 0;
@@ -1627,7 +1647,6 @@ struct tok_stream {
     bool skip_special;
     uint8_t pending[4]; /* the start of an unfinished character */
     size_t n_pending;
-    uint8_t *scratch; /* pending + one token's bytes */
 };
 
 tok_stream_t *tok_stream_create(const tokenizer_t *tok, bool skip_special) {
@@ -1635,17 +1654,10 @@ tok_stream_t *tok_stream_create(const tokenizer_t *tok, bool skip_special) {
     if (!st) return NULL;
     st->tok = tok;
     st->skip_special = skip_special;
-    st->scratch = malloc(tok->max_token_bytes + 4);
-    if (!st->scratch) {
-        free(st);
-        return NULL;
-    }
     return st;
 }
 
 void tok_stream_destroy(tok_stream_t *st) {
-    if (!st) return;
-    free(st->scratch);
     free(st);
 }
 
@@ -1658,33 +1670,99 @@ size_t tok_stream_max_chunk(const tokenizer_t *tok) {
     return 3 * (tok->max_token_bytes + 3) + 1;
 }
 
+/* Appends n bytes to out[*o..cap); false when they do not fit. */
+static bool put_bytes(char *out, size_t cap, size_t *o, const void *src, size_t n) {
+    if (n > cap - *o) return false;
+    copy_small(out + *o, src, n);
+    *o += n;
+    return true;
+}
+
+/* The text the pending bytes and the token s[0..n) make: first the characters that start in
+ * the pending bytes (completed by at most the token's first three bytes, which is enough to
+ * see how any character ends), then the token's own, classified in place and copied a run of
+ * well-formed characters at a time. State changes only when everything fits. Kept out of line
+ * so that the common case in tok_stream_push stays a few instructions. */
+static __attribute__((noinline)) int push_joined(tok_stream_t *st, const uint8_t *s, size_t n,
+                                                 uint16_t f, char *out, size_t cap,
+                                                 size_t *out_len) {
+    size_t o = 0, i = 0, len;
+    /* pending + the token's start; what stays pending. Fixed-size copies of a few bytes: no
+     * library call. */
+    uint8_t joined[8] = {0}, left[4] = {0};
+    size_t np = st->n_pending, n_left = 0;
+    if (np > 0) {
+        size_t k = n < 3 ? n : 3, at = 0;
+        memcpy(joined, st->pending, 4);
+        for (size_t j = 0; j < 3; j++)
+            if (j < k) joined[np + j] = s[j];
+        while (at < np) {
+            int cls = utf8_class(joined + at, np + k - at, &len);
+            if (cls == U8_SHORT) { /* only when the whole token is in joined (n < 3) */
+                n_left = np + k - at;
+                memcpy(left, joined + at, 3); /* n_left <= 3, joined has 8 bytes */
+                goto done;
+            }
+            if (!put_bytes(out, cap, &o, cls == U8_OK ? joined + at : (const uint8_t *)REPLACEMENT,
+                           cls == U8_OK ? len : 3))
+                return -1;
+            at += len;
+        }
+        i = at - np; /* within the token's leading continuation bytes */
+    }
+    if (f & TF_SHAPED) { /* stray continuation bytes, whole characters, a character's start */
+        size_t head = (f >> TF_HEAD_SHIFT) & 3, tail = (f >> TF_TAIL_SHIFT) & 3;
+        for (; i < head; i++)
+            if (!put_bytes(out, cap, &o, REPLACEMENT, 3)) return -1;
+        if (!put_bytes(out, cap, &o, s + i, n - tail - i)) return -1;
+        n_left = tail;
+        for (size_t j = 0; j < 3; j++)
+            if (j < tail) left[j] = s[n - tail + j];
+        goto done;
+    }
+    size_t run = i; /* the start of the well-formed characters not copied yet */
+    while (i < n) {
+        if (s[i] < 0x80) {
+            i++;
+            continue;
+        }
+        int cls = utf8_class(s + i, n - i, &len);
+        if (cls == U8_OK) {
+            i += len;
+            continue;
+        }
+        if (!put_bytes(out, cap, &o, s + run, i - run)) return -1;
+        if (cls == U8_SHORT) {
+            n_left = n - i;
+            for (size_t j = 0; j < 3; j++)
+                if (j < n_left) left[j] = s[i + j];
+        } else if (!put_bytes(out, cap, &o, REPLACEMENT, 3)) {
+            return -1;
+        }
+        i += len;
+        run = i;
+    }
+    if (!put_bytes(out, cap, &o, s + run, i - run)) return -1;
+done:
+    memcpy(st->pending, left, 4);
+    st->n_pending = n_left;
+    *out_len = o;
+    return 0;
+}
+
 int tok_stream_push(tok_stream_t *st, int32_t id, char *out, size_t cap, size_t *out_len) {
+    const tokenizer_t *tok = st->tok;
+    uint16_t f = (uint32_t)id < (uint32_t)tok->n_ids ? tok->flags[id] : 0;
     *out_len = 0;
-    if (!decodes(st->tok, id, st->skip_special)) return 0;
-    span_t b = st->tok->bytes[id];
-    if (st->n_pending == 0 && (st->tok->flags[id] & TF_WHOLE_UTF8)) { /* the common case */
+    if (!(f & TF_VALID) || (st->skip_special && (f & TF_SPECIAL))) return 0; /* as decodes() */
+    span_t b = tok->bytes[id];
+    if (st->n_pending == 0 && (f & TF_WHOLE_UTF8)) { /* the common case */
         if (b.len > cap) return -1;
-        memcpy(out, tstr(st->tok, b), b.len);
+        copy_small(out, tstr(tok, b), b.len);
         *out_len = b.len;
         return 0;
     }
-    uint8_t *s = st->scratch;
-    size_t n = st->n_pending + b.len, o = 0, i = 0, len;
-    memcpy(s, st->pending, st->n_pending);
-    memcpy(s + st->n_pending, tstr(st->tok, b), b.len);
-    while (i < n) {
-        int k = utf8_class(s + i, n - i, &len);
-        if (k == U8_SHORT) break;
-        size_t w = k == U8_OK ? len : 3;
-        if (o + w > cap) return -1;
-        memcpy(out + o, k == U8_OK ? (const char *)s + i : REPLACEMENT, w);
-        o += w;
-        i += len;
-    }
-    st->n_pending = n - i;
-    memcpy(st->pending, s + i, st->n_pending);
-    *out_len = o;
-    return 0;
+    return push_joined(st, (const uint8_t *)tstr(tok, b), b.len, f, out, cap, out_len);
 }
 
 int tok_stream_finish(tok_stream_t *st, char *out, size_t cap, size_t *out_len) {

@@ -2,6 +2,7 @@
 (closing cleanly or with a reset): every sequence is aborted and KV usage goes back to zero,
 as /metrics shows (run by test_server_disconnect.sh)."""
 import asyncio
+import time
 import os
 import socket
 import struct
@@ -85,7 +86,13 @@ def test_disconnects_free_everything():
     assert gone == 100, "disconnects counted: %d" % gone
     assert generated < 100 * LONG / 4, "sequences ran on after their clients left: %d tokens" % generated
     assert metric(m, "vllm:kv_cache_usage_perc") == 0 and metric(m, "tachyon:kv_blocks_used") == 0
-    assert metric(m, "tachyon:http_connections") <= 1  # only the /metrics request itself
+    # The server learns of a closed socket when it next polls it, which may be after the
+    # engine went idle: give it a moment, then only the /metrics request itself may be open.
+    end = time.time() + 10
+    while metric(m, "tachyon:http_connections") > 1 and time.time() < end:
+        time.sleep(0.05)
+        m = S.metrics()
+    assert metric(m, "tachyon:http_connections") <= 1, metric(m, "tachyon:http_connections")
     print("  100 clients left; %d tokens generated; KV usage back to 0" % generated)
     code, r = post_json(S, "/v1/completions", {"prompt": "The", "max_tokens": 4, "ignore_eos": True})
     assert code == 200 and r["usage"]["completion_tokens"] == 4

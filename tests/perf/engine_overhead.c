@@ -3,13 +3,25 @@
  * replaced by the null backend (no model math, sampling "on the device"). Not a test: run by
  * bench/engine-overhead.sh, results in bench/RESULTS.md.
  *
- * Two measures: the wall time of each step minus its forward pass (from engine_stats(), which
- * includes any time the engine thread spent descheduled), and the engine thread's CPU time over
- * the same steps (from the scheduler's /proc schedstat of the thread named "tachyon-engine")
- * minus the null backend's forward time, which is what the engine itself costs per step on a
- * core of its own.
+ * The measured batch: N requests of 32 prompt tokens, each generating TOKENS (default 2,000,
+ * so that every step of the batch is still in the stats ring afterwards), with a reader thread
+ * draining every stream as a server would. Before it, a first batch of other prompts runs to
+ * its end, as in a server that has been running: the heap, the KV pool and the prefix-cache
+ * table are warm, so the kernel's first-touch page faults (about three per step at 512
+ * sequences in a fresh process) are not counted as the engine's.
  *
- * usage: engine_overhead N_SEQS [STEPS]   (prints one Markdown table row) */
+ * Two measures, both taken once the batch has ended (nothing depends on catching a window):
+ * the wall time of each decode step with all N sequences running, minus its forward pass (from
+ * the stats ring; this includes any time the engine thread was descheduled), and the engine
+ * thread's CPU time over the whole batch (schedstat of the thread named "tachyon-engine";
+ * admission and the finishing step included) minus the backend's time over the same steps, per
+ * step: what the engine itself costs on a core of its own.
+ *
+ * usage: engine_overhead N_SEQS [TOKENS]   (prints one Markdown table row)
+ *        engine_overhead N_SEQS whole      (only the first batch, 4,000 tokens per request,
+ *                                           printing nothing: a fixed amount of work to count
+ *                                           instructions with callgrind --toggle-collect=engine_main)
+ */
 #include <dirent.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -21,7 +33,9 @@
 typedef struct reader {
     engine_stream_t **streams;
     int n;
-    volatile int stop;
+    _Atomic int stop;
+    _Atomic int n_over; /* streams that ended */
+    char *over; /* [n] */
 } reader_t;
 
 /* Drains every stream, as a server would, so events do not pile up. */
@@ -31,9 +45,14 @@ static void *read_all(void *arg) {
         int got = 0;
         for (int i = 0; i < r->n; i++) {
             engine_event_t ev;
-            while (engine_stream_poll(r->streams[i], &ev) > 0) {
+            int rc;
+            while ((rc = engine_stream_poll(r->streams[i], &ev)) > 0) {
                 engine_event_clear(&ev);
                 got++;
+            }
+            if (rc < 0 && !r->over[i]) {
+                r->over[i] = 1;
+                if (++r->n_over == r->n) r->stop = 1;
             }
         }
         if (!got) {
@@ -68,6 +87,39 @@ static long long thread_cpu_ns(const char *name) {
     return ns;
 }
 
+/* n requests of the same 32 prompt tokens (first, first + 1, ...), each generating `tokens`. */
+static int submit_all(engine_t *eng, int n, engine_stream_t **streams, int32_t first,
+                      int tokens) {
+    int32_t prompt[32];
+    for (int i = 0; i < 32; i++)
+        prompt[i] = first + i;
+    for (int i = 0; i < n; i++) {
+        engine_request_t req = {.prompt = prompt, .n_prompt = 32};
+        sampling_params_init(&req.sampling);
+        req.sampling.max_tokens = tokens;
+        req.sampling.ignore_eos = true;
+        req.sampling.temperature = 0.0f;
+        err_t err = {{0}};
+        if (engine_submit(eng, &req, &streams[i], &err) < 0) {
+            fprintf(stderr, "%s\n", err.msg);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Waits until the engine has recorded itself idle (no batch), then *snap is that state. */
+static void wait_idle(engine_t *eng, stats_snapshot_t *snap) {
+    for (;;) {
+        engine_stats(eng, snap);
+        if (snap->running == 0 && snap->waiting == 0 && snap->n_steps > 0 &&
+            snap->steps_ring[snap->n_steps - 1].running == 0)
+            return;
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+}
+
 static int cmp_float(const void *a, const void *b) {
     float x = *(const float *)a, y = *(const float *)b;
     return (x > y) - (x < y);
@@ -78,8 +130,9 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: engine_overhead N_SEQS [STEPS]\n");
         return 2;
     }
-    int n = atoi(argv[1]), steps = argc > 2 ? atoi(argv[2]) : 400;
-    if (n < 1 || steps < 10 || steps > STATS_RING) return 2;
+    bool whole = argc > 2 && strcmp(argv[2], "whole") == 0;
+    int n = atoi(argv[1]), tokens = argc > 2 && !whole ? atoi(argv[2]) : 2000;
+    if (n < 1 || tokens < 10 || tokens > STATS_RING - 8) return 2;
     engine_opts_t o;
     engine_opts_init(&o);
     o.model.model = MDIR_EMBEDDED;
@@ -102,68 +155,65 @@ int main(int argc, char **argv) {
         return 1;
     }
     engine_stream_t **streams = calloc((size_t)n, sizeof *streams);
-    int32_t prompt[32];
-    for (int i = 0; i < 32; i++)
-        prompt[i] = 100 + i;
-    for (int i = 0; i < n; i++) {
-        engine_request_t req = {.prompt = prompt, .n_prompt = 32};
-        sampling_params_init(&req.sampling);
-        req.sampling.max_tokens = 4000; /* the embedded model's context is 4096 */
-        req.sampling.ignore_eos = true;
-        req.sampling.temperature = 0.0f;
-        if (engine_submit(eng, &req, &streams[i], &err) < 0) {
-            fprintf(stderr, "%s\n", err.msg);
-            return 1;
-        }
-    }
-    reader_t reader = {streams, n, 0};
+    /* First a whole batch, as a server that has been running: the heap, the KV pool and the
+     * prefix-cache table are warm, and the kernel's first-touch page faults (about three per
+     * step at 512 sequences otherwise) are not counted as the engine's. */
+    reader_t reader = {streams, n, 0, 0, calloc((size_t)n, 1)};
     pthread_t th;
+    /* other prompt tokens: no prefix in common; 4,000 tokens: the embedded model's context */
+    if (submit_all(eng, n, streams, 1000, 4000) < 0) return 1;
     pthread_create(&th, NULL, read_all, &reader);
+    pthread_join(th, NULL);
+    for (int i = 0; i < n; i++)
+        engine_stream_release(streams[i]);
+    if (whole) {
+        engine_close(eng);
+        free(streams);
+        free(reader.over);
+        return 0;
+    }
 
     static stats_snapshot_t snap;
-    uint64_t start_step = 0;
-    for (;;) { /* wait for the steady state: every sequence decoding */
-        engine_stats(eng, &snap);
-        if (snap.running == n && snap.steps > 0 &&
-            snap.steps_ring[snap.n_steps - 1].prefill_tokens == 0) {
-            start_step = snap.steps;
-            break;
-        }
-        struct timespec ts = {0, 1000000};
-        nanosleep(&ts, NULL);
-    }
+    wait_idle(eng, &snap);
+    uint64_t step0 = snap.steps;
     long long cpu0 = thread_cpu_ns("tachyon-engine");
-    engine_stats(eng, &snap);
-    uint64_t cpu_step0 = snap.steps;
-    do {
-        struct timespec ts = {0, 2000000};
-        nanosleep(&ts, NULL);
-        engine_stats(eng, &snap);
-    } while (snap.steps < start_step + (uint64_t)steps);
+    reader = (reader_t){streams, n, 0, 0, reader.over};
+    memset(reader.over, 0, (size_t)n);
+    if (submit_all(eng, n, streams, 100, tokens) < 0) return 1;
+    pthread_create(&th, NULL, read_all, &reader);
+    pthread_join(th, NULL);
+    wait_idle(eng, &snap);
     long long cpu1 = thread_cpu_ns("tachyon-engine");
-    uint64_t cpu_steps = snap.steps - cpu_step0;
 
-    float *overhead = malloc((size_t)steps * sizeof *overhead);
-    double sum = 0, forward_sum = 0;
-    int m = 0;
-    for (int i = snap.n_steps - steps; i < snap.n_steps; i++) {
+    /* The batch's records are the last snap.steps - step0 (those of an idle engine have
+     * running == 0); all of them must still be in the ring. */
+    int records = (int)(snap.steps - step0), batch_steps = 0, m = 0;
+    if (records > snap.n_steps) {
+        fprintf(stderr, "engine_overhead: %d records, %d in the stats ring\n", records,
+                snap.n_steps);
+        return 1;
+    }
+    float *overhead = malloc((size_t)records * sizeof *overhead);
+    double sum = 0, forward_all = 0;
+    for (int i = snap.n_steps - records; i < snap.n_steps; i++) {
         const stats_step_t *s = &snap.steps_ring[i];
-        if (s->running != n) continue;
+        if (s->running == 0) continue;
+        batch_steps++;
+        forward_all += s->forward_ms * 1e3;
+        if (s->running != n || s->prefill_tokens > 0) continue; /* admission, finishing */
         overhead[m] = (s->step_ms - s->forward_ms) * 1000.0f; /* us */
-        forward_sum += s->forward_ms * 1000.0;
         sum += overhead[m++];
     }
+    if (m == 0) return 1;
     qsort(overhead, (size_t)m, sizeof *overhead, cmp_float);
-    double cpu_us = cpu0 >= 0 && cpu1 >= 0 && cpu_steps ? (cpu1 - cpu0) / 1e3 / cpu_steps : -1;
-    printf("| %d | %d | %.1f | %.1f | %.1f | %.1f |\n", n, m, m ? sum / m : 0.0,
-           m ? overhead[m / 2] : 0.0f, m ? overhead[(int)(m * 0.99)] : 0.0f,
-           cpu_us >= 0 && m ? cpu_us - forward_sum / m : -1.0);
-    reader.stop = 1;
-    pthread_join(th, NULL);
+    double cpu_us = cpu0 >= 0 && cpu1 >= 0 ? ((cpu1 - cpu0) / 1e3 - forward_all) / batch_steps : -1;
+    printf("| %d | %d | %.1f | %.1f | %.1f | %.1f |\n", n, m, sum / m, overhead[m / 2],
+           overhead[(int)(m * 0.99)], cpu_us);
     for (int i = 0; i < n; i++)
         engine_stream_release(streams[i]);
     engine_close(eng);
     free(streams);
     free(overhead);
+    free(reader.over);
     return 0;
 }

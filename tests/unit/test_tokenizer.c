@@ -564,6 +564,59 @@ static void test_arbitrary_bytes(void **state) {
     }
 }
 
+/* Random id sequences (half of them single high bytes, which leave characters unfinished and
+ * ill-formed) streamed one id at a time give tok_decode's text; a push into too small a buffer
+ * is refused and consumes nothing (the same push then succeeds). */
+static void test_stream_random_ids(void **state) {
+    uint64_t seed = 7;
+    for (int t = 0; t < fx.n_toks; t++) {
+        tokenizer_t *tok = fx.toks[t];
+        int32_t vocab = tok_vocab_size(tok), high[128];
+        int n_high = 0;
+        for (int32_t id = 0; id < vocab && n_high < 128; id++) {
+            size_t len;
+            const char *b = tok_id_to_bytes(tok, id, &len);
+            if (b && len == 1 && (unsigned char)b[0] >= 0x80)
+                high[n_high++] = id;
+        }
+        assert_int_equal(n_high, 128);
+        tok_stream_t *st = tok_stream_create(tok, false);
+        size_t cap = tok_stream_max_chunk(tok);
+        char *chunk = malloc(cap), *streamed = malloc(cap * 41);
+        for (int iter = 0; iter < 2000; iter++) {
+            int32_t ids[40];
+            size_t n = 1 + rng_next(&seed) % 40, slen = 0;
+            for (size_t i = 0; i < n; i++)
+                ids[i] = rng_next(&seed) % 2 ? high[rng_next(&seed) % 128]
+                                             : (int32_t)(rng_next(&seed) % (uint64_t)vocab);
+            char *want;
+            size_t wlen;
+            err_t err = {0};
+            assert_int_equal(tok_decode(tok, ids, n, false, &want, &wlen, &err), 0);
+            for (size_t k = 0; k <= n; k++) {
+                size_t len, small = rng_next(&seed) % 4;
+                if (k < n && tok_stream_push(st, ids[k], chunk, small, &len) == 0)
+                    assert_true(len <= small); /* it fit */
+                else if (k < n)
+                    assert_int_equal(tok_stream_push(st, ids[k], chunk, cap, &len), 0);
+                else
+                    assert_int_equal(tok_stream_finish(st, chunk, cap, &len), 0);
+                if (!utf8_ok((const unsigned char *)chunk, len))
+                    fail_msg("[%s] chunk %zu is not whole UTF-8", fx.names[t], k);
+                memcpy(streamed + slen, chunk, len);
+                slen += len;
+            }
+            if (slen != wlen || memcmp(streamed, want, wlen) != 0)
+                fail_msg("[%s] streamed text differs from tok_decode (iteration %d)", fx.names[t],
+                         iter);
+            free(want);
+        }
+        free(streamed);
+        free(chunk);
+        tok_stream_destroy(st);
+    }
+}
+
 static void test_lookups(void **state) {
     int t = tok_index("qwen3");
     tokenizer_t *tok = fx.toks[t];
@@ -838,6 +891,7 @@ int main(void) {
         cmocka_unit_test(test_decode_sequences_match_hf),
         cmocka_unit_test(test_round_trip),
         cmocka_unit_test(test_arbitrary_bytes),
+        cmocka_unit_test(test_stream_random_ids),
         cmocka_unit_test(test_lookups),
         cmocka_unit_test(test_stream_edges),
         cmocka_unit_test(test_long_inputs),
