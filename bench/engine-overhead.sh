@@ -13,6 +13,6 @@ echo "| running sequences | steps measured | wall: mean us/step | p50 us | p99 u
 echo "|---|---|---|---|---|---|"
 for n in 1 64 512; do
     for _ in $(seq "$runs"); do
-        "$build/tests/engine_overhead" "$n" 1600
+        "$build/tests/engine_overhead" "$n"
     done
 done

@@ -10,12 +10,13 @@
  * table are warm, so the kernel's first-touch page faults (about three per step at 512
  * sequences in a fresh process) are not counted as the engine's.
  *
- * Two measures, both taken once the batch has ended (nothing depends on catching a window):
- * the wall time of each decode step with all N sequences running, minus its forward pass (from
- * the stats ring; this includes any time the engine thread was descheduled), and the engine
- * thread's CPU time over the whole batch (schedstat of the thread named "tachyon-engine";
- * admission and the finishing step included) minus the backend's time over the same steps, per
- * step: what the engine itself costs on a core of its own.
+ * Two measures over the decode phase (from the moment the reader has every stream's first token
+ * to the first FINISH it sees, which the reader marks as it drains: no polling window to miss):
+ * the wall time of each step with all N sequences decoding, minus its forward pass (from the
+ * stats ring; this includes any time the engine thread was descheduled), and the engine
+ * thread's CPU time over the phase (schedstat of the thread named "tachyon-engine") minus the
+ * backend's time over the same steps, per step: what the engine itself costs on a core of its
+ * own.
  *
  * usage: engine_overhead N_SEQS [TOKENS]   (prints one Markdown table row)
  *        engine_overhead N_SEQS whole      (only the first batch, 4,000 tokens per request,
@@ -24,46 +25,73 @@
  */
 #include <dirent.h>
 #include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "engine.h"
 
+/* Nanoseconds the thread named `name` has run on a CPU (schedstat), or -1. */
+static long long thread_cpu_ns(const char *name);
+
 typedef struct reader {
     engine_stream_t **streams;
     int n;
-    _Atomic int stop;
-    _Atomic int n_over; /* streams that ended */
-    char *over; /* [n] */
+    engine_t *eng;
+    int n_over;    /* streams that ended */
+    int n_started; /* streams with a first token */
+    char *state;   /* [n] bit 1: started, bit 2: over */
+    /* the engine thread's CPU time and step count when every stream had its first token, and
+     * when the first stream ended: the decode phase, whatever the start and end looked like */
+    long long cpu0, cpu1;
+    uint64_t step0, step1;
+    bool decode_seen, end_seen;
+    stats_snapshot_t snap; /* scratch */
 } reader_t;
 
-/* Drains every stream, as a server would, so events do not pile up. */
+static void mark(reader_t *r, long long *cpu, uint64_t *step) {
+    *cpu = thread_cpu_ns("tachyon-engine");
+    engine_stats(r->eng, &r->snap);
+    *step = r->snap.steps;
+}
+
+/* Drains every stream, as a server would, so events do not pile up, and marks the start and
+ * the end of the phase where every sequence decodes. Returns once every stream has ended. */
 static void *read_all(void *arg) {
     reader_t *r = arg;
-    while (!r->stop) {
+    while (r->n_over < r->n) {
         int got = 0;
         for (int i = 0; i < r->n; i++) {
             engine_event_t ev;
             int rc;
             while ((rc = engine_stream_poll(r->streams[i], &ev)) > 0) {
+                if (ev.type == ENGINE_EV_FINISH && !r->end_seen && r->decode_seen) {
+                    r->end_seen = true;
+                    mark(r, &r->cpu1, &r->step1);
+                }
+                if (!(r->state[i] & 1) && ++r->n_started == r->n) {
+                    r->decode_seen = true;
+                    mark(r, &r->cpu0, &r->step0);
+                }
+                r->state[i] |= 1;
                 engine_event_clear(&ev);
                 got++;
             }
-            if (rc < 0 && !r->over[i]) {
-                r->over[i] = 1;
-                if (++r->n_over == r->n) r->stop = 1;
+            if (rc < 0 && !(r->state[i] & 2)) {
+                r->state[i] |= 2;
+                r->n_over++;
             }
         }
         if (!got) {
-            struct timespec ts = {0, 200000};
+            struct timespec ts = {0, 50000};
             nanosleep(&ts, NULL);
         }
     }
     return NULL;
 }
 
-/* Nanoseconds the thread named `name` has run on a CPU (schedstat), or -1. */
 static long long thread_cpu_ns(const char *name) {
     DIR *d = opendir("/proc/self/task");
     if (!d) return -1;
@@ -108,18 +136,6 @@ static int submit_all(engine_t *eng, int n, engine_stream_t **streams, int32_t f
     return 0;
 }
 
-/* Waits until the engine has recorded itself idle (no batch), then *snap is that state. */
-static void wait_idle(engine_t *eng, stats_snapshot_t *snap) {
-    for (;;) {
-        engine_stats(eng, snap);
-        if (snap->running == 0 && snap->waiting == 0 && snap->n_steps > 0 &&
-            snap->steps_ring[snap->n_steps - 1].running == 0)
-            return;
-        struct timespec ts = {0, 1000000};
-        nanosleep(&ts, NULL);
-    }
-}
-
 static int cmp_float(const void *a, const void *b) {
     float x = *(const float *)a, y = *(const float *)b;
     return (x > y) - (x < y);
@@ -158,7 +174,8 @@ int main(int argc, char **argv) {
     /* First a whole batch, as a server that has been running: the heap, the KV pool and the
      * prefix-cache table are warm, and the kernel's first-touch page faults (about three per
      * step at 512 sequences otherwise) are not counted as the engine's. */
-    reader_t reader = {streams, n, 0, 0, calloc((size_t)n, 1)};
+    static reader_t reader; /* holds a stats snapshot: too large for the stack */
+    reader = (reader_t){.streams = streams, .n = n, .eng = eng, .state = calloc((size_t)n, 1)};
     pthread_t th;
     /* other prompt tokens: no prefix in common; 4,000 tokens: the embedded model's context */
     if (submit_all(eng, n, streams, 1000, 4000) < 0) return 1;
@@ -166,47 +183,53 @@ int main(int argc, char **argv) {
     pthread_join(th, NULL);
     for (int i = 0; i < n; i++)
         engine_stream_release(streams[i]);
+    char *state = reader.state;
     if (whole) {
         engine_close(eng);
         free(streams);
-        free(reader.over);
+        free(state);
         return 0;
     }
 
+    /* Steps step0 + 1 .. step1 (global numbers; the ring holds the last n_steps of
+     * snap.steps): the decode phase, every step of it still in the ring. A batch so quick that
+     * the reader saw its first and last tokens in one look (one sequence) runs again. */
     static stats_snapshot_t snap;
-    wait_idle(eng, &snap);
-    uint64_t step0 = snap.steps;
-    long long cpu0 = thread_cpu_ns("tachyon-engine");
-    reader = (reader_t){streams, n, 0, 0, reader.over};
-    memset(reader.over, 0, (size_t)n);
-    if (submit_all(eng, n, streams, 100, tokens) < 0) return 1;
-    pthread_create(&th, NULL, read_all, &reader);
-    pthread_join(th, NULL);
-    wait_idle(eng, &snap);
-    long long cpu1 = thread_cpu_ns("tachyon-engine");
-
-    /* The batch's records are the last snap.steps - step0 (those of an idle engine have
-     * running == 0); all of them must still be in the ring. */
-    int records = (int)(snap.steps - step0), batch_steps = 0, m = 0;
-    if (records > snap.n_steps) {
-        fprintf(stderr, "engine_overhead: %d records, %d in the stats ring\n", records,
-                snap.n_steps);
+    int from = 0, to = 0;
+    for (int attempt = 0; attempt < 5 && to - from < tokens / 2; attempt++) {
+        if (attempt > 0)
+            for (int i = 0; i < n; i++)
+                engine_stream_release(streams[i]);
+        memset(state, 0, (size_t)n);
+        reader = (reader_t){.streams = streams, .n = n, .eng = eng, .state = state};
+        if (submit_all(eng, n, streams, 100, tokens) < 0) return 1;
+        pthread_create(&th, NULL, read_all, &reader);
+        pthread_join(th, NULL);
+        engine_stats(eng, &snap);
+        from = snap.n_steps - (int)(snap.steps - reader.step0);
+        to = snap.n_steps - (int)(snap.steps - reader.step1);
+        if (!reader.end_seen || from < 0) from = to = 0;
+    }
+    if (to - from < tokens / 2) {
+        fprintf(stderr, "engine_overhead: the decode phase (steps %llu..%llu) is not in the ring\n",
+                (unsigned long long)reader.step0, (unsigned long long)reader.step1);
         return 1;
     }
-    float *overhead = malloc((size_t)records * sizeof *overhead);
+    float *overhead = malloc((size_t)(to - from) * sizeof *overhead);
     double sum = 0, forward_all = 0;
-    for (int i = snap.n_steps - records; i < snap.n_steps; i++) {
+    int m = 0;
+    for (int i = from; i < to; i++) {
         const stats_step_t *s = &snap.steps_ring[i];
-        if (s->running == 0) continue;
-        batch_steps++;
         forward_all += s->forward_ms * 1e3;
-        if (s->running != n || s->prefill_tokens > 0) continue; /* admission, finishing */
+        if (s->running != n || s->prefill_tokens > 0) continue;
         overhead[m] = (s->step_ms - s->forward_ms) * 1000.0f; /* us */
         sum += overhead[m++];
     }
     if (m == 0) return 1;
     qsort(overhead, (size_t)m, sizeof *overhead, cmp_float);
-    double cpu_us = cpu0 >= 0 && cpu1 >= 0 ? ((cpu1 - cpu0) / 1e3 - forward_all) / batch_steps : -1;
+    double cpu_us = reader.cpu0 >= 0 && reader.cpu1 >= 0
+                        ? ((reader.cpu1 - reader.cpu0) / 1e3 - forward_all) / (to - from)
+                        : -1;
     printf("| %d | %d | %.1f | %.1f | %.1f | %.1f |\n", n, m, sum / m, overhead[m / 2],
            overhead[(int)(m * 0.99)], cpu_us);
     for (int i = 0; i < n; i++)
@@ -214,6 +237,6 @@ int main(int argc, char **argv) {
     engine_close(eng);
     free(streams);
     free(overhead);
-    free(reader.over);
+    free(state);
     return 0;
 }
