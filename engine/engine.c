@@ -666,10 +666,10 @@ static inline engine_event_t *open_event(engine_t *e, eng_seq_t *q, engine_event
     return ev;
 }
 
-/* Ends the text of the event just opened in stream s at len bytes and gives the arena room
- * it did not use back. */
-static void close_event(engine_stream_t *s, engine_event_t *ev, size_t len) {
-    evseg_t *g = s->ptail;
+/* Ends the text of the event just opened at len bytes and gives the room its segment's arena
+ * did not use back. */
+static void close_event(engine_event_t *ev, size_t len) {
+    evseg_t *g = ev->mem_;
     ev->text[len] = '\0';
     ev->text_len = len;
     g->arena_used = ((size_t)(ev->text + len + 1 - g->arena) + 7) & ~(size_t)7;
@@ -681,7 +681,7 @@ static engine_event_t *write_event(engine_t *e, eng_seq_t *q, engine_event_type_
     engine_event_t *ev = open_event(e, q, type, r, len);
     if (!ev) return NULL;
     copy_small(ev->text, text, len);
-    close_event(q->req->stream, ev, len);
+    close_event(ev, len);
     return ev;
 }
 
@@ -955,7 +955,7 @@ static void on_token(engine_t *e, eng_seq_t *q, const sampler_result_t *r, doubl
         if (ev) {
             size_t len = 0;
             tok_stream_push(q->ts, r->token, ev->text, e->max_chunk, &len);
-            close_event(req->stream, ev, len);
+            close_event(ev, len);
             return;
         }
     }

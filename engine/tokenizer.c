@@ -950,9 +950,6 @@ fail:
     return -1;
 }
 
-/* The bytes each token decodes to, as HF's ByteLevel decoder gives them: a token made only
- * of byte-level characters maps back to its bytes; any other token is taken verbatim. */
-
 /* TF_WHOLE_UTF8, or TF_SHAPED with the head and tail counts, or 0 for the bytes of a token. */
 static uint16_t utf8_shape(const uint8_t *b, size_t n) {
     size_t head = 0, at, len;
@@ -969,6 +966,8 @@ static uint16_t utf8_shape(const uint8_t *b, size_t n) {
     return (uint16_t)(TF_SHAPED | head << TF_HEAD_SHIFT | tail << TF_TAIL_SHIFT);
 }
 
+/* The bytes each token decodes to, as HF's ByteLevel decoder gives them: a token made only
+ * of byte-level characters maps back to its bytes; any other token is taken verbatim. */
 static int build_bytes(tokenizer_t *tok) {
     int16_t inv[324];
     for (int i = 0; i < 324; i++)
@@ -1163,8 +1162,13 @@ int32_t tok_token_to_id(const tokenizer_t *tok, const char *token) {
     return id >= 0 ? id : strmap_get(tok, &tok->vocab, token, n);
 }
 
+/* An id's flags; 0 (not even TF_VALID) for one that names no token. */
+static uint16_t id_flags(const tokenizer_t *tok, int32_t id) {
+    return (uint32_t)id < (uint32_t)tok->n_ids ? tok->flags[id] : 0;
+}
+
 static bool valid_id(const tokenizer_t *tok, int32_t id) {
-    return id >= 0 && id < tok->n_ids && (tok->flags[id] & TF_VALID);
+    return id_flags(tok, id) & TF_VALID;
 }
 
 const char *tok_id_to_token(const tokenizer_t *tok, int32_t id) {
@@ -1616,8 +1620,13 @@ int tok_encode_to_string(const tokenizer_t *tok, const char *text, size_t len, c
 /* ------------------------------------------------------------------------------------------ */
 /* Decoding */
 
+/* Whether a token with flags f is decoded to text. */
+static bool decodes_flags(uint16_t f, bool skip_special) {
+    return (f & TF_VALID) && !(skip_special && (f & TF_SPECIAL));
+}
+
 static bool decodes(const tokenizer_t *tok, int32_t id, bool skip_special) {
-    return valid_id(tok, id) && !(skip_special && (tok->flags[id] & TF_SPECIAL));
+    return decodes_flags(id_flags(tok, id), skip_special);
 }
 
 int tok_decode(const tokenizer_t *tok, const int32_t *ids, size_t n, bool skip_special, char **text,
@@ -1678,6 +1687,12 @@ static bool put_bytes(char *out, size_t cap, size_t *o, const void *src, size_t 
     return true;
 }
 
+/* Keeps the n <= 3 bytes that start an unfinished character (no library call). */
+static void keep_start(uint8_t *dst, const uint8_t *src, size_t n) {
+    for (size_t j = 0; j < 3; j++)
+        if (j < n) dst[j] = src[j];
+}
+
 /* The text the pending bytes and the token s[0..n) make: first the characters that start in
  * the pending bytes (completed by at most the token's first three bytes, which is enough to
  * see how any character ends), then the token's own, classified in place and copied a run of
@@ -1694,13 +1709,12 @@ static __attribute__((noinline)) int push_joined(tok_stream_t *st, const uint8_t
     if (np > 0) {
         size_t k = n < 3 ? n : 3, at = 0;
         memcpy(joined, st->pending, 4);
-        for (size_t j = 0; j < 3; j++)
-            if (j < k) joined[np + j] = s[j];
+        keep_start(joined + np, s, k); /* np <= 3: within the 8 bytes */
         while (at < np) {
             int cls = utf8_class(joined + at, np + k - at, &len);
             if (cls == U8_SHORT) { /* only when the whole token is in joined (n < 3) */
                 n_left = np + k - at;
-                memcpy(left, joined + at, 3); /* n_left <= 3, joined has 8 bytes */
+                keep_start(left, joined + at, n_left);
                 goto done;
             }
             if (!put_bytes(out, cap, &o, cls == U8_OK ? joined + at : (const uint8_t *)REPLACEMENT,
@@ -1716,8 +1730,7 @@ static __attribute__((noinline)) int push_joined(tok_stream_t *st, const uint8_t
             if (!put_bytes(out, cap, &o, REPLACEMENT, 3)) return -1;
         if (!put_bytes(out, cap, &o, s + i, n - tail - i)) return -1;
         n_left = tail;
-        for (size_t j = 0; j < 3; j++)
-            if (j < tail) left[j] = s[n - tail + j];
+        keep_start(left, s + n - tail, tail);
         goto done;
     }
     size_t run = i; /* the start of the well-formed characters not copied yet */
@@ -1734,8 +1747,7 @@ static __attribute__((noinline)) int push_joined(tok_stream_t *st, const uint8_t
         if (!put_bytes(out, cap, &o, s + run, i - run)) return -1;
         if (cls == U8_SHORT) {
             n_left = n - i;
-            for (size_t j = 0; j < 3; j++)
-                if (j < n_left) left[j] = s[i + j];
+            keep_start(left, s + i, n_left);
         } else if (!put_bytes(out, cap, &o, REPLACEMENT, 3)) {
             return -1;
         }
@@ -1752,9 +1764,9 @@ done:
 
 int tok_stream_push(tok_stream_t *st, int32_t id, char *out, size_t cap, size_t *out_len) {
     const tokenizer_t *tok = st->tok;
-    uint16_t f = (uint32_t)id < (uint32_t)tok->n_ids ? tok->flags[id] : 0;
+    uint16_t f = id_flags(tok, id);
     *out_len = 0;
-    if (!(f & TF_VALID) || (st->skip_special && (f & TF_SPECIAL))) return 0; /* as decodes() */
+    if (!decodes_flags(f, st->skip_special)) return 0;
     span_t b = tok->bytes[id];
     if (st->n_pending == 0 && (f & TF_WHOLE_UTF8)) { /* the common case */
         if (b.len > cap) return -1;

@@ -42,6 +42,7 @@
 #include "cuda_backend.h"
 #include "engine.h"
 #include "rng.h"
+#include "engine_testutil.h"
 #include "testutil.h"
 #include "weights.h"
 
@@ -288,33 +289,6 @@ static void test_fp8_fixture(void **state) {
 #define N_REQ 32
 #define N_GEN 12
 
-static engine_t *open_engine(const char *const *flags) {
-    engine_opts_t o;
-    engine_opts_init(&o);
-    o.model.model = tu_fixture("tiny-qwen3");
-    o.backend = "cuda";
-    err_t err = {{0}};
-    for (const char *const *f = flags; f && *f; f += 2) {
-        const flag_def_t *def = flags_find(f[0]);
-        assert_non_null(def);
-        if (flags_set(def, f[1], &o.flags, &err) < 0) fail_msg("%s", err.msg);
-    }
-    engine_t *eng;
-    if (engine_open(&o, &eng, &err) < 0) fail_msg("%s", err.msg);
-    return eng;
-}
-
-static engine_stream_t *submit(engine_t *eng, const int32_t *prompt, int n,
-                               const sampling_params_t *p) {
-    engine_request_t req = {.prompt = prompt, .n_prompt = n};
-    err_t err = {{0}};
-    if (sampling_params_copy(&req.sampling, p, &err) < 0) fail_msg("%s", err.msg);
-    engine_stream_t *s;
-    if (engine_submit(eng, &req, &s, &err) < 0) fail_msg("submit: %s", err.msg);
-    sampling_params_free(&req.sampling);
-    return s;
-}
-
 /* Reads a stream to its end: the tokens of choice 0. */
 static int collect(engine_stream_t *s, int32_t *out, int cap) {
     engine_event_t ev;
@@ -329,32 +303,20 @@ static int collect(engine_stream_t *s, int32_t *out, int cap) {
     return n;
 }
 
-static int make_prompt(int i, int32_t *ids) {
-    int n = 5 + (int)(rng_bits(1234, 0, (uint64_t)i) % 76);
-    for (int k = 0; k < n; k++)
-        ids[k] = (int32_t)(rng_bits(1234, 1 + (uint64_t)i, (uint64_t)k) % 2048);
-    return n;
-}
-
-static sampling_params_t greedy_params(int max_tokens) {
-    sampling_params_t p;
-    sampling_params_init(&p);
-    p.temperature = 0.0f;
-    p.max_tokens = max_tokens;
-    p.ignore_eos = true;
-    return p;
+static engine_t *open_engine(const char *const *flags) {
+    return tu_open_engine(tu_fixture("tiny-qwen3"), "cuda", flags);
 }
 
 static void test_engine_batch_invariance(void **state) {
     static int32_t prompts[N_REQ][96], alone[N_REQ][N_GEN], together[N_REQ][N_GEN];
     int len[N_REQ];
     for (int i = 0; i < N_REQ; i++)
-        len[i] = make_prompt(i, prompts[i]);
-    sampling_params_t p = greedy_params(N_GEN);
+        len[i] = tu_prompt(i, prompts[i]);
+    sampling_params_t p = tu_greedy(N_GEN);
     const char *const base[] = {"max-model-len", "256", "gpu-memory-utilization", "0.3", NULL};
     engine_t *eng = open_engine(base);
     for (int i = 0; i < N_REQ; i++)
-        assert_int_equal(collect(submit(eng, prompts[i], len[i], &p), alone[i], N_GEN), N_GEN);
+        assert_int_equal(collect(tu_submit(eng, prompts[i], len[i], &p), alone[i], N_GEN), N_GEN);
     engine_close(eng);
 
     /* 10 blocks of 16 tokens (3 layers x K,V x 2 heads x 128 x bf16 = 48 KiB a block) */
@@ -375,7 +337,7 @@ static void test_engine_batch_invariance(void **state) {
             engine_t *e = open_engine(flags);
             engine_stream_t *st[N_REQ];
             for (int i = 0; i < N_REQ; i++)
-                st[i] = submit(e, prompts[i], len[i], &p);
+                st[i] = tu_submit(e, prompts[i], len[i], &p);
             for (int i = 0; i < N_REQ; i++) {
                 assert_int_equal(collect(st[i], together[i], N_GEN), N_GEN);
                 for (int k = 0; k < N_GEN; k++)
@@ -395,8 +357,8 @@ static void test_engine_fp8_kv(void **state) {
     static int32_t prompts[N][96], alone[N][N_GEN], together[N][N_GEN];
     int len[N];
     for (int i = 0; i < N; i++)
-        len[i] = make_prompt(200 + i, prompts[i]);
-    sampling_params_t p = greedy_params(N_GEN);
+        len[i] = tu_prompt(200 + i, prompts[i]);
+    sampling_params_t p = tu_greedy(N_GEN);
     const char *const flags[] = {"max-model-len",
                                  "256",
                                  "gpu-memory-utilization",
@@ -412,10 +374,10 @@ static void test_engine_fp8_kv(void **state) {
     print_message("%s\n", desc);
     assert_non_null(strstr(desc, "kv fp8"));
     for (int i = 0; i < N; i++)
-        assert_int_equal(collect(submit(eng, prompts[i], len[i], &p), alone[i], N_GEN), N_GEN);
+        assert_int_equal(collect(tu_submit(eng, prompts[i], len[i], &p), alone[i], N_GEN), N_GEN);
     engine_stream_t *st[N];
     for (int i = 0; i < N; i++)
-        st[i] = submit(eng, prompts[i], len[i], &p);
+        st[i] = tu_submit(eng, prompts[i], len[i], &p);
     for (int i = 0; i < N; i++) {
         assert_int_equal(collect(st[i], together[i], N_GEN), N_GEN);
         assert_memory_equal(alone[i], together[i], sizeof alone[i]);
@@ -436,16 +398,16 @@ static void test_engine_seeded_sampling(void **state) {
     p.max_tokens = 24;
     p.ignore_eos = true;
     int32_t prompt[96], solo[24], in_batch[24], np[16][96], scratch[64];
-    int n = make_prompt(7, prompt);
-    assert_int_equal(collect(submit(eng, prompt, n, &p), solo, 24), 24);
-    sampling_params_t other = greedy_params(24);
+    int n = tu_prompt(7, prompt);
+    assert_int_equal(collect(tu_submit(eng, prompt, n, &p), solo, 24), 24);
+    sampling_params_t other = tu_greedy(24);
     engine_stream_t *noise[16];
     for (int i = 0; i < 16; i++) {
-        int m = make_prompt(100 + i, np[i]);
+        int m = tu_prompt(100 + i, np[i]);
         other.temperature = i % 2 ? 1.0f : 0.0f;
-        noise[i] = submit(eng, np[i], m, &other);
+        noise[i] = tu_submit(eng, np[i], m, &other);
     }
-    engine_stream_t *mine = submit(eng, prompt, n, &p);
+    engine_stream_t *mine = tu_submit(eng, prompt, n, &p);
     for (int i = 0; i < 8; i++)
         collect(noise[i], scratch, 64);
     assert_int_equal(collect(mine, in_batch, 24), 24);

@@ -22,6 +22,7 @@
 
 #include "engine.h"
 #include "rng.h"
+#include "engine_testutil.h"
 #include "testutil.h"
 
 #define N_BATCH       64
@@ -41,36 +42,8 @@ typedef struct outcome {
     char stop_str[SAMPLING_MAX_N][64];
 } outcome_t;
 
-static engine_t *open_engine(const char *model, const char *backend, const char *const *flags) {
-    engine_opts_t o;
-    engine_opts_init(&o);
-    o.model.model = model;
-    o.backend = backend;
-    o.backend_opts.n_threads = 2;
-    err_t err = {{0}};
-    for (const char *const *f = flags; f && *f; f += 2) {
-        const flag_def_t *def = flags_find(f[0]);
-        assert_non_null(def);
-        if (flags_set(def, f[1], &o.flags, &err) < 0) fail_msg("%s", err.msg);
-    }
-    engine_t *eng;
-    if (engine_open(&o, &eng, &err) < 0) fail_msg("%s", err.msg);
-    return eng;
-}
-
 static engine_t *open_tiny(const char *const *flags) {
-    return open_engine(tu_fixture("tiny-qwen3"), "cpu", flags);
-}
-
-static engine_stream_t *submit(engine_t *eng, const int32_t *prompt, int n,
-                               const sampling_params_t *p) {
-    engine_request_t req = {.prompt = prompt, .n_prompt = n};
-    err_t err = {{0}};
-    if (sampling_params_copy(&req.sampling, p, &err) < 0) fail_msg("%s", err.msg);
-    engine_stream_t *s;
-    if (engine_submit(eng, &req, &s, &err) < 0) fail_msg("submit: %s", err.msg);
-    sampling_params_free(&req.sampling);
-    return s;
+    return tu_open_engine(tu_fixture("tiny-qwen3"), "cpu", flags);
 }
 
 /* Reads a stream to its end into out and releases it. */
@@ -113,23 +86,6 @@ static void expect_pool_empty(engine_t *eng) {
              snap.kv_used, snap.running, snap.waiting);
 }
 
-/* Deterministic prompts of 5..80 tokens over the tokenizer's regular vocabulary. */
-static int make_prompt(int i, int32_t *ids) {
-    int n = 5 + (int)(rng_bits(1234, 0, (uint64_t)i) % 76);
-    for (int k = 0; k < n; k++)
-        ids[k] = (int32_t)(rng_bits(1234, 1 + (uint64_t)i, (uint64_t)k) % 2048);
-    return n;
-}
-
-static sampling_params_t greedy(int max_tokens) {
-    sampling_params_t p;
-    sampling_params_init(&p);
-    p.temperature = 0.0f;
-    p.max_tokens = max_tokens;
-    p.ignore_eos = true;
-    return p;
-}
-
 // ---------------------------------------------------------------------------------------------
 // Batch invariance
 
@@ -139,10 +95,10 @@ static int prompt_len[N_BATCH];
 
 static void run_together(const char *const *flags, bool expect_preemption) {
     engine_t *eng = open_tiny(flags);
-    sampling_params_t p = greedy(GREEDY_TOKENS);
+    sampling_params_t p = tu_greedy(GREEDY_TOKENS);
     engine_stream_t *streams[N_BATCH];
     for (int i = 0; i < N_BATCH; i++)
-        streams[i] = submit(eng, prompts[i], prompt_len[i], &p);
+        streams[i] = tu_submit(eng, prompts[i], prompt_len[i], &p);
     for (int i = 0; i < N_BATCH; i++)
         collect(streams[i], &together[i]);
     for (int i = 0; i < N_BATCH; i++) {
@@ -166,13 +122,13 @@ static void run_together(const char *const *flags, bool expect_preemption) {
 
 static void test_batch_invariance(void **state) {
     for (int i = 0; i < N_BATCH; i++)
-        prompt_len[i] = make_prompt(i, prompts[i]);
+        prompt_len[i] = tu_prompt(i, prompts[i]);
     /* Alone: one request at a time on a fresh engine state. */
     const char *const base[] = {"max-model-len", "256", NULL};
     engine_t *eng = open_tiny(base);
-    sampling_params_t p = greedy(GREEDY_TOKENS);
+    sampling_params_t p = tu_greedy(GREEDY_TOKENS);
     for (int i = 0; i < N_BATCH; i++)
-        collect(submit(eng, prompts[i], prompt_len[i], &p), &alone[i]);
+        collect(tu_submit(eng, prompts[i], prompt_len[i], &p), &alone[i]);
     engine_close(eng);
 
     static const char *budgets[] = {"16", "64", "2048"};
@@ -218,33 +174,33 @@ static void test_seeded_sampling_invariance(void **state) {
     p.max_tokens = 24;
     p.ignore_eos = true;
     int32_t prompt[96];
-    int n = make_prompt(7, prompt);
+    int n = tu_prompt(7, prompt);
     outcome_t solo, in_batch, again;
-    collect(submit(eng, prompt, n, &p), &solo);
+    collect(tu_submit(eng, prompt, n, &p), &solo);
 
-    sampling_params_t other = greedy(24);
+    sampling_params_t other = tu_greedy(24);
     engine_stream_t *noise[16];
     int32_t np[16][96];
     for (int i = 0; i < 16; i++) {
-        int m = make_prompt(100 + i, np[i]);
+        int m = tu_prompt(100 + i, np[i]);
         other.temperature = i % 2 ? 1.0f : 0.0f;
-        noise[i] = submit(eng, np[i], m, &other);
+        noise[i] = tu_submit(eng, np[i], m, &other);
     }
-    engine_stream_t *mine = submit(eng, prompt, n, &p);
+    engine_stream_t *mine = tu_submit(eng, prompt, n, &p);
     static outcome_t scratch;
     for (int i = 0; i < 8; i++)
         collect(noise[i], &scratch);
     collect(mine, &in_batch);
     for (int i = 8; i < 16; i++)
         collect(noise[i], &scratch);
-    collect(submit(eng, prompt, n, &p), &again);
+    collect(tu_submit(eng, prompt, n, &p), &again);
     assert_int_equal(solo.n_tokens[0], 24);
     assert_memory_equal(solo.tokens[0], in_batch.tokens[0], 24 * sizeof(int32_t));
     assert_memory_equal(solo.tokens[0], again.tokens[0], 24 * sizeof(int32_t));
     /* and the seed matters */
     p.seed = 4243;
     outcome_t other_seed;
-    collect(submit(eng, prompt, n, &p), &other_seed);
+    collect(tu_submit(eng, prompt, n, &p), &other_seed);
     assert_memory_not_equal(solo.tokens[0], other_seed.tokens[0], 24 * sizeof(int32_t));
     expect_pool_empty(eng);
     engine_close(eng);
@@ -262,9 +218,9 @@ static void test_stop_strings_across_tokens(void **state) {
     size_t n;
     err_t err = {{0}};
     assert_int_equal(tok_encode(tok, text, strlen(text), &ids, &n, &err), 0);
-    sampling_params_t p = greedy(40);
+    sampling_params_t p = tu_greedy(40);
     outcome_t full;
-    collect(submit(eng, ids, (int)n, &p), &full);
+    collect(tu_submit(eng, ids, (int)n, &p), &full);
     assert_int_equal(full.n_tokens[0], 40);
 
     /* Every stop string that starts inside one token and ends inside a later one. */
@@ -282,10 +238,10 @@ static void test_stop_strings_across_tokens(void **state) {
         snprintf(stop, sizeof stop, "%.*s", (int)(end - start), full.text[0] + start);
         const char *first = strstr(full.text[0], stop);
         assert_non_null(first);
-        sampling_params_t ps = greedy(40);
+        sampling_params_t ps = tu_greedy(40);
         assert_int_equal(sampling_params_add_stop(&ps, stop, &err), 0);
         outcome_t o;
-        collect(submit(eng, ids, (int)n, &ps), &o);
+        collect(tu_submit(eng, ids, (int)n, &ps), &o);
         sampling_params_free(&ps);
         assert_int_equal(o.reason[0], ENGINE_FINISH_STOP);
         assert_string_equal(o.stop_str[0], stop);
@@ -443,7 +399,7 @@ static void run_stress(engine_t *eng, int n_requests) {
 
 static void test_stress_null_backend(void **state) {
     const char *const flags[] = {"max-model-len", "512", "kv-cache-memory", "65536", NULL};
-    engine_t *eng = open_engine(MDIR_EMBEDDED, "null", flags);
+    engine_t *eng = tu_open_engine(MDIR_EMBEDDED, "null", flags);
     run_stress(eng, N_STRESS);
     static stats_snapshot_t snap;
     engine_stats(eng, &snap);
@@ -486,8 +442,8 @@ static bool wait_snapshot(engine_t *eng, stats_snapshot_t *snap, int total, int 
 static void test_active_request_list(void **state) {
     const char *flags[] = {"max-num-seqs", "4", NULL};
     /* the CPU backend, so that the requests are still running when the test looks */
-    engine_t *eng = open_engine(MDIR_EMBEDDED, "cpu", flags);
-    sampling_params_t p = greedy(4000);
+    engine_t *eng = tu_open_engine(MDIR_EMBEDDED, "cpu", flags);
+    sampling_params_t p = tu_greedy(4000);
     engine_stream_t *streams[10];
     int32_t prompt[20];
     for (int k = 0; k < 20; k++)

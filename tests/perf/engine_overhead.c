@@ -34,7 +34,28 @@
 #include "engine.h"
 
 /* Nanoseconds the thread named `name` has run on a CPU (schedstat), or -1. */
-static long long thread_cpu_ns(const char *name);
+static long long thread_cpu_ns(const char *name) {
+    DIR *d = opendir("/proc/self/task");
+    if (!d) return -1;
+    long long ns = -1;
+    struct dirent *de;
+    while (ns < 0 && (de = readdir(d))) {
+        char path[300], comm[64] = "";
+        snprintf(path, sizeof path, "/proc/self/task/%s/comm", de->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        if (fgets(comm, sizeof comm, f)) comm[strcspn(comm, "\n")] = '\0';
+        fclose(f);
+        if (strcmp(comm, name)) continue;
+        snprintf(path, sizeof path, "/proc/self/task/%s/schedstat", de->d_name);
+        if ((f = fopen(path, "r"))) {
+            if (fscanf(f, "%lld", &ns) != 1) ns = -1;
+            fclose(f);
+        }
+    }
+    closedir(d);
+    return ns;
+}
 
 typedef struct reader {
     engine_stream_t **streams;
@@ -92,28 +113,6 @@ static void *read_all(void *arg) {
     return NULL;
 }
 
-static long long thread_cpu_ns(const char *name) {
-    DIR *d = opendir("/proc/self/task");
-    if (!d) return -1;
-    long long ns = -1;
-    struct dirent *de;
-    while (ns < 0 && (de = readdir(d))) {
-        char path[300], comm[64] = "";
-        snprintf(path, sizeof path, "/proc/self/task/%s/comm", de->d_name);
-        FILE *f = fopen(path, "r");
-        if (!f) continue;
-        if (fgets(comm, sizeof comm, f)) comm[strcspn(comm, "\n")] = '\0';
-        fclose(f);
-        if (strcmp(comm, name)) continue;
-        snprintf(path, sizeof path, "/proc/self/task/%s/schedstat", de->d_name);
-        if ((f = fopen(path, "r"))) {
-            if (fscanf(f, "%lld", &ns) != 1) ns = -1;
-            fclose(f);
-        }
-    }
-    closedir(d);
-    return ns;
-}
 
 /* n requests of the same 32 prompt tokens (first, first + 1, ...), each generating `tokens`. */
 static int submit_all(engine_t *eng, int n, engine_stream_t **streams, int32_t first,

@@ -1,0 +1,33 @@
+/*
+ * engine_testutil: engine helpers shared by the C tests that drive an engine end to end (the
+ * CPU engine tests, the CUDA backend's tests on a GPU and under the host emulator). Failures
+ * fail the running cmocka test.
+ *
+ *     engine_t *eng = tu_open_engine(tu_fixture("tiny-qwen3"), "cpu", flags);
+ *     int32_t ids[96];
+ *     sampling_params_t p = tu_greedy(40);
+ *     engine_stream_t *s = tu_submit(eng, ids, tu_prompt(3, ids), &p);
+ */
+#ifndef TACHYON_ENGINE_TESTUTIL_H
+#define TACHYON_ENGINE_TESTUTIL_H
+
+#include <stdint.h>
+
+#include "engine.h"
+
+/* An engine on `model` with `backend` (two CPU threads for the cpu backend) and flags given as
+ * NULL-terminated name, value pairs (NULL for none). */
+engine_t *tu_open_engine(const char *model, const char *backend, const char *const *flags);
+
+/* Submits prompt[0..n) with a copy of *p; the caller releases the stream. */
+engine_stream_t *tu_submit(engine_t *eng, const int32_t *prompt, int n,
+                           const sampling_params_t *p);
+
+/* Deterministic prompt number i: 5..80 tokens over the tiny fixture's regular vocabulary
+ * (ids < 2048) into ids[96]; returns the length. */
+int tu_prompt(int i, int32_t *ids);
+
+/* Greedy decoding of max_tokens tokens, EOS ignored. */
+sampling_params_t tu_greedy(int max_tokens);
+
+#endif
