@@ -38,18 +38,20 @@ typedef struct eng_req eng_req_t;
 /* One choice of a request. */
 typedef struct eng_seq {
     sched_seq_t s; /* first: the scheduler's pointers convert back */
+    /* What every step reads, together after it */
     eng_req_t *req;
+    tok_stream_t *ts; /* NULL without a tokenizer */
     int choice;
     bool started; /* in the scheduler: choice 0 from the inbox, the others from the fork */
     bool finished;
-    tok_stream_t *ts; /* NULL without a tokenizer */
-    char *pend;       /* [cap_pend] decoded text not emitted yet (a possible stop string start) */
-    size_t n_pend, cap_pend;
-    double t_sched, t_first, t_last; /* first scheduled, first and latest token; 0 = not yet */
     /* Its row in the batch's block table, kept from step to step (-1: none) and how much of it
      * is written, for the table generation and block generation it was written under. */
     int row, row_blocks;
     uint32_t row_gen, row_bgen;
+    int srow; /* the sampler row last written for it (-1: none), valid while it owns it */
+    double t_sched, t_first, t_last; /* first scheduled, first and latest token; 0 = not yet */
+    size_t n_pend, cap_pend;
+    char *pend; /* [cap_pend] decoded text not emitted yet (a possible stop string start) */
 } eng_seq_t;
 
 struct eng_req {
@@ -60,6 +62,7 @@ struct eng_req {
     int max_tokens;       /* INT_MAX: up to the context limit */
     bool max_tokens_set;  /* given by the request (it must fit max-model-len) */
     bool queued;          /* counted in n_queued until its first admission */
+    bool reader_decodes;  /* no stop strings: the stream's reader turns ids into text */
     uint64_t seed;
     int n, n_started, n_finished;
     eng_seq_t *seqs; /* [n] */
@@ -67,8 +70,40 @@ struct eng_req {
     char *id;
 };
 
-/* A segment of a stream's event queue: event slots and an arena for their payloads (token ids,
- * logprobs, text), in one allocation. The engine thread writes and publishes; the reader takes
+/* An event as the engine thread writes it: 16 bytes, which the reader expands into an
+ * engine_event_t (stream_pop), so that a step writes a quarter of a cache line per delta rather
+ * than two lines. Its payload lies in the segment's arena at `off`: n_lp logprob entries, then
+ * the token id (EVR_TOKEN), then the text: text_len bytes and a NUL, or, when the reader
+ * decodes, READER_TEXT_ROOM bytes it may fill; then for a FINISH an evfinish_t (at the next
+ * multiple of 8). */
+typedef struct evrec {
+    uint32_t off, text_len;
+    int32_t choice;
+    uint8_t type, flags; /* evrec_flag_t */
+    uint16_t n_lp;       /* 1 + n_top with logprobs, else 0 */
+} evrec_t;
+
+typedef enum evrec_flag {
+    EVR_TOKEN = 1,        /* carries the step's token id */
+    EVR_DECODE_TOKEN = 2, /* the reader appends the token's text (its detokenizer) */
+    EVR_DECODE_FLUSH = 4, /* the reader appends its detokenizer's unfinished bytes (a FINISH) */
+} evrec_flag_t;
+
+/* Text room the engine leaves in a record the reader decodes: most tokens' text fits, the rest
+ * gets an allocation of its own. */
+#define READER_TEXT_ROOM 16
+
+/* What a FINISH adds (engine_event_t's fields of the same names; the strings are malloc'd and
+ * go to the event that takes them). */
+typedef struct evfinish {
+    char *stop_str, *error;
+    double ttft_s, e2e_s;
+    int32_t reason, stop_token;
+    int prompt_tokens, completion_tokens, cached_tokens;
+} evfinish_t;
+
+/* A segment of a stream's event queue: event records and an arena for their payloads (token
+ * ids, logprobs, text), in one allocation. The engine thread writes and publishes; the reader takes
  * events in order and moves on to the next segment once this one is used up and the engine has
  * moved on too.
  *
@@ -85,7 +120,7 @@ typedef struct evseg {
     /* written by the engine thread when it publishes, read by the reader */
     alignas(64) atomic_int n_pub; /* events published */
     _Atomic(struct evseg *) next; /* published once every event here is */
-    /* the engine thread's own (the reader finds the events at SEG_EVENTS) */
+    /* the engine thread's own (the reader finds the records at SEG_RECS) */
     alignas(64) struct evseg *pnext; /* the next one, published or not */
     int cap, n_written;              /* slots; slots filled */
     size_t arena_cap, arena_used;    /* bytes; bytes taken */
@@ -93,7 +128,7 @@ typedef struct evseg {
 } evseg_t;
 
 #define SEG_HEAD      ((sizeof(evseg_t) + 63) & ~(size_t)63)
-#define SEG_EVENTS(g) ((engine_event_t *)((char *)(g) + SEG_HEAD)) /* [cap] */
+#define SEG_RECS(g) ((evrec_t *)((char *)(g) + SEG_HEAD)) /* [cap] */
 
 #define SEG_BIAS  (1 << 30)
 #define SEG_FRESH (SEG_BIAS + 1)
@@ -116,6 +151,12 @@ struct engine_stream {
     pthread_cond_t cv;
     evseg_t *chead;
     int cidx, n_finish_read;
+    /* Requests without stop strings are detokenized here, by the reader, off the engine
+     * thread (as vLLM's and SGLang's front ends do): a detokenizer per choice and a scratch
+     * buffer of cap_scratch bytes; NULL when the engine writes the text. */
+    tok_stream_t **ts;
+    char *scratch;
+    size_t cap_scratch;
     bool cancel_requested;        /* under mu */
     engine_t *eng;                /* under mu: while the engine serves the stream */
     engine_stream_t *next_cancel; /* the engine's cancel list (eng->mu) */
@@ -196,7 +237,10 @@ struct engine {
     uint32_t table_gen;
     eng_seq_t **row_seq; /* [cap_seq] */
     int32_t *row_out;    /* [cap_seq] the plan index in each row this step */
+    /* Sampler rows persist too: a row still owned by the same choice only needs its output
+     * count (and its token pointers when they moved). */
     sampler_row_t *rows;
+    eng_seq_t **rows_owner; /* [cap_rows] */
     sampler_result_t *results;
     int cap_rows;
     float *logits;
@@ -256,8 +300,8 @@ static int grow_int(void **arr, int *cap, int need, size_t size) {
 enum { SEG_FIRST = 8, SEG_MAX = 64, ARENA_PER_EVENT = 64 };
 
 static evseg_t *seg_create(int cap, size_t arena) {
-    evseg_t *g = aligned_alloc(64, (SEG_HEAD + (size_t)cap * sizeof(engine_event_t) + arena + 63) &
-                                       ~(size_t)63);
+    evseg_t *g =
+        aligned_alloc(64, (SEG_HEAD + (size_t)cap * sizeof(evrec_t) + arena + 63) & ~(size_t)63);
     if (!g) return NULL;
     atomic_init(&g->refs, SEG_FRESH);
     atomic_init(&g->n_pub, 0);
@@ -267,7 +311,7 @@ static evseg_t *seg_create(int cap, size_t arena) {
     g->n_written = 0;
     g->arena_cap = arena;
     g->arena_used = 0;
-    g->arena = (char *)(SEG_EVENTS(g) + cap);
+    g->arena = (char *)(SEG_RECS(g) + cap);
     return g;
 }
 
@@ -301,9 +345,90 @@ static engine_stream_t *stream_create(const engine_request_t *r, int n_choices) 
     return s;
 }
 
+/* Where a record's text starts in its segment's arena. */
+static char *rec_text(const evseg_t *g, const evrec_t *rec) {
+    return g->arena + rec->off + (size_t)rec->n_lp * sizeof(engine_token_logprob_t) +
+           (rec->flags & EVR_TOKEN ? sizeof(int32_t) : 0);
+}
+
+/* A FINISH record's evfinish_t: after the text room (text_len bytes and a NUL, or
+ * READER_TEXT_ROOM when the reader decodes), at a multiple of 8. */
+static evfinish_t *rec_finish(const evseg_t *g, const evrec_t *rec) {
+    size_t room = rec->flags & (EVR_DECODE_TOKEN | EVR_DECODE_FLUSH) ? READER_TEXT_ROOM
+                                                                     : (size_t)rec->text_len + 1;
+    return (evfinish_t *)(((uintptr_t)rec_text(g, rec) + room + 7) & ~(uintptr_t)7);
+}
+
+/* The reader's part of a record it decodes: the token's text and/or the detokenizer's
+ * unfinished bytes, in the record's room when they fit, else in an allocation of the event's
+ * own (ev->text_mem_). Under s->mu. */
+static void decode_text(engine_stream_t *s, const evrec_t *rec, engine_event_t *ev) {
+    tok_stream_t *ts = s->ts[rec->choice];
+    size_t len = 0, n = 0;
+    if ((rec->flags & EVR_DECODE_TOKEN) && ev->n_tokens == 1 &&
+        tok_stream_push(ts, ev->token_ids[0], s->scratch, s->cap_scratch, &n) == 0)
+        len = n;
+    if ((rec->flags & EVR_DECODE_FLUSH) &&
+        tok_stream_finish(ts, s->scratch + len, s->cap_scratch - len, &n) == 0)
+        len += n;
+    char *text = ev->text;
+    if (len >= READER_TEXT_ROOM) {
+        if (!(text = ev->text_mem_ = malloc(len + 1))) {
+            fprintf(stderr, "tachyon: engine: out of memory, a delta's text was lost\n");
+            ev->text[0] = '\0';
+            return;
+        }
+        ev->text = text;
+    }
+    memcpy(text, s->scratch, len);
+    text[len] = '\0';
+    ev->text_len = len;
+}
+
+/* The event a record stands for; it holds a reference to the segment (ev->mem_), and takes the
+ * FINISH's strings. The text is decoded when the reader detokenizes the stream and `decode`
+ * is set (not for events that are only cleared). */
+static void expand(engine_stream_t *s, evseg_t *g, const evrec_t *rec, engine_event_t *ev,
+                   bool decode) {
+    char *p = g->arena + rec->off;
+    *ev = (engine_event_t){.type = (engine_event_type_t)rec->type,
+                           .choice = rec->choice,
+                           .text = rec_text(g, rec),
+                           .text_len = rec->text_len,
+                           .stop_token = -1,
+                           .mem_ = g};
+    if (rec->n_lp) {
+        ev->logprobs = (engine_token_logprob_t *)p;
+        ev->n_top = rec->n_lp - 1;
+        p += (size_t)rec->n_lp * sizeof(engine_token_logprob_t);
+    }
+    if (rec->flags & EVR_TOKEN) {
+        ev->token_ids = (int32_t *)p;
+        ev->n_tokens = 1;
+    }
+    if (rec->type == ENGINE_EV_FINISH) {
+        evfinish_t *f = rec_finish(g, rec);
+        ev->reason = (engine_finish_reason_t)f->reason;
+        ev->stop_token = f->stop_token;
+        ev->stop_str = f->stop_str;
+        ev->error = f->error;
+        ev->prompt_tokens = f->prompt_tokens;
+        ev->completion_tokens = f->completion_tokens;
+        ev->cached_tokens = f->cached_tokens;
+        ev->ttft_s = f->ttft_s;
+        ev->e2e_s = f->e2e_s;
+        f->stop_str = f->error = NULL;
+    }
+    if (rec->flags & (EVR_DECODE_TOKEN | EVR_DECODE_FLUSH)) {
+        ev->text[0] = '\0';
+        if (decode && s->ts) decode_text(s, rec, ev);
+    }
+}
+
 void engine_event_clear(engine_event_t *ev) {
     if (!ev) return;
     if (ev->mem_) seg_unref(ev->mem_, 1);
+    free(ev->text_mem_);
     free(ev->stop_str);
     free(ev->error);
     memset(ev, 0, sizeof *ev);
@@ -316,14 +441,22 @@ static void stream_unref(engine_stream_t *s) {
     int from = s->cidx;
     for (evseg_t *g = s->chead; g; g = g->pnext, from = 0) { /* the reader's part */
         int n = g->n_written;
-        for (int i = from; i < n; i++)
-            engine_event_clear(&SEG_EVENTS(g)[i]);
+        for (int i = from; i < n; i++) {
+            engine_event_t ev;
+            expand(s, g, &SEG_RECS(g)[i], &ev, false);
+            engine_event_clear(&ev);
+        }
         atomic_fetch_sub(&g->refs, SEG_BIAS - n);
     }
     for (evseg_t *g = s->oldest, *next; g; g = next) { /* the stream's part */
         next = g->pnext;
         seg_unref(g, 1);
     }
+    if (s->ts)
+        for (int c = 0; c < s->n_choices; c++)
+            tok_stream_destroy(s->ts[c]);
+    free(s->ts);
+    free(s->scratch);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     free(s);
@@ -334,7 +467,7 @@ static int stream_pop(engine_stream_t *s, engine_event_t *ev) {
     for (;;) {
         evseg_t *g = s->chead;
         if (s->cidx < atomic_load_explicit(&g->n_pub, memory_order_acquire)) {
-            *ev = SEG_EVENTS(g)[s->cidx++];
+            expand(s, g, &SEG_RECS(g)[s->cidx++], ev, true);
             if (ev->type == ENGINE_EV_FINISH) s->n_finish_read++;
             return 1;
         }
@@ -449,7 +582,7 @@ static evseg_t *next_segment(engine_stream_t *s, int cap, size_t payload) {
 /* Room for one more event with `payload` bytes in the stream's last segment, moving on to
  * another segment when it is full. The event is written but not visible until stream_publish.
  * NULL when out of memory. Engine thread. */
-static engine_event_t *stream_slot(engine_stream_t *s, size_t payload, char **mem) {
+static evrec_t *stream_slot(engine_stream_t *s, size_t payload, char **mem) {
     payload = (payload + 7) & ~(size_t)7;
     evseg_t *g = s->ptail;
     if (g->n_written == g->cap || g->arena_cap - g->arena_used < payload) {
@@ -460,7 +593,7 @@ static engine_event_t *stream_slot(engine_stream_t *s, size_t payload, char **me
     }
     *mem = g->arena + g->arena_used;
     g->arena_used += payload;
-    return &SEG_EVENTS(g)[g->n_written++];
+    return &SEG_RECS(g)[g->n_written++];
 }
 
 /* Makes the events written so far visible. Engine thread. */
@@ -623,66 +756,65 @@ static sched_config_t sched_config_of(const flag_values_t *f) {
 
 /* Opens an event of choice q in its stream: the step's token when r is not NULL (with its
  * logprobs when the request asked for them) and room for up to text_max bytes of text, which
- * the caller writes at ev->text before close_event. Published at the end of the step. NULL
- * when out of memory (the caller decides what is lost). */
-static inline engine_event_t *open_event(engine_t *e, eng_seq_t *q, engine_event_type_t type,
-                                         const sampler_result_t *r, size_t text_max) {
-    static const engine_event_t blank = {.stop_token = -1};
+ * the caller writes at the returned address before close_event (and room for a FINISH's
+ * evfinish_t). Published at the end of the step. NULL when out of memory (the caller decides
+ * what is lost). */
+static inline char *open_event(engine_t *e, eng_seq_t *q, engine_event_type_t type,
+                               const sampler_result_t *r, size_t text_max, evrec_t **out) {
     eng_req_t *req = q->req;
     engine_stream_t *s = req->stream;
     int n_tok = r ? 1 : 0;
-    int n_top = r && req->sp.logprobs >= 0 ? r->n_top : 0;
-    int n_lp = r && req->sp.logprobs >= 0 ? 1 + n_top : 0;
+    int n_lp = r && req->sp.logprobs >= 0 ? 1 + r->n_top : 0;
     size_t size = (size_t)n_lp * sizeof(engine_token_logprob_t) +
                   (size_t)n_tok * sizeof(int32_t) + text_max + 1;
+    if (type == ENGINE_EV_FINISH) size += 7 + sizeof(evfinish_t);
     char *p;
-    engine_event_t *ev = stream_slot(s, size, &p);
-    if (!ev) return NULL;
-    *ev = blank; /* a copy of a constant: a few wide moves */
-    ev->type = type;
-    ev->choice = q->choice;
-    ev->mem_ = s->ptail;
+    evrec_t *rec = stream_slot(s, size, &p);
+    if (!rec) return NULL;
+    evseg_t *g = s->ptail;
+    *rec = (evrec_t){.off = (uint32_t)(p - g->arena),
+                     .choice = q->choice,
+                     .type = (uint8_t)type,
+                     .flags = n_tok ? EVR_TOKEN : 0,
+                     .n_lp = (uint16_t)n_lp};
     if (n_lp) {
         engine_token_logprob_t *lp = (engine_token_logprob_t *)p;
         lp[0] = (engine_token_logprob_t){r->token, r->logprob};
-        for (int i = 0; i < n_top; i++)
-            lp[1 + i] = (engine_token_logprob_t){r->top_ids[i], r->top_logprobs[i]};
-        ev->logprobs = lp;
-        ev->n_top = n_top;
+        for (int i = 1; i < n_lp; i++)
+            lp[i] = (engine_token_logprob_t){r->top_ids[i - 1], r->top_logprobs[i - 1]};
         p += (size_t)n_lp * sizeof *lp;
     }
     if (n_tok) {
-        ev->token_ids = (int32_t *)p;
-        ev->token_ids[0] = r->token;
-        ev->n_tokens = 1;
-        p += sizeof(int32_t);
+        copy_small(p, &r->token, sizeof r->token);
+        p += sizeof r->token;
     }
-    ev->text = p;
     if (!s->pending) {
         s->pending = true;
         s->next_pending = e->to_publish;
         e->to_publish = s;
     }
-    return ev;
+    *out = rec;
+    return p;
 }
 
-/* Ends the text of the event just opened at len bytes and gives the room its segment's arena
- * did not use back. */
-static void close_event(engine_event_t *ev, size_t len) {
-    evseg_t *g = ev->mem_;
-    ev->text[len] = '\0';
-    ev->text_len = len;
-    g->arena_used = ((size_t)(ev->text + len + 1 - g->arena) + 7) & ~(size_t)7;
+/* Ends the text of the event just opened (at `text`, in the stream's last segment) at len
+ * bytes and gives the room the segment's arena did not use back. */
+static inline void close_event(engine_stream_t *s, evrec_t *rec, char *text, size_t len) {
+    evseg_t *g = s->ptail;
+    text[len] = '\0';
+    rec->text_len = (uint32_t)len;
+    g->arena_used = ((size_t)(text + len + 1 - g->arena) + 7) & ~(size_t)7;
 }
 
 /* An event with the step's token (r, may be NULL) and the text[0..len). */
-static engine_event_t *write_event(engine_t *e, eng_seq_t *q, engine_event_type_t type,
-                                   const sampler_result_t *r, const char *text, size_t len) {
-    engine_event_t *ev = open_event(e, q, type, r, len);
-    if (!ev) return NULL;
-    copy_small(ev->text, text, len);
-    close_event(ev, len);
-    return ev;
+static evrec_t *write_event(engine_t *e, eng_seq_t *q, engine_event_type_t type,
+                            const sampler_result_t *r, const char *text, size_t len) {
+    evrec_t *rec;
+    char *p = open_event(e, q, type, r, len, &rec);
+    if (!p) return NULL;
+    copy_small(p, text, len);
+    close_event(q->req->stream, rec, p, len);
+    return rec;
 }
 
 /* Publishes the step's events, then notifies. One fence for all streams orders every
@@ -730,6 +862,7 @@ static void finish_choice(engine_t *e, eng_seq_t *q, engine_finish_reason_t reas
     q->finished = true;
     if (q->started) sched_remove(e->sched, &q->s);
     if (q->row >= 0 && e->row_seq[q->row] == q) e->row_seq[q->row] = NULL;
+    if (q->srow >= 0 && e->rows_owner[q->srow] == q) e->rows_owner[q->srow] = NULL;
     if (q->ts && stop_idx < 0) {
         size_t len = 0;
         tok_stream_finish(q->ts, q->pend + q->n_pend, q->cap_pend - q->n_pend, &len);
@@ -749,17 +882,29 @@ static void finish_choice(engine_t *e, eng_seq_t *q, engine_finish_reason_t reas
         .e2e_s = now - req->arrival,
     };
     stats_record_request(e->stats, &sr);
-    engine_event_t *ev = write_event(e, q, ENGINE_EV_FINISH, r, q->pend ? q->pend : "", q->n_pend);
-    if (ev) {
-        ev->reason = reason;
-        ev->stop_token = stop_token;
-        if (stop_idx >= 0) ev->stop_str = strdup(req->sp.stop[stop_idx]);
-        if (error) ev->error = strdup(error);
-        ev->prompt_tokens = sr.prompt_tokens;
-        ev->completion_tokens = n_out;
-        ev->cached_tokens = sr.cached_tokens;
-        ev->ttft_s = sr.ttft_s;
-        ev->e2e_s = sr.e2e_s;
+    evrec_t *rec = NULL;
+    if (!req->reader_decodes) {
+        rec = write_event(e, q, ENGINE_EV_FINISH, r, q->pend ? q->pend : "", q->n_pend);
+    } else if (open_event(e, q, ENGINE_EV_FINISH, r, READER_TEXT_ROOM - 1, &rec)) {
+        /* the reader ends its detokenizer, after the token's text unless a stop id matched
+         * that the output leaves out */
+        bool token_text = r && (stop_token < 0 || req->sp.include_stop_str_in_output);
+        rec->flags |= EVR_DECODE_FLUSH | (token_text ? EVR_DECODE_TOKEN : 0);
+    }
+    if (rec) {
+        evseg_t *g = req->stream->ptail;
+        evfinish_t *f = rec_finish(g, rec);
+        size_t end = (size_t)((char *)(f + 1) - g->arena);
+        if (g->arena_used < end) g->arena_used = end;
+        *f = (evfinish_t){.reason = (int32_t)reason,
+                          .stop_token = stop_token,
+                          .stop_str = stop_idx >= 0 ? strdup(req->sp.stop[stop_idx]) : NULL,
+                          .error = error ? strdup(error) : NULL,
+                          .prompt_tokens = sr.prompt_tokens,
+                          .completion_tokens = n_out,
+                          .cached_tokens = sr.cached_tokens,
+                          .ttft_s = sr.ttft_s,
+                          .e2e_s = sr.e2e_s};
     } else {
         /* the reader must still learn that the choice ended */
         req->stream->lost_finish++;
@@ -949,15 +1094,15 @@ static void on_token(engine_t *e, eng_seq_t *q, const sampler_result_t *r, doubl
             stop_token = r->token;
         }
     }
-    /* Without stop strings nothing is held back: the text goes straight into the event. */
-    if (reason < 0 && q->ts && sp->n_stop == 0 && q->n_pend == 0) {
-        engine_event_t *ev = open_event(e, q, ENGINE_EV_DELTA, r, e->max_chunk);
-        if (ev) {
-            size_t len = 0;
-            tok_stream_push(q->ts, r->token, ev->text, e->max_chunk, &len);
-            close_event(ev, len);
+    /* Without stop strings the reader detokenizes: the event carries the id. */
+    if (reason < 0 && req->reader_decodes) {
+        evrec_t *rec;
+        if (!open_event(e, q, ENGINE_EV_DELTA, r, READER_TEXT_ROOM - 1, &rec)) {
+            fprintf(stderr, "tachyon: engine: out of memory, a delta was lost\n");
             return;
         }
+        rec->flags |= EVR_DECODE_TOKEN;
+        return;
     }
     int stop_idx = -1;
     if (q->ts) {
@@ -1021,7 +1166,12 @@ static int reserve_batch(engine_t *e, int n_tokens, int n_seqs, size_t n_table) 
         int cap = e->cap_rows;
         if (grow_int((void **)&e->rows, &cap, n_seqs, sizeof *e->rows) < 0) return -1;
         cap = e->cap_rows;
+        if (grow_int((void **)&e->rows_owner, &cap, n_seqs, sizeof *e->rows_owner) < 0)
+            return -1;
+        cap = e->cap_rows;
         if (grow_int((void **)&e->results, &cap, n_seqs, sizeof *e->results) < 0) return -1;
+        for (int r = e->cap_rows; r < cap; r++)
+            e->rows_owner[r] = NULL;
         e->cap_rows = cap;
     }
     /* rows keep their offsets when the table grows with an unchanged stride */
@@ -1034,89 +1184,158 @@ typedef struct step_counts {
 
 /* Gives each planned sequence a row of the batch: the one it had last step when it is still
  * in range and its table there is still valid, else a free one (written from scratch). In a
- * steady batch almost every sequence keeps its row. Fills row_out. */
+ * steady batch every sequence keeps its row. Fills row_out. */
 static void assign_rows(engine_t *e, const sched_out_t *out) {
     int n = out->n;
-    for (int r = 0; r < n; r++)
-        e->row_out[r] = -1;
+    sched_seq_t *const *seqs = out->seqs;
+    int32_t *restrict row_out = e->row_out;
+    eng_seq_t **restrict row_seq = e->row_seq;
+    uint32_t table_gen = e->table_gen;
+    memset(row_out, 0xff, (size_t)n * sizeof *row_out); /* -1: free */
+    int unplaced = 0;
     for (int i = 0; i < n; i++) {
-        eng_seq_t *q = seq_of(out->seqs[i]);
+        eng_seq_t *q = seq_of(seqs[i]);
         int r = q->row;
-        if (r >= 0 && r < n && e->row_seq[r] == q && e->row_out[r] < 0 &&
-            q->row_gen == e->table_gen && q->row_bgen == q->s.blocks_gen)
-            e->row_out[r] = i;
-        else
+        if (r >= 0 && r < n && row_seq[r] == q && q->row_gen == table_gen &&
+            q->row_bgen == q->s.blocks_gen) {
+            row_out[r] = i;
+        } else {
             q->row = -1;
+            unplaced++;
+        }
     }
-    int free_row = 0;
-    for (int i = 0; i < n; i++) {
-        eng_seq_t *q = seq_of(out->seqs[i]);
+    for (int i = 0, free_row = 0; unplaced > 0; i++) {
+        eng_seq_t *q = seq_of(seqs[i]);
         if (q->row >= 0) continue;
-        while (e->row_out[free_row] >= 0)
+        while (row_out[free_row] >= 0)
             free_row++;
-        e->row_out[free_row] = i;
-        e->row_seq[free_row] = q;
+        row_out[free_row] = i;
+        row_seq[free_row] = q;
         q->row = free_row;
         q->row_blocks = 0;
-        q->row_gen = e->table_gen;
+        q->row_gen = table_gen;
         q->row_bgen = q->s.blocks_gen;
+        unplaced--;
     }
 }
 
-/* Lays the plan out as the backend's varlen batch, in row order. Cost: O(sequences + new
- * tokens + new blocks). */
-static int build_batch(engine_t *e, const sched_out_t *out, be_batch_t *b, step_counts_t *c) {
-    int bs = e->bs, need = 1;
-    for (int i = 0; i < out->n; i++)
-        if (out->seqs[i]->n_blocks > need) need = out->seqs[i]->n_blocks;
-    if (need > e->stride) {
+/* The KV slot of position pos in a block table of nb blocks. Positions in the last block need
+ * no division (a decode's always is). */
+static inline int64_t slot_of(const int32_t *blocks, int nb, int bs, int pos) {
+    int last = (nb - 1) * bs;
+    return pos >= last ? (int64_t)blocks[nb - 1] * bs + (pos - last)
+                       : (int64_t)blocks[pos / bs] * bs + pos % bs;
+}
+
+/* A choice's first scheduling: its queue time ends, and choice 0 counts its prefix-cache
+ * lookup. */
+static void first_scheduled(engine_t *e, eng_seq_t *q, double now, uint64_t *queried,
+                            uint64_t *hit) {
+    q->t_sched = now;
+    if (q->choice != 0) return;
+    *queried += (uint64_t)q->s.prefix_queried;
+    *hit += (uint64_t)q->s.cached_tokens;
+    if (q->req->queued) {
+        q->req->queued = false;
+        atomic_fetch_sub(&e->n_queued, 1);
+    }
+}
+
+/* Lays the plan out as the backend's varlen batch, in row order, with the sampler row of each
+ * row that gets logits (host bookkeeping), and notes first schedulings (at t0). One pass over
+ * the sequences; cost O(sequences + new tokens + new blocks). */
+static int build_batch(engine_t *e, const sched_out_t *out, double t0, be_batch_t *b,
+                       step_counts_t *c) {
+    int bs = e->bs, n = out->n;
+    if (out->max_blocks > e->stride) {
+        int need = out->max_blocks;
         e->stride = need < 8 ? 16 : 2 * need; /* rarely: the longest sequence doubled */
         e->table_gen++;
     }
-    int rows = out->n + 1 > e->cap_seq ? out->n + 1 : e->cap_seq;
-    if (reserve_batch(e, out->n_tokens, out->n, (size_t)rows * (size_t)e->stride) < 0) return -1;
+    int rows = n + 1 > e->cap_seq ? n + 1 : e->cap_seq;
+    if (reserve_batch(e, out->n_tokens, n, (size_t)rows * (size_t)e->stride) < 0) return -1;
     assign_rows(e, out);
-    int t = 0, n_logits = 0;
-    for (int r = 0; r < out->n; r++) {
-        int i = e->row_out[r];
-        eng_seq_t *q = seq_of(out->seqs[i]);
+    /* Locals, restrict: the stores below alias nothing else, so nothing is reloaded per row. */
+    sched_seq_t *const *seqs = out->seqs;
+    const int *n_new_of = out->n_new;
+    const int32_t *row_out = e->row_out;
+    int32_t *restrict tokens = e->b_tokens, *restrict positions = e->b_pos;
+    int64_t *restrict slots = e->b_slots;
+    int32_t *restrict qstart = e->b_qstart, *restrict ctx = e->b_ctx;
+    int32_t *restrict logit_rows = e->b_rows, *restrict logit_seq = e->b_row_seq;
+    int32_t *restrict tables = e->b_tables;
+    size_t stride = (size_t)e->stride;
+    sampler_row_t *restrict srows = e->rows;
+    eng_seq_t **restrict srows_owner = e->rows_owner;
+    const int32_t *eos = e->stop_ids;
+    int n_eos = e->n_stop_ids;
+    uint64_t queried = 0, hit = 0;
+    int t = 0, n_logits = 0, decode = 0, prefill = 0;
+    for (int r = 0; r < n; r++) {
+        int i = row_out[r];
+        eng_seq_t *q = seq_of(seqs[i]);
         const sched_seq_t *s = &q->s;
-        int c0 = s->n_computed, n_new = out->n_new[i];
-        e->b_qstart[r] = t;
-        /* Positions in the last block need no division (a decode's always is). */
-        int last = (s->n_blocks - 1) * bs;
-        for (int j = 0; j < n_new; j++, t++) {
-            int pos = c0 + j;
-            e->b_tokens[t] = s->tokens[pos];
-            e->b_pos[t] = pos;
-            e->b_slots[t] = pos >= last ? (int64_t)s->blocks[s->n_blocks - 1] * bs + (pos - last)
-                                        : (int64_t)s->blocks[pos / bs] * bs + pos % bs;
+        if (q->t_sched == 0) first_scheduled(e, q, t0, &queried, &hit);
+        int c0 = s->n_computed, n_new = n_new_of[i], nb = s->n_blocks;
+        const int32_t *blocks = s->blocks, *seq_tokens = s->tokens;
+        qstart[r] = t;
+        if (n_new == 1) { /* a decode (or a prompt's last token): no loop to set up */
+            tokens[t] = seq_tokens[c0];
+            positions[t] = c0;
+            slots[t++] = slot_of(blocks, nb, bs, c0);
+            bool is_decode = c0 == s->n_tokens - 1 && c0 >= s->n_prompt;
+            decode += is_decode;
+            prefill += !is_decode;
+        } else {
+            prefill += n_new;
+            for (int pos = c0; pos < c0 + n_new; pos++, t++) {
+                tokens[t] = seq_tokens[pos];
+                positions[t] = pos;
+                slots[t] = slot_of(blocks, nb, bs, pos);
+            }
         }
-        e->b_ctx[r] = c0 + n_new;
-        int32_t *row = e->b_tables + (size_t)r * e->stride;
-        for (; q->row_blocks < s->n_blocks; q->row_blocks++) /* usually none, or one */
-            row[q->row_blocks] = s->blocks[q->row_blocks];
+        ctx[r] = c0 + n_new;
+        int32_t *row = tables + (size_t)r * stride;
+        for (int k = q->row_blocks; k < nb; k++) /* usually none, or one */
+            row[k] = blocks[k];
+        q->row_blocks = nb;
         if (c0 + n_new == s->n_tokens) {
-            e->b_rows[n_logits] = t - 1;
-            e->b_row_seq[n_logits++] = i;
+            int l = n_logits++;
+            logit_rows[l] = t - 1;
+            logit_seq[l] = i;
+            if (srows_owner[l] == q && srows[l].prompt == seq_tokens) {
+                srows[l].n_output = s->n_tokens - s->n_prompt;
+            } else {
+                eng_req_t *req = q->req;
+                srows[l] = (sampler_row_t){.params = &req->sp,
+                                           .prompt = seq_tokens,
+                                           .n_prompt = s->n_prompt,
+                                           .output = seq_tokens + s->n_prompt,
+                                           .n_output = s->n_tokens - s->n_prompt,
+                                           .eos_ids = eos,
+                                           .n_eos = n_eos,
+                                           .seed = req->seed,
+                                           .choice = q->choice};
+                srows_owner[l] = q;
+                q->srow = l;
+            }
         }
-        if (n_new == 1 && c0 == s->n_tokens - 1 && c0 >= s->n_prompt)
-            c->decode++;
-        else
-            c->prefill += n_new;
     }
-    e->b_qstart[out->n] = t;
+    if (queried > 0) stats_add_prefix(e->stats, queried, hit);
+    qstart[n] = t;
+    c->decode = decode;
+    c->prefill = prefill;
     *b = (be_batch_t){.n_tokens = t,
-                      .n_seqs = out->n,
-                      .token_ids = e->b_tokens,
-                      .positions = e->b_pos,
-                      .slot_mapping = e->b_slots,
-                      .query_start = e->b_qstart,
-                      .context_len = e->b_ctx,
-                      .block_tables = e->b_tables,
-                      .block_table_stride = e->stride,
+                      .n_seqs = n,
+                      .token_ids = tokens,
+                      .positions = positions,
+                      .slot_mapping = slots,
+                      .query_start = qstart,
+                      .context_len = ctx,
+                      .block_tables = tables,
+                      .block_table_stride = (int)stride,
                       .n_logits = n_logits,
-                      .logit_rows = e->b_rows};
+                      .logit_rows = logit_rows};
     return 0;
 }
 
@@ -1128,23 +1347,6 @@ static void fail_step(engine_t *e, const sched_out_t *out, const char *what, con
     for (int i = 0; i < out->n; i++) {
         eng_req_t *req = seq_of(out->seqs[i])->req;
         if (req->n_finished < req->n) end_request(e, req, ENGINE_FINISH_ERROR, buf);
-    }
-}
-
-/* The sampler rows of this step's logit rows (host bookkeeping). */
-static void build_sampler_rows(engine_t *e, const be_batch_t *b, const sched_out_t *out) {
-    for (int l = 0; l < b->n_logits; l++) {
-        eng_seq_t *q = seq_of(out->seqs[e->b_row_seq[l]]);
-        eng_req_t *req = q->req;
-        e->rows[l] = (sampler_row_t){.params = &req->sp,
-                                     .prompt = q->s.tokens,
-                                     .n_prompt = q->s.n_prompt,
-                                     .output = q->s.tokens + q->s.n_prompt,
-                                     .n_output = q->s.n_tokens - q->s.n_prompt,
-                                     .eos_ids = e->stop_ids,
-                                     .n_eos = e->n_stop_ids,
-                                     .seed = req->seed,
-                                     .choice = q->choice};
     }
 }
 
@@ -1169,27 +1371,11 @@ static bool step(engine_t *e, stats_step_t *st) {
         e->extra_preempted += out.n_preempted;
         return false;
     }
-    uint64_t queried = 0, hit = 0;
-    for (int i = 0; i < out.n; i++) {
-        eng_seq_t *q = seq_of(out.seqs[i]);
-        if (q->t_sched > 0) continue;
-        q->t_sched = t0;
-        if (q->choice == 0) {
-            queried += (uint64_t)q->s.prefix_queried;
-            hit += (uint64_t)q->s.cached_tokens;
-            if (q->req->queued) {
-                q->req->queued = false;
-                atomic_fetch_sub(&e->n_queued, 1);
-            }
-        }
-    }
-    if (queried > 0) stats_add_prefix(e->stats, queried, hit);
-
     be_batch_t b;
     step_counts_t counts = {0};
     err_t err = {{0}};
     double tf0 = 0, tf1 = 0;
-    if (build_batch(e, &out, &b, &counts) < 0) {
+    if (build_batch(e, &out, t0, &b, &counts) < 0) {
         fail_step(e, &out, "building the batch", "out of memory");
         goto record;
     }
@@ -1202,7 +1388,6 @@ static bool step(engine_t *e, stats_step_t *st) {
         }
         logits = e->logits;
     }
-    build_sampler_rows(e, &b, &out);
     /* The backend's time: the forward pass and the sampling math (on the device, or the host
      * sampler for backends without one); the rest of the step is the engine's own cost. */
     tf0 = engine_now();
@@ -1532,14 +1717,14 @@ int engine_submit(engine_t *e, const engine_request_t *r, engine_stream_t **out,
         eng_seq_t *q = &req->seqs[c];
         q->req = req;
         q->choice = c;
-        q->row = -1;
+        q->row = q->srow = -1;
         /* Choices 1.. get the prompt when they fork from choice 0. */
         if (sched_seq_init(&q->s, r->prompt, c == 0 ? r->n_prompt : 0,
                            c == 0 ? ahead : r->n_prompt + ahead) < 0)
             goto oom;
         q->s.priority = r->priority;
         q->s.arrival = req->arrival;
-        if (e->tok) {
+        if (e->tok && req->sp.n_stop > 0) { /* stop strings: the engine detokenizes */
             q->ts = tok_stream_create(e->tok, req->sp.skip_special_tokens);
             /* held back (< longest stop) + one push, or + the finish tail */
             q->cap_pend = max_stop + e->max_chunk + 8;
@@ -1551,6 +1736,20 @@ int engine_submit(engine_t *e, const engine_request_t *r, engine_stream_t **out,
     if (!s) goto oom;
     req->stream = s;
     s->eng = e;
+    if (e->tok && req->sp.n_stop == 0) {
+        req->reader_decodes = true;
+        s->cap_scratch = e->max_chunk + 8; /* one push and the finish tail */
+        s->scratch = malloc(s->cap_scratch);
+        s->ts = calloc((size_t)req->n, sizeof *s->ts);
+        bool ok = s->scratch && s->ts;
+        for (int c = 0; ok && c < req->n; c++)
+            ok = (s->ts[c] = tok_stream_create(e->tok, req->sp.skip_special_tokens)) != NULL;
+        if (!ok) {
+            free_unsubmitted(req, s);
+            err_set(err, "out of memory");
+            return ENGINE_E_NOMEM;
+        }
+    }
 
     pthread_mutex_lock(&e->mu);
     if (e->closing) {
@@ -1685,6 +1884,7 @@ static void engine_free(engine_t *e) {
     free(e->row_out);
     free(e->b_tables);
     free(e->rows);
+    free(e->rows_owner);
     free(e->results);
     free(e->logits);
     pthread_mutex_destroy(&e->mu);

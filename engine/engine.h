@@ -8,6 +8,12 @@
  * new events are queued, so that a server can resume a suspended connection; or a thread can
  * block in engine_stream_wait().
  *
+ * The engine thread does only what must be serial. For a request without stop strings it
+ * queues token ids, and the text is detokenized by whoever reads the stream, inside
+ * engine_stream_poll/wait (as vLLM's and SGLang's front ends detokenize outside the engine
+ * core); with stop strings the engine thread detokenizes, since it must see the text to stop.
+ * Readers see the same events either way.
+ *
  *     engine_opts_t o;
  *     engine_opts_init(&o);
  *     o.model.model = "/models/Qwen3-14B-FP8";
@@ -143,10 +149,11 @@ typedef struct engine_event {
     int completion_tokens; /* of this choice */
     int cached_tokens;     /* prompt tokens served from the prefix cache */
     double ttft_s, e2e_s;  /* of this choice */
-    /* Private: text, token_ids and logprobs live in this one allocation (one malloc per event
-     * keeps the engine thread cheap); only engine_event_clear frees it, so do not free or keep
-     * those pointers past it. */
+    /* Private: text, token_ids and logprobs live in the stream's event memory (mem_, one
+     * reference per event) or, for a text longer than a token usually is, in text_mem_; only
+     * engine_event_clear frees them, so do not free or keep those pointers past it. */
     void *mem_;
+    void *text_mem_;
 } engine_event_t;
 
 /* engine_submit's failures: what the request did wrong, or the engine's state. */

@@ -329,11 +329,12 @@ static int clamp_new(const sched_t *s, int n_new, int budget, int n_scheduled) {
     return n_scheduled == 0 && budget == s->cfg.max_num_batched_tokens ? n_new : 0;
 }
 
-static void plan(sched_out_t *out, sched_t *s, sched_seq_t *seq, int n_new) {
-    s->out_seqs[out->n] = seq;
-    s->out_new[out->n] = n_new;
+static inline void plan(sched_out_t *out, sched_seq_t *seq, int n_new) {
+    out->seqs[out->n] = seq;
+    out->n_new[out->n] = n_new;
     out->n++;
     out->n_tokens += n_new;
+    if (seq->n_blocks > out->max_blocks) out->max_blocks = seq->n_blocks;
 }
 
 int sched_schedule(sched_t *s, sched_out_t *out, sched_seq_t **failed) {
@@ -344,38 +345,51 @@ int sched_schedule(sched_t *s, sched_out_t *out, sched_seq_t **failed) {
         *failed = s->n_waiting > 0 ? s->heap[0] : s->running[s->n_running - 1];
         return -1;
     }
-    *out = (sched_out_t){.seqs = s->out_seqs, .n_new = s->out_new};
+    /* Planned in a local copy, so that its counters stay in registers (the plan's arrays
+     * could otherwise alias them); written back at each return. */
+    sched_out_t o = {.seqs = s->out_seqs, .n_new = s->out_new};
     int bs = kv_block_size(s->kv);
     int budget = s->cfg.max_num_batched_tokens;
 
     int avail = kv_available(s->kv);
     for (int i = 0; i < s->n_running && budget > 0; i++) {
-        sched_seq_t *seq = s->running[i];
-        if (seq->n_tokens - seq->n_computed == 1 && seq->n_computed < seq->n_blocks * bs) {
-            plan(out, s, seq, 1); /* a decode in a block it holds: the common case */
-            budget--;
-            continue;
+        /* Decodes in blocks they hold, the common case, run without the general path (nor
+         * reloading what the plan's stores could alias). */
+        sched_seq_t *const *running = s->running;
+        int n_running = s->n_running, fast = 0;
+        for (; i < n_running && fast < budget; i++, fast++) {
+            sched_seq_t *seq = running[i];
+            if (seq->n_tokens - seq->n_computed != 1 || seq->n_computed >= seq->n_blocks * bs)
+                break;
+            plan(&o, seq, 1);
         }
-        int n_new = clamp_new(s, seq->n_tokens - seq->n_computed, budget, out->n);
+        budget -= fast;
+        if (i == n_running || budget == 0) break;
+        sched_seq_t *seq = running[i];
+        int n_new = clamp_new(s, seq->n_tokens - seq->n_computed, budget, o.n);
         if (n_new == 0) continue;
         int need = blocks_needed(seq, seq->n_computed + n_new, bs);
         if (need < 0) {
             *failed = seq;
+            *out = o;
             return -1;
         }
         bool self = false;
         while (avail < need && !self) {
             self = preempt_last(s) == seq;
-            out->n_preempted++;
+            o.n_preempted++;
             avail = kv_available(s->kv);
         }
         if (self) break;
         take_blocks(s->kv, seq, need);
         avail -= need;
-        plan(out, s, seq, n_new);
+        plan(&o, seq, n_new);
         budget -= n_new;
     }
-    if (out->n_preempted > 0) return 0;
+    if (o.n_preempted > 0) {
+        *out = o;
+        return 0;
+    }
 
     bool caching = kv_prefix_caching(s->kv);
     while (s->n_waiting > 0 && sched_num_running(s) < s->cfg.max_num_seqs && budget > 0) {
@@ -386,6 +400,7 @@ int sched_schedule(sched_t *s, sched_out_t *out, sched_seq_t **failed) {
             if (ensure_hashes(s->kv, seq, n_full) < 0 ||
                 GROW(seq->blocks, seq->cap_blocks, n_full) < 0) {
                 *failed = seq;
+                *out = o;
                 return -1;
             }
             hit = kv_lookup(s->kv, seq->hashes, n_full, seq->blocks);
@@ -393,10 +408,11 @@ int sched_schedule(sched_t *s, sched_out_t *out, sched_seq_t **failed) {
             seq->n_computed = hit * bs;
             seq->n_committed = hit;
         }
-        int n_new = clamp_new(s, seq->n_tokens - seq->n_computed, budget, out->n);
+        int n_new = clamp_new(s, seq->n_tokens - seq->n_computed, budget, o.n);
         int need = n_new > 0 ? blocks_needed(seq, seq->n_computed + n_new, bs) : 0;
         if (need < 0) {
             *failed = seq;
+            *out = o;
             return -1;
         }
         if (n_new == 0 || kv_available(s->kv) < need) {
@@ -414,20 +430,23 @@ int sched_schedule(sched_t *s, sched_out_t *out, sched_seq_t **failed) {
         seq->state = SCHED_SEQ_RUNNING;
         seq->index = s->n_running;
         s->running[s->n_running++] = seq;
-        plan(out, s, seq, n_new);
-        out->n_admitted++;
+        plan(&o, seq, n_new);
+        o.n_admitted++;
         budget -= n_new;
     }
+    *out = o;
     return 0;
 }
 
 int sched_advance(sched_t *s, const sched_out_t *out) {
     bool caching = kv_prefix_caching(s->kv);
-    int bs = kv_block_size(s->kv);
+    int bs = kv_block_size(s->kv), n = out->n;
+    sched_seq_t *const *seqs = out->seqs;
+    const int *n_new = out->n_new;
     int rc = 0;
-    for (int i = 0; i < out->n; i++) {
-        sched_seq_t *seq = out->seqs[i];
-        seq->n_computed += out->n_new[i];
+    for (int i = 0; i < n; i++) {
+        sched_seq_t *seq = seqs[i];
+        seq->n_computed += n_new[i];
         if (!caching || seq->n_computed < (seq->n_committed + 1) * bs) continue;
         int full = seq->n_computed / bs;
         if (ensure_hashes(s->kv, seq, full) < 0) {

@@ -82,6 +82,7 @@ typedef struct sched_out {
     sched_seq_t **seqs; /* [n] */
     int *n_new;         /* [n] tokens each computes: tokens[n_computed .. n_computed + n_new) */
     int n_tokens;       /* sum of n_new */
+    int max_blocks;     /* the most blocks a planned sequence holds (the block table's width) */
     int n_preempted;    /* sequences preempted while planning */
     int n_admitted;     /* sequences admitted from waiting */
 } sched_out_t;

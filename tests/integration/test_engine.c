@@ -6,6 +6,8 @@
  * - every block is back in the pool after each run;
  * - a seeded sampled request gives the same tokens alone and in a batch;
  * - stop strings split across tokens stop generation and never leak into the output;
+ * - streamed text is the decoding of the streamed ids, whether the stream's reader decodes
+ *   them (no stop strings) or the engine does (stop strings), with every finish kind;
  * - a stress run of 1,000 requests with random parameters, cancels and live flag changes
  *   (including a rebuild) where every request ends with a correct finish reason;
  * - the snapshot's list of live choices (the console's request table) follows the requests. */
@@ -423,6 +425,99 @@ static void test_stress_cpu_backend(void **state) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Streamed text
+
+#define N_TEXT 60
+
+/* Per choice, the text streamed must be tok_decode of the ids streamed (less a matched stop id
+ * left out of the output), with the same replacement characters for cut UTF-8, whether the
+ * reader detokenizes (no stop strings) or the engine does (a stop string that never matches),
+ * and whatever ends the choice: length, EOS, a stop id, with or without the stop id's text. */
+static void test_streamed_text_is_decoded_ids(void **state) {
+    const char *const flags[] = {"max-model-len", "512", NULL};
+    engine_t *eng = tu_open_engine(MDIR_EMBEDDED, "null", flags);
+    const tokenizer_t *tok = engine_tokenizer(eng);
+    assert_non_null(tok);
+    engine_stream_t *streams[N_TEXT];
+    bool include_stop[N_TEXT], skip_special[N_TEXT];
+    for (int i = 0; i < N_TEXT; i++) {
+        int32_t prompt[96];
+        int n = tu_prompt(i, prompt);
+        sampling_params_t p;
+        sampling_params_init(&p);
+        p.temperature = 1.0f;
+        p.seed = (uint64_t)i;
+        p.has_seed = true;
+        p.n = 1 + i % 3;
+        p.max_tokens = 20 + (i * 37) % 200;
+        p.ignore_eos = i % 2 == 0;
+        p.include_stop_str_in_output = include_stop[i] = i % 4 == 1;
+        p.skip_special_tokens = skip_special[i] = i % 5 != 0;
+        if (i % 3 == 1) /* stop ids likely to come up: the null model's tokens are uniform */
+            for (int k = 0; k < 24; k++)
+                p.stop_token_ids[p.n_stop_token_ids++] = (int32_t)((i * 131 + k * 89) % 2112);
+        err_t err = {{0}};
+        if (i % 6 == 0) assert_int_equal(sampling_params_add_stop(&p, "\x01never", &err), 0);
+        streams[i] = tu_submit(eng, prompt, n, &p);
+        sampling_params_free(&p);
+    }
+    static int32_t ids[SAMPLING_MAX_N][512];
+    static char text[SAMPLING_MAX_N][16384];
+    int n_ids[SAMPLING_MAX_N], stop_id[SAMPLING_MAX_N];
+    size_t n_text[SAMPLING_MAX_N], longest = 0;
+    int reasons[4] = {0}, stopped_by_id = 0;
+    for (int i = 0; i < N_TEXT; i++) {
+        memset(n_ids, 0, sizeof n_ids);
+        memset(n_text, 0, sizeof n_text);
+        engine_event_t ev;
+        int rc, finishes = 0;
+        while ((rc = engine_stream_wait(streams[i], &ev, 60000)) > 0) {
+            int c = ev.choice;
+            for (int k = 0; k < ev.n_tokens && n_ids[c] < 512; k++)
+                ids[c][n_ids[c]++] = ev.token_ids[k];
+            assert_int_equal(ev.text[ev.text_len], '\0'); /* terminated (a byte token may be 0) */
+            assert_true(n_text[c] + ev.text_len < sizeof text[c]);
+            memcpy(text[c] + n_text[c], ev.text, ev.text_len);
+            n_text[c] += ev.text_len;
+            if (ev.text_len > longest) longest = ev.text_len;
+            if (ev.type == ENGINE_EV_FINISH) {
+                finishes++;
+                assert_true(ev.reason >= 0 && ev.reason < 4);
+                reasons[ev.reason]++;
+                stop_id[c] = ev.stop_token;
+            }
+            engine_event_clear(&ev);
+        }
+        assert_int_equal(rc, -1);
+        engine_stream_release(streams[i]);
+        assert_int_equal(finishes, 1 + i % 3);
+        for (int c = 0; c < 1 + i % 3; c++) {
+            size_t n = (size_t)n_ids[c];
+            if (stop_id[c] >= 0) {
+                stopped_by_id++;
+                assert_true(n > 0 && ids[c][n - 1] == stop_id[c]);
+                if (!include_stop[i]) n--;
+            }
+            char *want;
+            size_t want_len;
+            err_t err = {{0}};
+            assert_int_equal(tok_decode(tok, ids[c], n, skip_special[i], &want, &want_len, &err),
+                             0);
+            if (want_len != n_text[c] || memcmp(want, text[c], want_len) != 0)
+                fail_msg("request %d choice %d (%zu ids): streamed \"%.*s\", decoded \"%s\"", i,
+                         c, n, (int)n_text[c], text[c], want);
+            free(want);
+        }
+    }
+    print_message("streamed text: %d stop-id finishes, %d length, longest event text %zu bytes\n",
+                  stopped_by_id, reasons[ENGINE_FINISH_LENGTH], longest);
+    assert_true(stopped_by_id > 0);
+    assert_true(reasons[ENGINE_FINISH_LENGTH] > 0);
+    assert_true(longest >= 16); /* an event's text outgrew the room kept for it in the stream */
+    engine_close(eng);
+}
+
+// ---------------------------------------------------------------------------------------------
 // The live-request list of engine_stats()
 
 /* Polls the snapshot until pred holds (5 s at most). */
@@ -491,6 +586,7 @@ int main(void) {
         cmocka_unit_test(test_batch_invariance),
         cmocka_unit_test(test_seeded_sampling_invariance),
         cmocka_unit_test(test_stop_strings_across_tokens),
+        cmocka_unit_test(test_streamed_text_is_decoded_ids),
         cmocka_unit_test(test_stress_null_backend),
         cmocka_unit_test(test_stress_cpu_backend),
         cmocka_unit_test(test_active_request_list),
