@@ -188,6 +188,7 @@ struct engine {
     pthread_mutex_t mu;
     pthread_cond_t cv;      /* wakes the engine thread */
     pthread_cond_t flag_cv; /* a rebuild was answered */
+    atomic_uint news;       /* bumped (under mu) with every change the engine thread must see */
     flag_values_t flags;    /* current values; rebuild flags once applied */
     uint64_t flags_gen;
     eng_req_t *inbox_head, *inbox_tail;
@@ -204,7 +205,8 @@ struct engine {
     bool thread_started;
 
     /* engine thread only */
-    flag_values_t f; /* applied */
+    unsigned news_seen; /* `news` when the engine thread last took it */
+    flag_values_t f;    /* applied */
     uint64_t applied_gen;
     int mml, bs, num_blocks;
     kv_pool_t *kv;
@@ -297,6 +299,12 @@ static int grow_int(void **arr, int *cap, int need, size_t size) {
 // ---------------------------------------------------------------------------------------------
 // Streams
 
+/* Wakes the engine thread for a change made under e->mu (which the caller holds). */
+static void tell_engine(engine_t *e) {
+    atomic_fetch_add_explicit(&e->news, 1, memory_order_relaxed);
+    pthread_cond_signal(&e->cv);
+}
+
 enum { SEG_FIRST = 8, SEG_MAX = 64, ARENA_PER_EVENT = 64 };
 
 static evseg_t *seg_create(int cap, size_t arena) {
@@ -380,7 +388,7 @@ static void decode_text(engine_stream_t *s, const evrec_t *rec, engine_event_t *
         }
         ev->text = text;
     }
-    memcpy(text, s->scratch, len);
+    copy_small(text, s->scratch, len);
     text[len] = '\0';
     ev->text_len = len;
 }
@@ -535,7 +543,7 @@ void engine_stream_cancel(engine_stream_t *s) {
         pthread_mutex_lock(&e->mu);
         s->next_cancel = e->cancels;
         e->cancels = s;
-        pthread_cond_signal(&e->cv);
+        tell_engine(e);
         pthread_mutex_unlock(&e->mu);
     }
     pthread_mutex_unlock(&s->mu);
@@ -1576,45 +1584,58 @@ static void shutdown_requests(engine_t *e) {
     take_cancels(e, cancels);
 }
 
+/* Waits, if there is nothing to do, for news from other threads (requests, cancels, flag
+ * changes, a rebuild, closing) and takes it. Returns false when the engine is closing. */
+static bool take_news(engine_t *e) {
+    pthread_mutex_lock(&e->mu);
+    while (!e->closing && !e->inbox_head && !e->cancels && !e->rebuild_pending &&
+           e->flags_gen == e->applied_gen && (e->stalled || !sched_has_work(e->sched)))
+        pthread_cond_wait(&e->cv, &e->mu);
+    if (e->closing) {
+        pthread_mutex_unlock(&e->mu);
+        return false;
+    }
+    e->news_seen = atomic_load_explicit(&e->news, memory_order_relaxed);
+    eng_req_t *inbox = e->inbox_head;
+    engine_stream_t *cancels = e->cancels;
+    bool live = e->flags_gen != e->applied_gen;
+    bool rebuild_now = e->rebuild_pending;
+    flag_values_t f = e->flags, rf = e->rebuild_flags;
+    e->inbox_head = e->inbox_tail = NULL;
+    e->cancels = NULL;
+    e->applied_gen = e->flags_gen;
+    e->rebuild_pending = false;
+    pthread_mutex_unlock(&e->mu);
+
+    if (inbox || cancels || live || rebuild_now) e->stalled = false;
+    if (live) apply_live(e, &f);
+    take_inbox(e, inbox);
+    take_cancels(e, cancels);
+    if (rebuild_now) {
+        err_t err = {{0}};
+        int rc = rebuild(e, &rf, &err);
+        if (rc == 0) e->f = rf;
+        pthread_mutex_lock(&e->mu);
+        if (rc == 0) e->flags = rf;
+        e->rebuild_rc = rc;
+        e->rebuild_err = err;
+        e->rebuild_done = true;
+        pthread_cond_broadcast(&e->flag_cv);
+        pthread_mutex_unlock(&e->mu);
+    }
+    return true;
+}
+
 static void *engine_main(void *arg) {
     engine_t *e = arg;
     atomic_store(&e->alive, true);
     for (;;) {
-        pthread_mutex_lock(&e->mu);
-        while (!e->closing && !e->inbox_head && !e->cancels && !e->rebuild_pending &&
-               e->flags_gen == e->applied_gen && (e->stalled || !sched_has_work(e->sched)))
-            pthread_cond_wait(&e->cv, &e->mu);
-        if (e->closing) {
-            pthread_mutex_unlock(&e->mu);
+        /* With work to do and no news since the last look, straight to the step: the lock
+         * that submitters take is left alone (news only grows, under it). */
+        bool busy = !e->stalled && sched_has_work(e->sched);
+        if ((!busy || atomic_load_explicit(&e->news, memory_order_acquire) != e->news_seen) &&
+            !take_news(e))
             break;
-        }
-        eng_req_t *inbox = e->inbox_head;
-        engine_stream_t *cancels = e->cancels;
-        bool live = e->flags_gen != e->applied_gen;
-        bool rebuild_now = e->rebuild_pending;
-        flag_values_t f = e->flags, rf = e->rebuild_flags;
-        e->inbox_head = e->inbox_tail = NULL;
-        e->cancels = NULL;
-        e->applied_gen = e->flags_gen;
-        e->rebuild_pending = false;
-        pthread_mutex_unlock(&e->mu);
-
-        if (inbox || cancels || live || rebuild_now) e->stalled = false;
-        if (live) apply_live(e, &f);
-        take_inbox(e, inbox);
-        take_cancels(e, cancels);
-        if (rebuild_now) {
-            err_t err = {{0}};
-            int rc = rebuild(e, &rf, &err);
-            if (rc == 0) e->f = rf;
-            pthread_mutex_lock(&e->mu);
-            if (rc == 0) e->flags = rf;
-            e->rebuild_rc = rc;
-            e->rebuild_err = err;
-            e->rebuild_done = true;
-            pthread_cond_broadcast(&e->flag_cv);
-            pthread_mutex_unlock(&e->mu);
-        }
         stats_step_t st;
         bool ran = sched_has_work(e->sched) && !e->stalled && step(e, &st);
         /* A step's time includes publishing its events, so it is recorded after them; but
@@ -1777,7 +1798,7 @@ int engine_submit(engine_t *e, const engine_request_t *r, engine_stream_t **out,
     else
         e->inbox_head = req;
     e->inbox_tail = req;
-    pthread_cond_signal(&e->cv);
+    tell_engine(e);
     pthread_mutex_unlock(&e->mu);
     stats_add_submitted(e->stats, 1);
     *out = s;
@@ -1820,14 +1841,14 @@ int engine_flag_set(engine_t *e, const char *name, const char *value, err_t *err
     } else if (d->apply == FLAG_LIVE) {
         e->flags = nf;
         e->flags_gen++;
-        pthread_cond_signal(&e->cv);
+        tell_engine(e);
     } else if (e->closing) {
         rc = err_set(err, "the engine is closing");
     } else {
         e->rebuild_flags = nf;
         e->rebuild_pending = true;
         e->rebuild_done = false;
-        pthread_cond_signal(&e->cv);
+        tell_engine(e);
         while (!e->rebuild_done)
             pthread_cond_wait(&e->flag_cv, &e->mu);
         rc = e->rebuild_rc;
@@ -1977,7 +1998,7 @@ void engine_close(engine_t *e) {
     if (!e) return;
     pthread_mutex_lock(&e->mu);
     e->closing = true;
-    pthread_cond_signal(&e->cv);
+    tell_engine(e);
     pthread_mutex_unlock(&e->mu);
     if (e->thread_started) pthread_join(e->thread, NULL);
     engine_free(e);
