@@ -1311,9 +1311,12 @@ static int build_batch(engine_t *e, const sched_out_t *out, double t0, be_batch_
             int l = n_logits++;
             logit_rows[l] = t - 1;
             logit_seq[l] = i;
-            if (srows_owner[l] == q && srows[l].prompt == seq_tokens) {
+            /* q->srow first: a new choice may sit where a finished one was freed */
+            if (q->srow == l && srows_owner[l] == q && srows[l].prompt == seq_tokens) {
                 srows[l].n_output = s->n_tokens - s->n_prompt;
             } else {
+                if (q->srow >= 0 && q->srow < e->cap_rows && srows_owner[q->srow] == q)
+                    srows_owner[q->srow] = NULL; /* one row per choice, cleared when it ends */
                 eng_req_t *req = q->req;
                 srows[l] = (sampler_row_t){.params = &req->sp,
                                            .prompt = seq_tokens,
