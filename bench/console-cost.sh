@@ -69,12 +69,8 @@ done
 # --- headless serve beside it
 "$bin" serve --model "$model" --port 0 --stats-interval 0 2>"$work/serve.log" &
 serve_pid=$!
-for _ in $(seq 300); do
-    serve_port=$(grep -Eo 'on http://127\.0\.0\.1:[0-9]+' "$work/serve.log" | sed 's/.*://' || true)
-    [ -n "$serve_port" ] && break
-    sleep 0.1
-done
-[ -n "$serve_port" ] || { echo "console-cost: tachyon serve did not start" >&2; cat "$work/serve.log" >&2; exit 1; }
+serve_port=$("$root/scripts/serve-port" "$work/serve.log" "$serve_pid") ||
+    { echo "console-cost: tachyon serve did not start" >&2; cat "$work/serve.log" >&2; exit 1; }
 
 echo "binary: $bin"
 echo "model: $model, backend: $(screen | head -1 | grep -Eo 'cpu[^|]*|cuda[^|]*' | head -1)"

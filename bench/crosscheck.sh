@@ -52,14 +52,8 @@ venv "$root/.venv/bench-vllm" vllm vllm && have_vllm=1 \
     --enable-prefix-caching=false \
     2>"$tmp/serve.log" >/dev/null &
 server_pid=$!
-port=
-for _ in $(seq 1200); do
-    port=$(sed -n 's/.*serving .* on http:\/\/[^ ]*:\([0-9]*\).*/\1/p' "$tmp/serve.log" | head -1)
-    [ -n "$port" ] && break
-    kill -0 "$server_pid" 2>/dev/null || break
-    sleep 0.1
-done
-[ -n "$port" ] || { echo "server did not start" >&2; cat "$tmp/serve.log" >&2; exit 1; }
+port=$("$root/scripts/serve-port" "$tmp/serve.log" "$server_pid") ||
+    { echo "server did not start" >&2; cat "$tmp/serve.log" >&2; exit 1; }
 base="http://127.0.0.1:$port"
 
 server_prompt_tokens() {

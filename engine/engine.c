@@ -40,7 +40,7 @@ typedef struct eng_seq {
     sched_seq_t s; /* first: the scheduler's pointers convert back */
     /* What every step reads, together after it */
     eng_req_t *req;
-    tok_stream_t *ts; /* NULL without a tokenizer */
+    tok_stream_t *ts; /* the engine's detokenizer (stop strings only; else the reader's) */
     int choice;
     bool started; /* in the scheduler: choice 0 from the inbox, the others from the fork */
     bool finished;
@@ -87,6 +87,7 @@ typedef enum evrec_flag {
     EVR_TOKEN = 1,        /* carries the step's token id */
     EVR_DECODE_TOKEN = 2, /* the reader appends the token's text (its detokenizer) */
     EVR_DECODE_FLUSH = 4, /* the reader appends its detokenizer's unfinished bytes (a FINISH) */
+    EVR_READER_TEXT = EVR_DECODE_TOKEN | EVR_DECODE_FLUSH, /* the text is the reader's */
 } evrec_flag_t;
 
 /* Text room the engine leaves in a record the reader decodes: most tokens' text fits, the rest
@@ -327,32 +328,6 @@ static void seg_unref(evseg_t *g, int n) {
     if (atomic_fetch_sub(&g->refs, n) == n) free(g);
 }
 
-static engine_stream_t *stream_create(const engine_request_t *r, int n_choices) {
-    engine_stream_t *s = aligned_alloc(alignof(engine_stream_t), sizeof *s);
-    if (!s) return NULL;
-    memset(s, 0, sizeof *s);
-    s->oldest = s->chead = s->ptail = s->pub = seg_create(SEG_FIRST, SEG_FIRST * ARENA_PER_EVENT);
-    if (!s->chead) {
-        free(s);
-        return NULL;
-    }
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_mutex_init(&s->mu, NULL);
-    pthread_cond_init(&s->cv, &ca);
-    pthread_condattr_destroy(&ca);
-    s->n_choices = n_choices;
-    s->wake = r->wake;
-    s->wake_ctx = r->wake_ctx;
-    atomic_init(&s->n_finish_lost, 0);
-    atomic_init(&s->waiters, 0);
-    atomic_init(&s->released, false);
-    atomic_init(&s->in_wake, 0);
-    atomic_init(&s->refs, 2);
-    return s;
-}
-
 /* Where a record's text starts in its segment's arena. */
 static char *rec_text(const evseg_t *g, const evrec_t *rec) {
     return g->arena + rec->off + (size_t)rec->n_lp * sizeof(engine_token_logprob_t) +
@@ -362,8 +337,7 @@ static char *rec_text(const evseg_t *g, const evrec_t *rec) {
 /* A FINISH record's evfinish_t: after the text room (text_len bytes and a NUL, or
  * READER_TEXT_ROOM when the reader decodes), at a multiple of 8. */
 static evfinish_t *rec_finish(const evseg_t *g, const evrec_t *rec) {
-    size_t room = rec->flags & (EVR_DECODE_TOKEN | EVR_DECODE_FLUSH) ? READER_TEXT_ROOM
-                                                                     : (size_t)rec->text_len + 1;
+    size_t room = rec->flags & EVR_READER_TEXT ? READER_TEXT_ROOM : (size_t)rec->text_len + 1;
     return (evfinish_t *)(((uintptr_t)rec_text(g, rec) + room + 7) & ~(uintptr_t)7);
 }
 
@@ -373,7 +347,7 @@ static evfinish_t *rec_finish(const evseg_t *g, const evrec_t *rec) {
 static void decode_text(engine_stream_t *s, const evrec_t *rec, engine_event_t *ev) {
     tok_stream_t *ts = s->ts[rec->choice];
     size_t len = 0, n = 0;
-    if ((rec->flags & EVR_DECODE_TOKEN) && ev->n_tokens == 1 &&
+    if ((rec->flags & EVR_DECODE_TOKEN) &&
         tok_stream_push(ts, ev->token_ids[0], s->scratch, s->cap_scratch, &n) == 0)
         len = n;
     if ((rec->flags & EVR_DECODE_FLUSH) &&
@@ -398,7 +372,7 @@ static void decode_text(engine_stream_t *s, const evrec_t *rec, engine_event_t *
  * is set (not for events that are only cleared). */
 static void expand(engine_stream_t *s, evseg_t *g, const evrec_t *rec, engine_event_t *ev,
                    bool decode) {
-    char *p = g->arena + rec->off;
+    char *p = g->arena + rec->off; /* logprobs, then the token id, then the text */
     *ev = (engine_event_t){.type = (engine_event_type_t)rec->type,
                            .choice = rec->choice,
                            .text = rec_text(g, rec),
@@ -408,10 +382,9 @@ static void expand(engine_stream_t *s, evseg_t *g, const evrec_t *rec, engine_ev
     if (rec->n_lp) {
         ev->logprobs = (engine_token_logprob_t *)p;
         ev->n_top = rec->n_lp - 1;
-        p += (size_t)rec->n_lp * sizeof(engine_token_logprob_t);
     }
     if (rec->flags & EVR_TOKEN) {
-        ev->token_ids = (int32_t *)p;
+        ev->token_ids = (int32_t *)(p + (size_t)rec->n_lp * sizeof(engine_token_logprob_t));
         ev->n_tokens = 1;
     }
     if (rec->type == ENGINE_EV_FINISH) {
@@ -427,10 +400,7 @@ static void expand(engine_stream_t *s, evseg_t *g, const evrec_t *rec, engine_ev
         ev->e2e_s = f->e2e_s;
         f->stop_str = f->error = NULL;
     }
-    if (rec->flags & (EVR_DECODE_TOKEN | EVR_DECODE_FLUSH)) {
-        ev->text[0] = '\0';
-        if (decode && s->ts) decode_text(s, rec, ev);
-    }
+    if (decode && (rec->flags & EVR_READER_TEXT)) decode_text(s, rec, ev);
 }
 
 void engine_event_clear(engine_event_t *ev) {
@@ -468,6 +438,48 @@ static void stream_unref(engine_stream_t *s) {
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     free(s);
+}
+
+/* A stream for n_choices choices; with reader_tok, a detokenizer per choice for its reader
+ * (skip_special as the request says). NULL when out of memory. */
+static engine_stream_t *stream_create(const engine_request_t *r, int n_choices,
+                                      const tokenizer_t *reader_tok, bool skip_special) {
+    engine_stream_t *s = aligned_alloc(alignof(engine_stream_t), sizeof *s);
+    if (!s) return NULL;
+    memset(s, 0, sizeof *s);
+    s->oldest = s->chead = s->ptail = s->pub = seg_create(SEG_FIRST, SEG_FIRST * ARENA_PER_EVENT);
+    if (!s->chead) {
+        free(s);
+        return NULL;
+    }
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    s->n_choices = n_choices;
+    s->wake = r->wake;
+    s->wake_ctx = r->wake_ctx;
+    atomic_init(&s->n_finish_lost, 0);
+    atomic_init(&s->waiters, 0);
+    atomic_init(&s->released, false);
+    atomic_init(&s->in_wake, 0);
+    atomic_init(&s->refs, 1);
+    if (reader_tok) {
+        s->cap_scratch = tok_stream_max_chunk(reader_tok) + 8; /* a push and the finish tail */
+        s->scratch = malloc(s->cap_scratch);
+        s->ts = calloc((size_t)n_choices, sizeof *s->ts);
+        bool ok = s->scratch && s->ts;
+        for (int c = 0; ok && c < n_choices; c++)
+            ok = (s->ts[c] = tok_stream_create(reader_tok, skip_special)) != NULL;
+        if (!ok) {
+            stream_unref(s);
+            return NULL;
+        }
+    }
+    atomic_init(&s->refs, 2); /* the reader and the engine */
+    return s;
 }
 
 /* 1 = took an event, 0 = none yet, -1 = over. Under s->mu. */
@@ -762,6 +774,14 @@ static sched_config_t sched_config_of(const flag_values_t *f) {
 // ---------------------------------------------------------------------------------------------
 // Events (engine thread)
 
+/* Puts a stream with new events (or a lost FINISH to tell) in the step's list to publish. */
+static inline void mark_pending(engine_t *e, engine_stream_t *s) {
+    if (s->pending) return;
+    s->pending = true;
+    s->next_pending = e->to_publish;
+    e->to_publish = s;
+}
+
 /* Opens an event of choice q in its stream: the step's token when r is not NULL (with its
  * logprobs when the request asked for them) and room for up to text_max bytes of text, which
  * the caller writes at the returned address before close_event (and room for a FINISH's
@@ -796,11 +816,7 @@ static inline char *open_event(engine_t *e, eng_seq_t *q, engine_event_type_t ty
         copy_small(p, &r->token, sizeof r->token);
         p += sizeof r->token;
     }
-    if (!s->pending) {
-        s->pending = true;
-        s->next_pending = e->to_publish;
-        e->to_publish = s;
-    }
+    mark_pending(e, s);
     *out = rec;
     return p;
 }
@@ -916,11 +932,7 @@ static void finish_choice(engine_t *e, eng_seq_t *q, engine_finish_reason_t reas
     } else {
         /* the reader must still learn that the choice ended */
         req->stream->lost_finish++;
-        if (!req->stream->pending) {
-            req->stream->pending = true;
-            req->stream->next_pending = e->to_publish;
-            e->to_publish = req->stream;
-        }
+        mark_pending(e, req->stream);
         fprintf(stderr, "tachyon: engine: out of memory, a finish event was lost\n");
     }
     q->n_pend = 0;
@@ -1120,7 +1132,7 @@ static void on_token(engine_t *e, eng_seq_t *q, const sampler_result_t *r, doubl
             q->n_pend += len;
         }
         size_t at = 0;
-        if (len > 0 && sp->n_stop > 0 && n_out > sp->min_tokens &&
+        if (len > 0 && n_out > sp->min_tokens && /* q->ts: the request has stop strings */
             (stop_idx = find_stop(sp, q->pend, q->n_pend, &at)) >= 0) {
             q->n_pend = at + (sp->include_stop_str_in_output ? strlen(sp->stop[stop_idx]) : 0);
             reason = ENGINE_FINISH_STOP;
@@ -1131,7 +1143,7 @@ static void on_token(engine_t *e, eng_seq_t *q, const sampler_result_t *r, doubl
         finish_choice(e, q, (engine_finish_reason_t)reason, r, stop_token, stop_idx, NULL);
         return;
     }
-    size_t emit = sp->n_stop > 0 ? q->n_pend - held_back(sp, q->pend, q->n_pend) : q->n_pend;
+    size_t emit = q->n_pend - held_back(sp, q->pend, q->n_pend);
     if (!write_event(e, q, ENGINE_EV_DELTA, r, q->pend ? q->pend : "", emit)) {
         fprintf(stderr, "tachyon: engine: out of memory, a delta was lost\n");
         return; /* its text stays pending and goes out with the next one */
@@ -1315,7 +1327,7 @@ static int build_batch(engine_t *e, const sched_out_t *out, double t0, be_batch_
             if (q->srow == l && srows_owner[l] == q && srows[l].prompt == seq_tokens) {
                 srows[l].n_output = s->n_tokens - s->n_prompt;
             } else {
-                if (q->srow >= 0 && q->srow < e->cap_rows && srows_owner[q->srow] == q)
+                if (q->srow >= 0 && srows_owner[q->srow] == q)
                     srows_owner[q->srow] = NULL; /* one row per choice, cleared when it ends */
                 eng_req_t *req = q->req;
                 srows[l] = (sampler_row_t){.params = &req->sp,
@@ -1591,8 +1603,8 @@ static void shutdown_requests(engine_t *e) {
  * changes, a rebuild, closing) and takes it. Returns false when the engine is closing. */
 static bool take_news(engine_t *e) {
     pthread_mutex_lock(&e->mu);
-    while (!e->closing && !e->inbox_head && !e->cancels && !e->rebuild_pending &&
-           e->flags_gen == e->applied_gen && (e->stalled || !sched_has_work(e->sched)))
+    while (atomic_load_explicit(&e->news, memory_order_relaxed) == e->news_seen &&
+           (e->stalled || !sched_has_work(e->sched)))
         pthread_cond_wait(&e->cv, &e->mu);
     if (e->closing) {
         pthread_mutex_unlock(&e->mu);
@@ -1756,24 +1768,12 @@ int engine_submit(engine_t *e, const engine_request_t *r, engine_stream_t **out,
             if (!q->ts || !q->pend) goto oom;
         }
     }
-    engine_stream_t *s = stream_create(r, req->n);
+    req->reader_decodes = e->tok && req->sp.n_stop == 0;
+    engine_stream_t *s = stream_create(r, req->n, req->reader_decodes ? e->tok : NULL,
+                                       req->sp.skip_special_tokens);
     if (!s) goto oom;
     req->stream = s;
     s->eng = e;
-    if (e->tok && req->sp.n_stop == 0) {
-        req->reader_decodes = true;
-        s->cap_scratch = e->max_chunk + 8; /* one push and the finish tail */
-        s->scratch = malloc(s->cap_scratch);
-        s->ts = calloc((size_t)req->n, sizeof *s->ts);
-        bool ok = s->scratch && s->ts;
-        for (int c = 0; ok && c < req->n; c++)
-            ok = (s->ts[c] = tok_stream_create(e->tok, req->sp.skip_special_tokens)) != NULL;
-        if (!ok) {
-            free_unsubmitted(req, s);
-            err_set(err, "out of memory");
-            return ENGINE_E_NOMEM;
-        }
-    }
 
     pthread_mutex_lock(&e->mu);
     if (e->closing) {

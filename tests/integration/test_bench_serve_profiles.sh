@@ -7,6 +7,7 @@
 # requests all fail (wrong model: counted, reported, server still up), bad flags (exit 2).
 set -uo pipefail
 bin=${TACHYON_BIN:?} fixtures=${TACHYON_FIXTURES:?}
+root=$(cd "$(dirname "$0")/../.." && pwd)
 failures=0 passed=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 ok() { passed=$((passed + 1)); }
@@ -23,14 +24,7 @@ trap cleanup EXIT
     --model "$fixtures/tiny-qwen3" 2>"$tmp/serve.log" >/dev/null &
 server_pid=$!
 # Readiness: the server prints the port it bound once it accepts connections.
-port=
-for _ in $(seq 1200); do
-    port=$(sed -n 's/.*serving .* on http:\/\/[^ ]*:\([0-9]*\).*/\1/p' "$tmp/serve.log" | head -1)
-    [ -n "$port" ] && break
-    kill -0 "$server_pid" 2>/dev/null || break
-    sleep 0.1
-done
-if [ -z "$port" ]; then
+if ! port=$("$root/scripts/serve-port" "$tmp/serve.log" "$server_pid"); then
     echo "FAIL: server did not start"; cat "$tmp/serve.log"; exit 1
 fi
 base="http://127.0.0.1:$port"

@@ -42,6 +42,8 @@ typedef struct outcome {
     engine_finish_reason_t reason[SAMPLING_MAX_N];
     int completion_tokens[SAMPLING_MAX_N];
     char stop_str[SAMPLING_MAX_N][64];
+    int32_t stop_token[SAMPLING_MAX_N];
+    size_t longest_text; /* the most text one event carried */
 } outcome_t;
 
 static engine_t *open_tiny(const char *const *flags) {
@@ -58,14 +60,17 @@ static void collect(engine_stream_t *s, outcome_t *out) {
         assert_true(c >= 0 && c < SAMPLING_MAX_N);
         for (int i = 0; i < ev.n_tokens && out->n_tokens[c] < 512; i++)
             out->tokens[c][out->n_tokens[c]++] = ev.token_ids[i];
+        assert_int_equal(ev.text[ev.text_len], '\0'); /* terminated (a byte token may be 0) */
         if (ev.text_len) {
             assert_true(out->text_len[c] + ev.text_len < sizeof out->text[c]);
             memcpy(out->text[c] + out->text_len[c], ev.text, ev.text_len);
             out->text_len[c] += ev.text_len;
+            if (ev.text_len > out->longest_text) out->longest_text = ev.text_len;
         }
         if (ev.type == ENGINE_EV_FINISH) {
             out->finishes++;
             out->reason[c] = ev.reason;
+            out->stop_token[c] = ev.stop_token;
             out->completion_tokens[c] = ev.completion_tokens;
             if (ev.stop_str) snprintf(out->stop_str[c], sizeof out->stop_str[c], "%s", ev.stop_str);
         }
@@ -461,51 +466,30 @@ static void test_streamed_text_is_decoded_ids(void **state) {
         streams[i] = tu_submit(eng, prompt, n, &p);
         sampling_params_free(&p);
     }
-    static int32_t ids[SAMPLING_MAX_N][512];
-    static char text[SAMPLING_MAX_N][16384];
-    int n_ids[SAMPLING_MAX_N], stop_id[SAMPLING_MAX_N];
-    size_t n_text[SAMPLING_MAX_N], longest = 0;
+    static outcome_t o;
+    size_t longest = 0;
     int reasons[4] = {0}, stopped_by_id = 0;
     for (int i = 0; i < N_TEXT; i++) {
-        memset(n_ids, 0, sizeof n_ids);
-        memset(n_text, 0, sizeof n_text);
-        engine_event_t ev;
-        int rc, finishes = 0;
-        while ((rc = engine_stream_wait(streams[i], &ev, 60000)) > 0) {
-            int c = ev.choice;
-            for (int k = 0; k < ev.n_tokens && n_ids[c] < 512; k++)
-                ids[c][n_ids[c]++] = ev.token_ids[k];
-            assert_int_equal(ev.text[ev.text_len], '\0'); /* terminated (a byte token may be 0) */
-            assert_true(n_text[c] + ev.text_len < sizeof text[c]);
-            memcpy(text[c] + n_text[c], ev.text, ev.text_len);
-            n_text[c] += ev.text_len;
-            if (ev.text_len > longest) longest = ev.text_len;
-            if (ev.type == ENGINE_EV_FINISH) {
-                finishes++;
-                assert_true(ev.reason >= 0 && ev.reason < 4);
-                reasons[ev.reason]++;
-                stop_id[c] = ev.stop_token;
-            }
-            engine_event_clear(&ev);
-        }
-        assert_int_equal(rc, -1);
-        engine_stream_release(streams[i]);
-        assert_int_equal(finishes, 1 + i % 3);
+        collect(streams[i], &o);
+        assert_int_equal(o.finishes, 1 + i % 3);
+        if (o.longest_text > longest) longest = o.longest_text;
         for (int c = 0; c < 1 + i % 3; c++) {
-            size_t n = (size_t)n_ids[c];
-            if (stop_id[c] >= 0) {
+            assert_true(o.reason[c] >= 0 && o.reason[c] < 4);
+            reasons[o.reason[c]]++;
+            size_t n = (size_t)o.n_tokens[c];
+            if (o.stop_token[c] >= 0) {
                 stopped_by_id++;
-                assert_true(n > 0 && ids[c][n - 1] == stop_id[c]);
+                assert_true(n > 0 && o.tokens[c][n - 1] == o.stop_token[c]);
                 if (!include_stop[i]) n--;
             }
             char *want;
             size_t want_len;
             err_t err = {{0}};
-            assert_int_equal(tok_decode(tok, ids[c], n, skip_special[i], &want, &want_len, &err),
-                             0);
-            if (want_len != n_text[c] || memcmp(want, text[c], want_len) != 0)
+            assert_int_equal(
+                tok_decode(tok, o.tokens[c], n, skip_special[i], &want, &want_len, &err), 0);
+            if (want_len != o.text_len[c] || memcmp(want, o.text[c], want_len) != 0)
                 fail_msg("request %d choice %d (%zu ids): streamed \"%.*s\", decoded \"%s\"", i,
-                         c, n, (int)n_text[c], text[c], want);
+                         c, n, (int)o.text_len[c], o.text[c], want);
             free(want);
         }
     }
