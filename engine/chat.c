@@ -1,6 +1,6 @@
 #include "chat.h"
 
-#include "jbuf.h"
+#include "json.h"
 
 #include <locale.h>
 #include <math.h>
@@ -19,6 +19,11 @@ typedef struct sv {
 
 static sv_t sv_of(const char *s) {
     return (sv_t){s ? s : "", s ? strlen(s) : 0};
+}
+
+/* n bytes at s, or up to its NUL when n is 0 (the chat_msg_t convention for lengths). */
+static sv_t sv_n(const char *s, size_t n) {
+    return n ? (sv_t){s, n} : sv_of(s);
 }
 
 static void put_sv(jbuf_t *b, sv_t s) {
@@ -188,7 +193,7 @@ static void py_float_repr(double v, char *buf, size_t size, bool json) {
 }
 
 /* A number as Python sees it after json.loads: an int when its spelling (recorded by
- * chat_json_parse) has no fraction or exponent, else a float. Without a spelling, integral
+ * json_parse) has no fraction or exponent, else a float. Without a spelling, integral
  * values within 2^53 count as ints. */
 static void py_number(jbuf_t *b, const cJSON *item, bool json) {
     char buf[64];
@@ -211,9 +216,9 @@ static void py_number(jbuf_t *b, const cJSON *item, bool json) {
     jb_lit(b, buf);
 }
 
-static void json_string(jbuf_t *b, const char *s) {
+static void json_string(jbuf_t *b, sv_t s) {
     jb_lit(b, "\"");
-    for (const char *p = s; *p; p++) {
+    for (const char *p = s.p; p < s.p + s.n; p++) {
         unsigned char c = (unsigned char)*p;
         const char *esc = NULL;
         char u[8];
@@ -275,7 +280,7 @@ static void json_dump(jbuf_t *b, const cJSON *item) {
             if (key_seen_before(item, c)) continue;
             if (!first) jb_lit(b, ", ");
             first = false;
-            json_string(b, c->string);
+            json_string(b, sv_of(c->string));
             jb_lit(b, ": ");
             json_dump(b, key_last_value(c));
         }
@@ -288,7 +293,7 @@ static void json_dump(jbuf_t *b, const cJSON *item) {
         }
         jb_lit(b, "]");
     } else if (cJSON_IsString(item)) {
-        json_string(b, item->valuestring);
+        json_string(b, sv_n(item->valuestring, json_strlen(item)));
     } else if (cJSON_IsNumber(item)) {
         py_number(b, item, true);
     } else if (cJSON_IsBool(item)) {
@@ -301,78 +306,13 @@ static void json_dump(jbuf_t *b, const cJSON *item) {
 /* Jinja's `string` filter: Python str() of a scalar. */
 static void py_str(jbuf_t *b, const cJSON *item) {
     if (cJSON_IsString(item))
-        jb_lit(b, item->valuestring);
+        put_sv(b, sv_n(item->valuestring, json_strlen(item)));
     else if (cJSON_IsNumber(item))
         py_number(b, item, false);
     else if (cJSON_IsBool(item))
         jb_lit(b, cJSON_IsTrue(item) ? "True" : "False");
     else
         jb_lit(b, "None");
-}
-
-// ---------------------------------------------------------------------------------------------
-// JSON parsing that keeps number spellings
-
-static const char *skip_json_string(const char *p, const char *end) {
-    for (p++; p < end; p++) {
-        if (*p == '\\')
-            p++;
-        else if (*p == '"')
-            return p + 1;
-    }
-    return end;
-}
-
-/* Gives the number nodes of `item`, in document order, the next spellings found in the text. */
-static int annotate_numbers(cJSON *item, const char **cursor, const char *end) {
-    for (; item; item = item->next) {
-        if (cJSON_IsNumber(item)) {
-            const char *p = *cursor;
-            while (p < end && !(*p == '-' || (*p >= '0' && *p <= '9'))) {
-                if (*p == '"')
-                    p = skip_json_string(p, end);
-                else
-                    p++;
-            }
-            const char *q = p;
-            while (q < end && strchr("+-.eE0123456789", *q))
-                q++;
-            if (p == end) return -1;
-            char *lex = cJSON_malloc((size_t)(q - p) + 1);
-            if (!lex) return -1;
-            memcpy(lex, p, (size_t)(q - p));
-            lex[q - p] = '\0';
-            item->valuestring = lex;
-            *cursor = q;
-        }
-        if ((cJSON_IsArray(item) || cJSON_IsObject(item)) &&
-            annotate_numbers(item->child, cursor, end) < 0)
-            return -1;
-    }
-    return 0;
-}
-
-cJSON *chat_json_parse(const char *text, size_t len, err_t *err) {
-    const char *end = NULL;
-    cJSON *json = cJSON_ParseWithLengthOpts(text, len, &end, false);
-    if (!json) {
-        err_set(err, "invalid JSON near byte %ld", end ? (long)(end - text) : -1L);
-        return NULL;
-    }
-    for (const char *p = end; p < text + len && *p; p++) {
-        if (!strchr(" \t\r\n", *p)) {
-            cJSON_Delete(json);
-            err_set(err, "invalid JSON: unexpected data at byte %ld", (long)(p - text));
-            return NULL;
-        }
-    }
-    const char *cursor = text;
-    if (annotate_numbers(json, &cursor, end) < 0) {
-        cJSON_Delete(json);
-        err_set(err, "out of memory parsing JSON");
-        return NULL;
-    }
-    return json;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -431,7 +371,7 @@ static void split_inline_reasoning(sv_t *content, sv_t *reasoning) {
 static sv_t message_reasoning(const chat_msg_t *m, sv_t *content) {
     sv_t reasoning = sv_of("");
     if (m->reasoning)
-        reasoning = sv_of(m->reasoning);
+        reasoning = sv_n(m->reasoning, m->reasoning_len);
     else if (sv_find(*content, "</think>"))
         split_inline_reasoning(content, &reasoning);
     return reasoning;
@@ -439,7 +379,7 @@ static sv_t message_reasoning(const chat_msg_t *m, sv_t *content) {
 
 /* Qwen3 reads a non-string content as ''. */
 static sv_t qwen3_content(const chat_msg_t *m) {
-    return m->content_kind == CHAT_CONTENT_TEXT ? sv_of(m->content) : sv_of("");
+    return m->content_kind == CHAT_CONTENT_TEXT ? sv_n(m->content, m->content_len) : sv_of("");
 }
 
 static int qwen3_tool_calls(jbuf_t *b, const chat_msg_t *m, sv_t content, err_t *err) {
@@ -450,7 +390,7 @@ static int qwen3_tool_calls(jbuf_t *b, const chat_msg_t *m, sv_t content, err_t 
         jb_lit(b, tc->name);
         jb_lit(b, "\", \"arguments\": ");
         if (tc->arguments_text)
-            jb_lit(b, tc->arguments_text);
+            put_sv(b, sv_n(tc->arguments_text, tc->arguments_len));
         else if (tc->arguments_json)
             json_dump(b, tc->arguments_json);
         else
@@ -469,7 +409,7 @@ static int render_qwen3(jbuf_t *b, chat_format_t fmt, const chat_msg_t *msgs, si
     if (has_tools(tools)) {
         jb_lit(b, "<|im_start|>system\n");
         if (sys0) {
-            jb_lit(b, msgs[0].content);
+            put_sv(b, sv_n(msgs[0].content, msgs[0].content_len));
             jb_lit(b, "\n\n");
         }
         jb_lit(b, QWEN3_TOOLS_HEAD);
@@ -477,13 +417,13 @@ static int render_qwen3(jbuf_t *b, chat_format_t fmt, const chat_msg_t *msgs, si
         jb_lit(b, QWEN3_TOOLS_TAIL);
     } else if (sys0) {
         jb_lit(b, "<|im_start|>system\n");
-        jb_lit(b, msgs[0].content);
+        put_sv(b, sv_n(msgs[0].content, msgs[0].content_len));
         jb_lit(b, "<|im_end|>\n");
     }
     /* The last user message that is a real query, not tool output wrapped by the client. */
     size_t last_query = n - 1;
     for (size_t i = n; i-- > 0;) {
-        sv_t c = sv_of(msgs[i].content);
+        sv_t c = sv_n(msgs[i].content, msgs[i].content_len);
         if (msgs[i].role == CHAT_USER && msgs[i].content_kind == CHAT_CONTENT_TEXT &&
             !(sv_starts(c, "<tool_response>") && sv_ends(c, "</tool_response>"))) {
             last_query = i;
@@ -533,12 +473,12 @@ static int render_qwen3(jbuf_t *b, chat_format_t fmt, const chat_msg_t *msgs, si
 /* Qwen3.5's render_content macro followed by |trim. Parts are concatenated into `scratch`, so
  * the result is valid until the next call. */
 static sv_t qwen3_5_content(const chat_msg_t *m, jbuf_t *scratch) {
-    if (m->content_kind == CHAT_CONTENT_TEXT) return sv_trim(sv_of(m->content));
+    if (m->content_kind == CHAT_CONTENT_TEXT) return sv_trim(sv_n(m->content, m->content_len));
     if (m->content_kind == CHAT_CONTENT_NONE) return sv_of("");
     scratch->len = 0;
     jb_lit(scratch, "");
     for (size_t k = 0; k < m->n_parts; k++)
-        jb_lit(scratch, m->parts[k]);
+        put_sv(scratch, sv_n(m->parts[k], m->part_lens ? m->part_lens[k] : 0));
     return sv_trim((sv_t){scratch->p ? scratch->p : "", scratch->len});
 }
 
@@ -657,6 +597,106 @@ out:
     return rc;
 }
 
+static int render(chat_format_t fmt, const chat_msg_t *msgs, size_t n_msgs, const cJSON *tools,
+                  const chat_opts_t *opts, jbuf_t *b, err_t *err) {
+    switch (fmt) {
+        case CHAT_QWEN3:
+        case CHAT_QWEN3_INSTRUCT_2507:
+        case CHAT_QWEN3_THINKING_2507:
+            return render_qwen3(b, fmt, msgs, n_msgs, tools, opts, err);
+        case CHAT_QWEN3_5:
+        case CHAT_QWEN3_5_THINK_OFF:
+            return render_qwen3_5(b, fmt, msgs, n_msgs, tools, opts, err);
+        default:
+            return err_set(err, "chat: unknown chat format %d", (int)fmt);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// continue_final_message, as transformers' render_jinja_template does it: the final message's
+// text gets a marker appended, the conversation is rendered, and the prompt is cut where the
+// marker starts. When the template kept the space that ends the marker, the message was rendered
+// as given and the cut is exact; when it trimmed it (Qwen3.5's |trim), trailing whitespace of the
+// message was trimmed too, so the prompt is right-stripped at the cut.
+
+static const char CONTINUE_TAG[] = "CONTINUE_FINAL_MESSAGE_TAG ";
+#define CONTINUE_TAG_STRIPPED_LEN (sizeof CONTINUE_TAG - 2)
+
+typedef struct continued {
+    chat_msg_t *msgs;   /* a copy of the conversation whose final text has the marker */
+    const char **parts; /* the final message's parts, the last one marked */
+    size_t *part_lens;
+    jbuf_t text; /* the marked text */
+    sv_t final;  /* the final text as given */
+} continued_t;
+
+static void continued_free(continued_t *c) {
+    free(c->msgs);
+    free(c->parts);
+    free(c->part_lens);
+    free(c->text.p);
+}
+
+static int continue_mark(const chat_msg_t *msgs, size_t n, continued_t *c, err_t *err) {
+    if (n == 0) return err_set(err, "continue_final_message is set but the conversation is empty!");
+    const chat_msg_t *last = &msgs[n - 1];
+    if (last->content_kind == CHAT_CONTENT_NONE)
+        return err_set(err, "continue_final_message is set but the final message has no "
+                            "\"content\" to continue!");
+    if (last->content_kind == CHAT_CONTENT_PARTS && last->n_parts == 0)
+        return err_set(err, "continue_final_message is set but we could not find any text to "
+                            "continue in the final message!");
+    if (!(c->msgs = malloc(n * sizeof *c->msgs))) return err_set(err, "out of memory");
+    memcpy(c->msgs, msgs, n * sizeof *msgs);
+    chat_msg_t *m = &c->msgs[n - 1];
+    size_t k = m->n_parts - 1;
+    if (m->content_kind == CHAT_CONTENT_TEXT)
+        c->final = sv_n(m->content, m->content_len);
+    else
+        c->final = sv_n(m->parts[k], m->part_lens ? m->part_lens[k] : 0);
+    jb_init(&c->text);
+    put_sv(&c->text, c->final);
+    jb_lit(&c->text, CONTINUE_TAG);
+    if (c->text.oom) return err_set(err, "out of memory");
+    if (m->content_kind == CHAT_CONTENT_TEXT) {
+        m->content = c->text.p;
+        m->content_len = c->text.len;
+        return 0;
+    }
+    c->parts = malloc(m->n_parts * sizeof *c->parts);
+    c->part_lens = malloc(m->n_parts * sizeof *c->part_lens);
+    if (!c->parts || !c->part_lens) return err_set(err, "out of memory");
+    for (size_t i = 0; i < m->n_parts; i++) {
+        c->parts[i] = m->parts[i];
+        c->part_lens[i] = sv_n(m->parts[i], m->part_lens ? m->part_lens[i] : 0).n;
+    }
+    c->parts[k] = c->text.p;
+    c->part_lens[k] = c->text.len;
+    m->parts = c->parts;
+    m->part_lens = c->part_lens;
+    return 0;
+}
+
+/* Cuts the rendered prompt at the marker; fails as transformers does when the template dropped
+ * the final message or the marker. */
+static int continue_cut(jbuf_t *b, sv_t final, err_t *err) {
+    sv_t out = {b->p, b->len};
+    sv_t stripped = sv_trim(final);
+    const char *tag = sv_rfind(out, "CONTINUE_FINAL_MESSAGE_TAG");
+    if (!tag || (stripped.n && !memmem(out.p, out.n, stripped.p, stripped.n)))
+        return err_set(err, "continue_final_message is set but the final message does not appear "
+                            "in the chat after applying the chat template! This can happen if the "
+                            "chat template deletes portions of the final message.");
+    size_t at = (size_t)(tag - out.p);
+    bool kept_space =
+        out.n - at > CONTINUE_TAG_STRIPPED_LEN && out.p[at + CONTINUE_TAG_STRIPPED_LEN] == ' ';
+    if (!kept_space)
+        for (size_t k; (k = py_space_before(out.p, at));)
+            at -= k;
+    b->len = at;
+    return 0;
+}
+
 int chat_render(chat_format_t fmt, const chat_msg_t *msgs, size_t n_msgs, const cJSON *tools,
                 const chat_opts_t *opts, char **out, size_t *out_len, err_t *err) {
     static const chat_opts_t defaults = {0};
@@ -670,30 +710,24 @@ int chat_render(chat_format_t fmt, const chat_msg_t *msgs, size_t n_msgs, const 
         for (size_t k = 0; k < msgs[i].n_tool_calls; k++)
             if (!msgs[i].tool_calls[k].name)
                 return err_set(err, "chat: message %zu: tool call %zu has no function name", i, k);
+    if (opts->continue_final_message && opts->add_generation_prompt)
+        return err_set(err, "continue_final_message and add_generation_prompt are not compatible: "
+                            "the first continues the final message, the second starts a new "
+                            "assistant message");
+    continued_t cont = {0};
     jbuf_t b = {0};
     int rc;
-    switch (fmt) {
-        case CHAT_QWEN3:
-        case CHAT_QWEN3_INSTRUCT_2507:
-        case CHAT_QWEN3_THINKING_2507:
-            rc = render_qwen3(&b, fmt, msgs, n_msgs, tools, opts, err);
-            break;
-        case CHAT_QWEN3_5:
-        case CHAT_QWEN3_5_THINK_OFF:
-            rc = render_qwen3_5(&b, fmt, msgs, n_msgs, tools, opts, err);
-            break;
-        default:
-            rc = err_set(err, "chat: unknown chat format %d", (int)fmt);
-    }
+    if (opts->continue_final_message && continue_mark(msgs, n_msgs, &cont, err) < 0)
+        rc = -1;
+    else
+        rc = render(fmt, cont.msgs ? cont.msgs : msgs, n_msgs, tools, opts, &b, err);
+    if (rc == 0 && !b.oom && cont.msgs) rc = continue_cut(&b, cont.final, err);
+    jb_lit(&b, ""); /* allocated and NUL-terminated, also when empty or cut */
     if (rc == 0 && b.oom) rc = err_set(err, "out of memory rendering the chat template");
+    continued_free(&cont);
     if (rc < 0) {
         free(b.p);
         return -1;
-    }
-    jb_lit(&b, "");
-    if (b.oom) {
-        free(b.p);
-        return err_set(err, "out of memory rendering the chat template");
     }
     *out = b.p;
     if (out_len) *out_len = b.len;
@@ -806,6 +840,7 @@ out:
 struct chat_conv_store {
     chat_tool_call_t *calls;
     const char **parts;
+    size_t *part_lens;
     char **flat;  /* [n_msgs] joined parts (CHAT_JSON_FLATTEN_PARTS) */
     cJSON **args; /* [n_calls] parsed arguments (CHAT_JSON_PARSE_ARGS) */
     size_t n_flat, n_args;
@@ -823,6 +858,7 @@ void chat_conv_destroy(chat_conv_t *conv) {
         free(s->args);
         free(s->calls);
         free(s->parts);
+        free(s->part_lens);
         free(s);
     }
     free(conv->msgs);
@@ -845,6 +881,7 @@ static int parse_content(chat_conv_t *conv, size_t i, const cJSON *c, unsigned f
     if (cJSON_IsString(c)) {
         m->content_kind = CHAT_CONTENT_TEXT;
         m->content = c->valuestring;
+        m->content_len = json_strlen(c);
         return 0;
     }
     if (!cJSON_IsArray(c))
@@ -854,17 +891,19 @@ static int parse_content(chat_conv_t *conv, size_t i, const cJSON *c, unsigned f
                        i);
     m->content_kind = CHAT_CONTENT_PARTS;
     m->parts = s->parts + *part_used;
+    m->part_lens = s->part_lens + *part_used;
     for (const cJSON *p = c->child; p; p = p->next) {
         const char *type = string_item(p, "type");
-        const char *text = string_item(p, "text");
+        const cJSON *text = cJSON_GetObjectItemCaseSensitive(p, "text");
         if (!type || strcmp(type, "text") != 0)
             return err_set(err,
                            "chat: message %zu: content part type \"%s\" is not supported "
                            "(text only)",
                            i, type ? type : "(none)");
-        if (!text)
+        if (!cJSON_IsString(text))
             return err_set(err, "chat: message %zu: a text content part has no \"text\" string", i);
-        s->parts[(*part_used)++] = text;
+        s->part_lens[*part_used] = json_strlen(text);
+        s->parts[(*part_used)++] = text->valuestring;
         m->n_parts++;
     }
     if (flags & CHAT_JSON_FLATTEN_PARTS) {
@@ -872,7 +911,7 @@ static int parse_content(chat_conv_t *conv, size_t i, const cJSON *c, unsigned f
         jb_lit(&b, "");
         for (size_t k = 0; k < m->n_parts; k++) {
             if (k) jb_lit(&b, "\n");
-            jb_lit(&b, m->parts[k]);
+            put_sv(&b, sv_n(m->parts[k], m->part_lens[k]));
         }
         if (b.oom) {
             free(b.p);
@@ -881,6 +920,7 @@ static int parse_content(chat_conv_t *conv, size_t i, const cJSON *c, unsigned f
         s->flat[s->n_flat++] = b.p;
         m->content_kind = CHAT_CONTENT_TEXT;
         m->content = b.p;
+        m->content_len = b.len;
     }
     return 0;
 }
@@ -896,14 +936,16 @@ static int parse_tool_call(chat_conv_t *conv, size_t i, const cJSON *item, unsig
     tc->name = string_item(item, "name");
     if (!tc->name) return err_set(err, "chat: message %zu: a tool call has no function name", i);
     const cJSON *args = cJSON_GetObjectItemCaseSensitive(item, "arguments");
-    if (cJSON_IsString(args))
+    if (cJSON_IsString(args)) {
         tc->arguments_text = args->valuestring;
-    else
+        tc->arguments_len = json_strlen(args);
+    } else
         tc->arguments_json = args;
     if (!(flags & CHAT_JSON_PARSE_ARGS)) return 0;
     if (tc->arguments_json && !cJSON_IsNull(tc->arguments_json)) return 0;
-    const char *text = tc->arguments_text && tc->arguments_text[0] ? tc->arguments_text : "{}";
-    cJSON *parsed = chat_json_parse(text, strlen(text), err);
+    sv_t text = sv_n(tc->arguments_text, tc->arguments_len);
+    if (!text.n) text = sv_of("{}");
+    cJSON *parsed = json_parse(text.p, text.n, err);
     if (!parsed)
         return err_prefix(err, "chat: message %zu: arguments of tool call \"%s\"", i, tc->name);
     s->args[s->n_args++] = parsed;
@@ -931,6 +973,7 @@ int chat_conv_from_json(const cJSON *messages, const cJSON *tools, unsigned flag
     if (!conv || !s || !(conv->msgs = calloc(n + 1, sizeof *conv->msgs)) ||
         !(s->calls = calloc(n_calls + 1, sizeof *s->calls)) ||
         !(s->parts = calloc(n_parts + 1, sizeof *s->parts)) ||
+        !(s->part_lens = calloc(n_parts + 1, sizeof *s->part_lens)) ||
         !(s->flat = calloc(n + 1, sizeof *s->flat)) ||
         !(s->args = calloc(n_calls + 1, sizeof *s->args))) {
         if (!conv) free(s);
@@ -964,6 +1007,7 @@ int chat_conv_from_json(const cJSON *messages, const cJSON *tools, unsigned flag
             const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, reasoning_keys[r]);
             if (v && !cJSON_IsNull(v)) {
                 m->reasoning = cJSON_IsString(v) ? v->valuestring : NULL;
+                m->reasoning_len = json_strlen(v);
                 break;
             }
         }

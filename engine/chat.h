@@ -8,7 +8,7 @@
  *
  *     chat_format_t fmt;
  *     if (chat_detect_dir(dir, &fmt, &err) < 0) ...
- *     cJSON *req = chat_json_parse(body, body_len, &err);       // keeps number spellings
+ *     cJSON *req = json_parse(body, body_len, &err);  // engine/json.h
  *     chat_conv_t *conv;
  *     chat_conv_from_json(cJSON_GetObjectItem(req, "messages"), cJSON_GetObjectItem(req, "tools"),
  *                         CHAT_JSON_VLLM, &conv, &err);
@@ -79,6 +79,7 @@ typedef struct chat_tool_call {
      * arguments_text, or a JSON value in arguments_json; both NULL when absent. The templates
      * treat the two differently (Qwen3 copies a string verbatim, Qwen3.5 requires an object). */
     const char *arguments_text;
+    size_t arguments_len; /* bytes of arguments_text; 0: up to its NUL */
     const cJSON *arguments_json;
 } chat_tool_call_t;
 
@@ -86,10 +87,15 @@ typedef struct chat_msg {
     chat_role_t role;
     const char *role_name; /* the role as given; what CHAT_OTHER renders or rejects */
     chat_content_t content_kind;
-    const char *content;      /* CHAT_CONTENT_TEXT */
+    /* Texts are given with a length where they may hold U+0000 (a JSON "\u0000" is text like any
+     * other); a length of 0 (or NULL lengths) means "up to the NUL". */
+    const char *content; /* CHAT_CONTENT_TEXT */
+    size_t content_len;
     const char *const *parts; /* CHAT_CONTENT_PARTS: the text of each part */
+    const size_t *part_lens;  /* [n_parts] or NULL */
     size_t n_parts;
     const char *reasoning; /* assistant reasoning_content; NULL when not given as a string */
+    size_t reasoning_len;
     const chat_tool_call_t *tool_calls; /* assistant */
     size_t n_tool_calls;
     const char *tool_call_id; /* tool; no template renders it */
@@ -123,12 +129,6 @@ int chat_conv_from_json(const cJSON *messages, const cJSON *tools, unsigned flag
                         chat_conv_t **out, err_t *err);
 void chat_conv_destroy(chat_conv_t *conv);
 
-/* Parses JSON like cJSON_ParseWithLength, and records each number's spelling in its node's
- * valuestring, so that tool schemas and arguments render with Python's json.dumps number
- * formatting (1.0 stays 1.0, big integers stay exact). The caller frees the tree with
- * cJSON_Delete. Fails with the byte offset of a syntax error. */
-cJSON *chat_json_parse(const char *text, size_t len, err_t *err);
-
 // ---------------------------------------------------------------------------------------------
 // Rendering
 
@@ -140,6 +140,12 @@ typedef enum chat_think {
 
 typedef struct chat_opts {
     bool add_generation_prompt;
+    /* Leave the final message open for the model to continue, as transformers'
+     * apply_chat_template(continue_final_message=True) does: the final message's text (its
+     * content, or its last text part) is rendered with a marker after it and the prompt is cut
+     * at the marker, right-stripped where the template trimmed the message. Incompatible with
+     * add_generation_prompt. */
+    bool continue_final_message;
     chat_think_t enable_thinking;
 } chat_opts_t;
 
@@ -148,7 +154,9 @@ typedef struct chat_opts {
  * default thinking mode. Where the Jinja template raises, the call
  * fails with "chat template: " and the template's message (e.g. "No user query found in
  * messages."); inputs the template cannot render at all (a system message whose content is not a
- * string under Qwen3, arguments that are not an object under Qwen3.5) fail likewise. */
+ * string under Qwen3, arguments that are not an object under Qwen3.5) fail likewise; so does a
+ * final message that continue_final_message cannot continue (no content, or a template that
+ * drops it), with transformers' message. */
 int chat_render(chat_format_t fmt, const chat_msg_t *msgs, size_t n_msgs, const cJSON *tools,
                 const chat_opts_t *opts, char **out, size_t *out_len, err_t *err);
 

@@ -9,7 +9,8 @@ tests/fixtures/chat/golden-<template>.jsonl:
 
     {"name": ..., "messages": [...], "tools": [...] | null, "add_generation_prompt": bool,
      "enable_thinking": true | false | null (not passed), "json_flags": "vllm" (optional),
-     "rendered": "..."}                   or, where the template fails,
+     "continue_final_message": true (optional), "rendered": "..."}
+                                          or, where the template fails,
     {..., "error": "...", "error_kind": "raise" (raise_exception) | "python" (other errors)}
 
 Lines with "json_flags": "vllm" are rendered after the preprocessing vLLM applies to OpenAI
@@ -224,6 +225,44 @@ CONVERSATIONS = [
     ("long_history", [
         sys("S"), user("u1"), asst("a1", reasoning_content="r1"), user("u2"), asst("<think>r2</think>a2"),
         user("u3"), asst("a3"), user("u4")], None),
+    ("nul_inside", [
+        sys("s\x00ys"), user("a\x00b c"), asst("x\x00y", reasoning_content="r\x00"),
+        user(parts("p\x00", "q")),
+        asst(None, tool_calls=[call("search", {"query": "n\x00ul"}), call("search", '{"query": "t\\u0000"}')]),
+        tool("res\x00ult")],
+     [{"type": "function", "function": {"name": "search", "description": "d\x00esc"}}]),
+]
+
+# Rendered with continue_final_message=True (and add_generation_prompt False, as it must be).
+CONTINUE_CONVERSATIONS = [
+    ("cont_empty_assistant", [user("hi"), asst("")], None),
+    ("cont_trailing_spaces", [user("hi"), asst("Hello  ")], None),
+    ("cont_trailing_newline", [user("hi"), asst("Hello\n")], None),
+    ("cont_leading_space", [user("hi"), asst("  Hello")], None),
+    ("cont_whitespace_only", [user("hi"), asst("   ")], None),
+    ("cont_unicode_space", [user("hi"), asst("Hi\u3000")], None),
+    ("cont_reasoning_content", [user("q"), asst("Partial", reasoning_content="thinking")], None),
+    ("cont_inline_think", [user("q"), asst("<think>r</think>\n\nPartial ")], None),
+    ("cont_think_only", [user("q"), asst("<think>still thinking")], None),
+    ("cont_user_final", [user("Complete this: The")], None),
+    ("cont_user_after_history", [user("a"), asst("b"), user("Go on: ")], None),
+    ("cont_matches_template_text", [user("q"), asst("m")], None),
+    ("cont_repeated_text", [user("Hello"), asst("Hello")], None),
+    ("cont_history", [user("a"), asst("b"), user("c"), asst("d ")], None),
+    ("cont_parts", [user("q"), asst(parts("Hel", "lo "))], None),
+    ("cont_empty_parts", [user("q"), asst([])], None),
+    ("cont_null_content", [user("q"), asst(None)], None),
+    ("cont_tool_calls", [
+        user("Weather?"), asst("Checking ", tool_calls=[call("get_weather", {"city": "Oslo"})])],
+     TOOLS),
+    ("cont_after_tool", [
+        user("Q"), asst(None, tool_calls=[call("search", {"query": "q"})]), tool("result"),
+        asst("So ")], TOOLS),
+    ("cont_tool_final", [
+        user("Q"), asst(None, tool_calls=[call("search", {"query": "q"})]), tool("result ")], TOOLS),
+    ("cont_system_only", [sys("System ")], None),
+    ("cont_nul", [user("a\x00b"), asst("x\x00y ")], None),
+    ("cont_empty_conversation", [], None),
 ]
 
 # Conversations written as raw JSON: duplicate keys and number spellings survive to the parser.
@@ -284,8 +323,10 @@ def vllm_preprocess(messages):
     return out
 
 
-def render(template, messages, tools, agp, think):
+def render(template, messages, tools, agp, think, cont=False):
     kwargs = {} if think is None else {"enable_thinking": think}
+    if cont:
+        kwargs["continue_final_message"] = True
     try:
         rendered, _ = render_jinja_template(conversations=[messages], tools=tools,
                                             chat_template=template, add_generation_prompt=agp,
@@ -299,11 +340,13 @@ def render(template, messages, tools, agp, think):
         return {"error": f"{type(e).__name__}: {e}", "error_kind": "python"}
 
 
-def line(name, messages_text, tools_text, agp, think, result, flags=None):
+def line(name, messages_text, tools_text, agp, think, result, flags=None, cont=False):
     head = {"name": name}
     tail = {"add_generation_prompt": agp, "enable_thinking": think}
     if flags:
         tail["json_flags"] = flags
+    if cont:
+        tail["continue_final_message"] = True
     tail.update(result)
     return (json.dumps(head, ensure_ascii=False)[:-1] + ', "messages": ' + messages_text +
             ', "tools": ' + tools_text + ", " + json.dumps(tail, ensure_ascii=False)[1:])
@@ -327,6 +370,13 @@ def main():
             for agp, think in options:
                 result = render(template, messages, tools, agp, think)
                 lines.append(line(name, mtext, ttext, agp, think, result, flags))
+        for name, messages, tools in CONTINUE_CONVERSATIONS:
+            mtext, ttext = json.dumps(messages, ensure_ascii=False), json.dumps(tools)
+            for think, flags in ((None, None), (False, None), (None, "vllm")):
+                msgs = vllm_preprocess(messages) if flags else json.loads(mtext)
+                result = render(template, msgs, tools, False, think, cont=True)
+                lines.append(line(name, mtext, ttext, False, think, result, flags, cont=True))
+            cases.append((name, mtext, ttext, None))
         out = FIXTURES / f"golden-{tname}.jsonl"
         out.write_text("\n".join(lines) + "\n")
         n_err = sum('"error":' in ln for ln in lines)

@@ -19,7 +19,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "jbuf.h"
+#include "json.h"
 #include "stats.h"
 
 typedef struct metrics metrics_t;

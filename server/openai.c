@@ -51,8 +51,9 @@ struct oai_req {
     int n_prompts;
     int32_t **prompts;
     int *prompt_len;
-    char **prompt_text; /* echo */
-    int prompt_tokens;  /* summed */
+    char **prompt_text;      /* echo: the prompt as text */
+    size_t *prompt_text_len; /* bytes of each (a prompt may hold U+0000) */
+    int prompt_tokens;       /* summed */
     /* the answer */
     engine_stream_t **streams; /* [n_prompts] */
     bool *over;                /* [n_prompts] the stream has no more events */
@@ -187,6 +188,80 @@ static int is_string(const cJSON *v) {
     return cJSON_IsString(v);
 }
 
+/* Fields of vLLM's request schemas that change nothing here (Qwen's tokenizer adds no special
+ * tokens, its fast tokenizer has no spaces between special tokens to add, ids and salts only name
+ * a request) still get vLLM's type check: a wrong type is a 400, as pydantic makes it. */
+typedef enum { F_BOOL, F_NUM, F_STR, F_OBJ, F_LIST_OF_OBJ } ftype_t;
+enum { EP_CHAT = 1, EP_COMPLETIONS = 2, EP_TOKENIZE_CHAT = 4, EP_TOKENIZE = 8 };
+static const struct {
+    const char *key;
+    ftype_t type;
+    unsigned eps; /* the EP_* bits of the requests whose schema has the field */
+} checked_fields[] = {
+    {"add_special_tokens", F_BOOL, EP_CHAT | EP_COMPLETIONS | EP_TOKENIZE | EP_TOKENIZE_CHAT},
+    {"spaces_between_special_tokens", F_BOOL, EP_CHAT | EP_COMPLETIONS},
+    {"return_tokens_as_token_ids", F_BOOL, EP_CHAT | EP_COMPLETIONS},
+    {"return_token_ids", F_BOOL, EP_CHAT | EP_COMPLETIONS},
+    {"length_penalty", F_NUM, EP_CHAT | EP_COMPLETIONS},
+    {"request_id", F_STR, EP_CHAT | EP_COMPLETIONS},
+    {"cache_salt", F_STR, EP_CHAT | EP_COMPLETIONS},
+    {"kv_transfer_params", F_OBJ, EP_CHAT | EP_COMPLETIONS},
+    {"vllm_xargs", F_OBJ, EP_CHAT | EP_COMPLETIONS},
+    {"structured_outputs", F_OBJ, EP_CHAT | EP_COMPLETIONS},
+    {"mm_processor_kwargs", F_OBJ, EP_CHAT | EP_TOKENIZE_CHAT},
+    {"parallel_tool_calls", F_BOOL, EP_CHAT},
+    {"documents", F_LIST_OF_OBJ, EP_CHAT | EP_TOKENIZE_CHAT},
+};
+
+static int check_typed_fields(const cJSON *o, unsigned ep_bit, oai_error_t *e) {
+    static const char *const what[] = {"a valid boolean", "a valid number", "a valid string",
+                                       "an object", "a list of objects"};
+    for (size_t k = 0; k < sizeof checked_fields / sizeof checked_fields[0]; k++) {
+        if (!(checked_fields[k].eps & ep_bit)) continue;
+        const cJSON *v = field(o, checked_fields[k].key);
+        if (!v) continue;
+        bool ok;
+        switch (checked_fields[k].type) {
+            case F_BOOL:
+                ok = cJSON_IsBool(v);
+                break;
+            case F_NUM:
+                ok = cJSON_IsNumber(v);
+                break;
+            case F_STR:
+                ok = cJSON_IsString(v);
+                break;
+            case F_OBJ:
+                ok = cJSON_IsObject(v);
+                break;
+            default:
+                ok = cJSON_IsArray(v);
+                for (const cJSON *d = ok ? v->child : NULL; d; d = d->next)
+                    ok &= cJSON_IsObject(d);
+        }
+        if (!ok)
+            return oai_error_set(e, 400, checked_fields[k].key, "%s: Input should be %s",
+                                 checked_fields[k].key, what[checked_fields[k].type]);
+    }
+    const cJSON *v = field(o, "cache_salt");
+    if (v && (ep_bit & (EP_CHAT | EP_COMPLETIONS)) && !v->valuestring[0])
+        return oai_error_set(e, 400, "cache_salt",
+                             "Parameter 'cache_salt' must be a non-empty string if provided.");
+    if ((ep_bit & EP_CHAT) && (v = field(o, "reasoning_effort")) &&
+        !(cJSON_IsString(v) &&
+          (!strcmp(v->valuestring, "low") || !strcmp(v->valuestring, "medium") ||
+           !strcmp(v->valuestring, "high"))))
+        return oai_error_set(e, 400, "reasoning_effort",
+                             "reasoning_effort: Input should be 'low', 'medium' or 'high'");
+    /* vLLM takes a template from the request only with --trust-request-chat-template */
+    if ((ep_bit & (EP_CHAT | EP_TOKENIZE_CHAT)) && field(o, "chat_template"))
+        return oai_error_set(e, 400, "chat_template",
+                             "Chat template is passed with request, but "
+                             "--trust-request-chat-template is not set. Refused request with "
+                             "untrusted chat template.");
+    return 0;
+}
+
 /* Fields vLLM defines but Tachyon cannot honour: accepted when they ask for nothing. */
 static int unsupported(const cJSON *o, oai_error_t *e) {
     const cJSON *v;
@@ -254,8 +329,8 @@ static int parse_sampling(oai_req_t *r, const cJSON *o, oai_error_t *e) {
     }
     if ((rc = get_int(o, "top_k", -1, INT_MAX, &i, e)) < 0) return -1;
     if (rc) p->top_k = i == -1 ? 0 : (int)i; /* vLLM's -1 means disabled */
-    if ((rc = get_int(o, "n", 1, INT_MAX, &i, e)) < 0) return -1;
-    if (rc) p->n = i > SAMPLING_MAX_N ? SAMPLING_MAX_N + 1 : (int)i;
+    if ((rc = get_int(o, "n", 1, SAMPLING_MAX_N, &i, e)) < 0) return -1;
+    if (rc) p->n = (int)i;
     if ((rc = get_int(o, "min_tokens", 0, INT_MAX, &i, e)) < 0) return -1;
     if (rc) p->min_tokens = (int)i;
     if ((rc = get_int(o, "seed", LLONG_MIN, LLONG_MAX, &i, e)) < 0) return -1;
@@ -275,6 +350,11 @@ static int parse_sampling(oai_req_t *r, const cJSON *o, oai_error_t *e) {
 
     const cJSON *stop = field(o, "stop");
     err_t err;
+    /* the engine matches stop strings as C strings */
+    bool stop_nul = json_has_nul(stop);
+    for (const cJSON *s = cJSON_IsArray(stop) ? stop->child : NULL; s; s = s->next)
+        stop_nul |= json_has_nul(s);
+    if (stop_nul) return oai_error_set(e, 400, "stop", "stop strings must not contain U+0000");
     if (stop && cJSON_IsString(stop)) {
         if (stop->valuestring[0] && sampling_params_add_stop(p, stop->valuestring, &err) < 0)
             return oai_error_set(e, 400, "stop", "%s", err.msg);
@@ -340,7 +420,9 @@ static int parse_stream_options(oai_req_t *r, const cJSON *o, oai_error_t *e) {
 // ---------------------------------------------------------------------------------------------
 // Prompts
 
-static int add_prompt(oai_req_t *r, int32_t *ids, int n, char *text, oai_error_t *e) {
+/* Takes ownership of ids and text (freed here on failure). */
+static int add_prompt(oai_req_t *r, int32_t *ids, int n, char *text, size_t text_len,
+                      oai_error_t *e) {
     if (n <= 0) {
         free(ids);
         free(text);
@@ -350,6 +432,7 @@ static int add_prompt(oai_req_t *r, int32_t *ids, int n, char *text, oai_error_t
     r->prompts[k] = ids;
     r->prompt_len[k] = n;
     r->prompt_text[k] = text;
+    r->prompt_text_len[k] = text_len;
     r->n_prompts++;
     r->prompt_tokens += n;
     return 0;
@@ -359,7 +442,8 @@ static int alloc_prompts(oai_req_t *r, int n, oai_error_t *e) {
     r->prompts = calloc((size_t)n, sizeof *r->prompts);
     r->prompt_len = calloc((size_t)n, sizeof *r->prompt_len);
     r->prompt_text = calloc((size_t)n, sizeof *r->prompt_text);
-    if (!r->prompts || !r->prompt_len || !r->prompt_text)
+    r->prompt_text_len = calloc((size_t)n, sizeof *r->prompt_text_len);
+    if (!r->prompts || !r->prompt_len || !r->prompt_text || !r->prompt_text_len)
         return oai_error_set(e, 500, NULL, "out of memory");
     return 0;
 }
@@ -398,12 +482,47 @@ static int ids_of(const cJSON *arr, int vocab, int32_t **out, int *n, oai_error_
     return 0;
 }
 
-static char *decode_text(const oai_req_t *r, const int32_t *ids, int n) {
+/* The prompt text kept for echo: NULL without echo (or when it cannot be made). */
+static char *echo_text(const oai_req_t *r, const int32_t *ids, int n, size_t *len) {
     char *text = NULL;
-    size_t len;
     err_t err;
-    if (!r->tok || tok_decode(r->tok, ids, (size_t)n, false, &text, &len, &err) < 0) return NULL;
+    *len = 0;
+    if (!r->echo || !r->tok || tok_decode(r->tok, ids, (size_t)n, false, &text, len, &err) < 0)
+        return NULL;
     return text;
+}
+
+static char *echo_copy(const oai_req_t *r, const cJSON *s, size_t *len) {
+    *len = r->echo ? json_strlen(s) : 0;
+    char *text = r->echo ? malloc(*len + 1) : NULL;
+    if (text) {
+        memcpy(text, s->valuestring, *len);
+        text[*len] = '\0';
+    }
+    return text;
+}
+
+/* A string prompt, U+0000 included: encoded, and kept for echo. */
+static int add_string_prompt(oai_req_t *r, const cJSON *s, oai_error_t *e) {
+    int32_t *ids;
+    int n;
+    if (encode(r, s->valuestring, json_strlen(s), &ids, &n, e) < 0) return -1;
+    size_t len;
+    char *text = echo_copy(r, s, &len);
+    if (r->echo && !text) {
+        free(ids);
+        return oai_error_set(e, 500, NULL, "out of memory");
+    }
+    return add_prompt(r, ids, n, text, len, e);
+}
+
+static int add_ids_prompt(oai_req_t *r, const cJSON *arr, int vocab, oai_error_t *e) {
+    int32_t *ids;
+    int n;
+    if (ids_of(arr, vocab, &ids, &n, e) < 0) return -1;
+    size_t len;
+    char *text = echo_text(r, ids, n, &len);
+    return add_prompt(r, ids, n, text, len, e);
 }
 
 /* The completions "prompt": a string, a list of strings, a list of ids or a list of lists. */
@@ -412,11 +531,7 @@ static int parse_prompt(oai_req_t *r, const cJSON *o, int vocab, oai_error_t *e)
     if (!p) return oai_error_set(e, 400, "prompt", "prompt: Field required");
     if (cJSON_IsString(p)) {
         if (alloc_prompts(r, 1, e) < 0) return -1;
-        int32_t *ids;
-        int n;
-        if (encode(r, p->valuestring, strlen(p->valuestring), &ids, &n, e) < 0) return -1;
-        char *text = r->echo ? strdup(p->valuestring) : NULL;
-        return add_prompt(r, ids, n, text, e);
+        return add_string_prompt(r, p, e);
     }
     if (!cJSON_IsArray(p) || !p->child)
         return oai_error_set(e, 400, "prompt",
@@ -425,31 +540,60 @@ static int parse_prompt(oai_req_t *r, const cJSON *o, int vocab, oai_error_t *e)
     int count = cJSON_GetArraySize(p);
     if (cJSON_IsNumber(p->child)) {
         if (alloc_prompts(r, 1, e) < 0) return -1;
-        int32_t *ids;
-        int n;
-        if (ids_of(p, vocab, &ids, &n, e) < 0) return -1;
-        return add_prompt(r, ids, n, r->echo ? decode_text(r, ids, n) : NULL, e);
+        return add_ids_prompt(r, p, vocab, e);
     }
     if (count > MAX_PROMPTS)
         return oai_error_set(e, 400, "prompt", "at most %d prompts per request", MAX_PROMPTS);
     if (alloc_prompts(r, count, e) < 0) return -1;
     bool strings = cJSON_IsString(p->child);
     for (const cJSON *q = p->child; q; q = q->next) {
-        int32_t *ids;
-        int n;
         if (strings && cJSON_IsString(q)) {
-            if (encode(r, q->valuestring, strlen(q->valuestring), &ids, &n, e) < 0) return -1;
-            if (add_prompt(r, ids, n, r->echo ? strdup(q->valuestring) : NULL, e) < 0) return -1;
+            if (add_string_prompt(r, q, e) < 0) return -1;
         } else if (!strings && cJSON_IsArray(q)) {
             if (q->child && !cJSON_IsNumber(q->child))
                 return oai_error_set(e, 400, "prompt", "prompt: a list of token ids was expected");
-            if (ids_of(q, vocab, &ids, &n, e) < 0) return -1;
-            if (add_prompt(r, ids, n, r->echo ? decode_text(r, ids, n) : NULL, e) < 0) return -1;
+            if (add_ids_prompt(r, q, vocab, e) < 0) return -1;
         } else {
             return oai_error_set(e, 400, "prompt",
                                  "prompt: every element must have the same type (strings, or "
                                  "lists of token ids)");
         }
+    }
+    return 0;
+}
+
+/* vLLM's ChatCompletionToolsParam: {"type": "function", "function": {"name": str,
+ * "description": str?, "parameters": object?, "strict": bool?}}. */
+static int check_tools(const cJSON *tools, oai_error_t *e) {
+    int i = 0;
+    for (const cJSON *t = tools->child; t; t = t->next, i++) {
+        if (!cJSON_IsObject(t))
+            return oai_error_set(e, 400, "tools", "tools[%d]: Input should be an object", i);
+        const cJSON *type = field(t, "type");
+        if (type && !(cJSON_IsString(type) && !strcmp(type->valuestring, "function")))
+            return oai_error_set(e, 400, "tools", "tools[%d].type: Input should be 'function'", i);
+        const cJSON *fn = field(t, "function");
+        if (!fn) return oai_error_set(e, 400, "tools", "tools[%d].function: Field required", i);
+        if (!cJSON_IsObject(fn))
+            return oai_error_set(e, 400, "tools", "tools[%d].function: Input should be an object",
+                                 i);
+        const cJSON *name = field(fn, "name");
+        if (!name)
+            return oai_error_set(e, 400, "tools", "tools[%d].function.name: Field required", i);
+        if (!cJSON_IsString(name) || json_has_nul(name))
+            return oai_error_set(e, 400, "tools",
+                                 "tools[%d].function.name: Input should be a valid string", i);
+        const cJSON *v;
+        if ((v = field(fn, "description")) && !cJSON_IsString(v))
+            return oai_error_set(e, 400, "tools",
+                                 "tools[%d].function.description: Input should be a valid string",
+                                 i);
+        if ((v = field(fn, "parameters")) && !cJSON_IsObject(v))
+            return oai_error_set(e, 400, "tools",
+                                 "tools[%d].function.parameters: Input should be an object", i);
+        if ((v = field(fn, "strict")) && !cJSON_IsBool(v))
+            return oai_error_set(e, 400, "tools",
+                                 "tools[%d].function.strict: Input should be a valid boolean", i);
     }
     return 0;
 }
@@ -471,11 +615,12 @@ static int render_chat(engine_t *eng, const cJSON *o, char **text, size_t *len, 
         return oai_error_set(e, 400, "tools", "tools: Input should be a valid list");
     if (tools && !tools->child)
         return oai_error_set(e, 400, "tools", "tools must not be an empty list");
+    if (tools && check_tools(tools, e) < 0) return -1;
     const cJSON *choice = field(o, "tool_choice");
     if (choice && !tools)
         return oai_error_set(e, 400, "tool_choice",
                              "When using `tool_choice`, `tools` must be set.");
-    if (choice && !(cJSON_IsString(choice) &&
+    if (choice && !(cJSON_IsString(choice) && !json_has_nul(choice) &&
                     (!strcmp(choice->valuestring, "none") || !strcmp(choice->valuestring, "auto"))))
         return oai_error_set(e, 400, "tool_choice",
                              "tool_choice: only \"none\" and \"auto\" are supported");
@@ -488,7 +633,9 @@ static int render_chat(engine_t *eng, const cJSON *o, char **text, size_t *len, 
         return oai_error_set(e, 400, "continue_final_message",
                              "Cannot set both `continue_final_message` and "
                              "`add_generation_prompt` to True.");
+    /* vLLM's default add_generation_prompt=True gives way to an explicit continue */
     if (cont) opts.add_generation_prompt = false;
+    opts.continue_final_message = cont;
     const cJSON *kw = field(o, "chat_template_kwargs");
     if (kw && !cJSON_IsObject(kw))
         return oai_error_set(e, 400, "chat_template_kwargs",
@@ -513,25 +660,12 @@ static int render_chat(engine_t *eng, const cJSON *o, char **text, size_t *len, 
         }
     int rc = chat_render((chat_format_t)fmt, conv->msgs, conv->n_msgs, conv->tools, &opts, text,
                          len, &err);
-    if (rc == 0 && cont) {
-        /* vLLM: cut the render right after the final message's content, leaving it open */
-        const chat_msg_t *last = &conv->msgs[conv->n_msgs - 1];
-        const char *c = last->content_kind == CHAT_CONTENT_TEXT ? last->content : NULL;
-        const char *at = NULL;
-        if (c && *c)
-            for (const char *p = *text; (p = strstr(p, c)); p++)
-                at = p;
-        if (!at) {
-            free(*text);
-            chat_conv_destroy(conv);
-            return oai_error_set(e, 400, "continue_final_message",
-                                 "continue_final_message needs a final message with text content");
-        }
-        *len = (size_t)(at - *text) + strlen(c);
-        (*text)[*len] = '\0';
-    }
     chat_conv_destroy(conv);
-    if (rc < 0) return oai_error_set(e, 400, "messages", "%s", err.msg);
+    if (rc < 0)
+        return oai_error_set(
+            e, 400,
+            strncmp(err.msg, "continue_final_message", 22) ? "messages" : "continue_final_message",
+            "%s", err.msg);
     *think_off = chat_prompt_ends_reasoning((chat_format_t)fmt, &opts);
     return 0;
 }
@@ -553,7 +687,7 @@ static cJSON *parse_body(const char *body, size_t len, oai_error_t *e) {
         return NULL;
     }
     err_t err;
-    cJSON *j = chat_json_parse(body, len, &err);
+    cJSON *j = json_parse(body, len, &err);
     if (!j) {
         oai_error_set(e, 400, NULL, "JSON decode error: %s", err.msg);
         return NULL;
@@ -573,7 +707,7 @@ static const char *check_model(oai_config_t *c, const cJSON *o, oai_error_t *e) 
         oai_error_set(e, 400, "model", "model: Input should be a valid string");
         return NULL;
     }
-    for (int i = 0; i < c->n_model_names; i++)
+    for (int i = 0; i < c->n_model_names && !json_has_nul(m); i++)
         if (!strcmp(m->valuestring, c->model_names[i])) return c->model_names[i];
     oai_error_set(e, 404, "model", "The model `%s` does not exist.", m->valuestring);
     return NULL;
@@ -621,7 +755,9 @@ int oai_parse(oai_config_t *c, oai_endpoint_t ep, const char *body, size_t len, 
     int rc;
 
     if (!(r->model = check_model(c, o, e))) goto fail;
-    if (parse_stream_options(r, o, e) < 0 || unsupported(o, e) < 0 || parse_sampling(r, o, e) < 0)
+    if (parse_stream_options(r, o, e) < 0 ||
+        check_typed_fields(o, ep == OAI_CHAT ? EP_CHAT : EP_COMPLETIONS, e) < 0 ||
+        unsupported(o, e) < 0 || parse_sampling(r, o, e) < 0)
         goto fail;
     if (expect(o, "user", is_string, "a valid string", e) < 0) goto fail;
     if (ep == OAI_CHAT) {
@@ -660,7 +796,7 @@ int oai_parse(oai_config_t *c, oai_endpoint_t ep, const char *body, size_t len, 
         int n;
         rc = encode(r, text, tlen, &ids, &n, e);
         free(text);
-        if (rc < 0 || add_prompt(r, ids, n, NULL, e) < 0) goto fail;
+        if (rc < 0 || add_prompt(r, ids, n, NULL, 0, e) < 0) goto fail;
     } else {
         if ((rc = get_int(o, "logprobs", 0, LLONG_MAX, &i, e)) < 0) goto fail;
         if (rc && i > SAMPLING_MAX_LOGPROBS) {
@@ -1037,7 +1173,7 @@ static void stream_event(oai_req_t *r, int p, engine_event_t *ev, jbuf_t *out) {
         jb_lit(out, "\"text\":\"");
         if (echo) {
             ch->echoed = true;
-            jb_esc(out, r->prompt_text[p], strlen(r->prompt_text[p]));
+            jb_esc(out, r->prompt_text[p], r->prompt_text_len[p]);
         }
         jb_esc(out, ev->text, ev->text_len);
         jb_lit(out, "\",\"logprobs\":");
@@ -1100,7 +1236,7 @@ static void collect_event(oai_req_t *r, int p, engine_event_t *ev) {
     if (ev->type == ENGINE_EV_FINISH) take_finish(ch, ev);
     if (r->echo && !ch->echoed && r->prompt_text[p]) {
         ch->echoed = true;
-        jb_lit(&ch->text, r->prompt_text[p]);
+        jb_raw(&ch->text, r->prompt_text[p], r->prompt_text_len[p]);
     }
     jb_raw(&ch->text, ev->text, ev->text_len);
     if (r->reasoning) {
@@ -1246,6 +1382,7 @@ void oai_destroy(oai_req_t *r) {
     free(r->prompts);
     free(r->prompt_len);
     free(r->prompt_text);
+    free(r->prompt_text_len);
     sampling_params_free(&r->sp);
     jb_free(&r->prefix);
     free(r);
@@ -1264,7 +1401,9 @@ int oai_tokenize(oai_config_t *c, const char *body, size_t len, jbuf_t *out, oai
     size_t n = 0;
     int rc = -1;
     bool strs = false, think_off;
-    if (!check_model(c, o, e) || get_bool(o, "return_token_strs", &strs, e) < 0) goto out;
+    if (!check_model(c, o, e) || get_bool(o, "return_token_strs", &strs, e) < 0 ||
+        check_typed_fields(o, field(o, "prompt") ? EP_TOKENIZE : EP_TOKENIZE_CHAT, e) < 0)
+        goto out;
     if (!tok) {
         oai_error_set(e, 400, NULL, "this model has no tokenizer");
         goto out;
@@ -1282,8 +1421,7 @@ int oai_tokenize(oai_config_t *c, const char *body, size_t len, jbuf_t *out, oai
         goto out;
     }
     err_t err;
-    if (tok_encode(tok, p ? p->valuestring : text, p ? strlen(p->valuestring) : tlen, &ids, &n,
-                   &err) < 0) {
+    if (tok_encode(tok, p ? p->valuestring : text, p ? json_strlen(p) : tlen, &ids, &n, &err) < 0) {
         oai_error_set(e, 500, NULL, "%s", err.msg);
         goto out;
     }

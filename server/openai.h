@@ -26,7 +26,7 @@
 #include <stdint.h>
 
 #include "engine.h"
-#include "jbuf.h"
+#include "json.h"
 #include "metrics.h"
 
 /* What every request of one server shares. */

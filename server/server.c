@@ -24,7 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "jbuf.h"
+#include "json.h"
 #include "metrics.h"
 #include "openai.h"
 
@@ -524,14 +524,14 @@ static enum MHD_Result flag_set(req_t *r) {
     if (!jb_utf8_valid(r->body.p ? r->body.p : "", r->body.len))
         return fail(r, 400, NULL, "the request body is not valid UTF-8");
     err_t err;
-    cJSON *o = chat_json_parse(r->body.p ? r->body.p : "", r->body.len, &err);
+    cJSON *o = json_parse(r->body.p ? r->body.p : "", r->body.len, &err);
     if (!o) return fail(r, 400, NULL, "JSON decode error: %s", err.msg);
     const cJSON *v = cJSON_IsObject(o) ? cJSON_GetObjectItemCaseSensitive(o, "value") : NULL;
     const char *text = NULL;
     if (cJSON_IsString(v))
         text = v->valuestring;
     else if (cJSON_IsNumber(v))
-        text = v->valuestring; /* chat_json_parse keeps the spelling */
+        text = v->valuestring; /* json_parse keeps the spelling */
     else if (cJSON_IsBool(v))
         text = cJSON_IsTrue(v) ? "true" : "false";
     else if (cJSON_IsNull(v))

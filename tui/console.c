@@ -35,7 +35,7 @@
 #include "conversation.h"
 #include "commands.h"
 #include "engine.h"
-#include "jbuf.h"
+#include "json.h"
 #include "layout.h"
 #include "lineedit.h"
 #include "mdir.h"

@@ -129,6 +129,51 @@ case("unknown model", chat_with(model="gpt-4o"), 404)
 case("unknown model on completions", comp_with(model="x"), 404)
 case("unknown model on tokenize", raw_post(TOK, b'{"model": "x", "prompt": "a"}'), 404)
 
+# 5b. U+0000 where a name or a stop string is expected, raw control characters inside strings,
+# data after the document, an object key that holds U+0000 (cJSON would cut it to "model")
+case("stop string with NUL", chat_with(stop=["a\u0000b"]), 400)
+case("stop list with NUL", comp_with(stop="\u0000"), 400)
+case("model with NUL", chat_with(model="tiny\u0000x"), 404)
+case("tool_choice with NUL", chat_with(tools=[{"type": "function", "function": {"name": "f"}}],
+                                      tool_choice="auto\u0000"), 400)
+for path in (CHAT, COMP, TOK, DETOK):
+    case("NUL after the document on %s" % path, raw_post(path, b'{"prompt": "a"}\x00garbage'), 400)
+    case("NUL byte after the document on %s" % path, raw_post(path, b'{"prompt": "a"}\x00'), 400)
+    case("key with NUL on %s" % path, raw_post(path, b'{"mod\\u0000el": "x", "prompt": "a"}'), 400)
+for k, ctl in enumerate([b"\x00", b"\x01", b"\n", b"\t", b"\x1f"]):
+    case("raw control %d in a prompt" % k, raw_post(COMP, b'{"prompt": "a' + ctl + b'b"}'), 400)
+    case("raw control %d in content" % k,
+         raw_post(CHAT, b'{"messages": [{"role": "user", "content": "a' + ctl + b'b"}]}'), 400)
+    case("raw control %d in tokenize" % k, raw_post(TOK, b'{"prompt": "a' + ctl + b'b"}'), 400)
+
+# 5c. tools entries as vLLM's schema types them
+FN = {"name": "f"}
+for k, tools in enumerate([[1], [None], ["x"], [[]], [{}], [{"type": "function"}],
+                           [{"type": "function", "function": None}], [{"type": "function", "function": "f"}],
+                           [{"type": "other", "function": FN}], [{"type": 5, "function": FN}],
+                           [{"function": {}}], [{"function": {"name": 5}}], [{"function": {"name": None}}],
+                           [{"function": {"name": "a\u0000b"}}],
+                           [{"function": {"name": "f", "description": 5}}],
+                           [{"function": {"name": "f", "parameters": "x"}}],
+                           [{"function": {"name": "f", "parameters": []}}],
+                           [{"function": {"name": "f", "strict": "yes"}}],
+                           [{"function": FN}, 5]]):
+    case("tools %d on chat" % k, chat_with(tools=tools), 400)
+    case("tools %d on tokenize" % k, raw_post(TOK, json.dumps({"messages": MSG, "tools": tools}).encode()), 400)
+
+# 5d. fields of vLLM's schemas that change nothing here still get their type checked
+for f, v in [("add_special_tokens", "yes"), ("spaces_between_special_tokens", 1), ("length_penalty", "1"),
+             ("request_id", 5), ("cache_salt", 5), ("cache_salt", ""), ("kv_transfer_params", []),
+             ("vllm_xargs", "x"), ("structured_outputs", 5), ("mm_processor_kwargs", [1]),
+             ("parallel_tool_calls", "yes"), ("documents", {"a": "b"}), ("documents", ["x"]),
+             ("return_tokens_as_token_ids", 1), ("reasoning_effort", "max"), ("reasoning_effort", 1),
+             ("chat_template", "{{ messages }}")]:
+    case("chat %s=%r" % (f, v), chat_with(**{f: v}), 400)
+for f, v in [("add_special_tokens", "yes"), ("length_penalty", []), ("request_id", {}), ("cache_salt", "")]:
+    case("completions %s=%r" % (f, v), comp_with(**{f: v}), 400)
+case("tokenize add_special_tokens", raw_post(TOK, b'{"prompt": "a", "add_special_tokens": 1}'), 400)
+case("tokenize chat_template", raw_post(TOK, json.dumps({"messages": MSG, "chat_template": "x"}).encode()), 400)
+
 # 6. tokenize / detokenize
 for k, b in enumerate([{}, {"prompt": 5}, {"prompt": None}, {"messages": []}, {"messages": "x"},
                        {"prompt": "a", "return_token_strs": "yes"}]):
@@ -277,6 +322,88 @@ def test_slow_loris():
     still_serving()
 
 
+def tokenize(body):
+    code, r = post_json(S, TOK, body, timeout=30)
+    assert code == 200, (body, code, r)
+    return r["tokens"]
+
+
+def test_defect_regressions():
+    """Requests that once killed the server or lost input (the defects issue, items 1-3)."""
+    # 1. the chat form of /tokenize with a final message to continue: a double free, on every
+    # template (the fixture model has Qwen3's; test_chat's golden renders cover the others)
+    body = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": ""}],
+            "add_generation_prompt": False, "continue_final_message": True}
+    for _ in range(3):
+        want = tokenize({"prompt": "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+                                   "<think>\n\n</think>\n\n"})
+        assert tokenize(body) == want
+    code, r = post_json(S, CHAT, dict(body, max_tokens=2), timeout=30)
+    assert code == 200, r
+    # every error path of the chat form of /tokenize answers and frees once
+    for bad in ({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": None}],
+                 "continue_final_message": True},
+                {"messages": [], "continue_final_message": True},
+                {"messages": [{"role": "user", "content": "hi"}], "continue_final_message": True,
+                 "add_generation_prompt": True},
+                {"messages": [{"role": "robot", "content": "x"}]},
+                {"messages": [{"role": "assistant", "content": "x", "tool_calls": [{"function": {}}]}]},
+                {"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}],
+                 "tool_choice": "required"}):
+        for path in (TOK, CHAT):
+            code, r = post_json(S, path, bad, timeout=30)
+            assert code == 400 and r["error"]["code"] == 400, (path, bad, code, r)
+    assert S.alive()
+
+    # 2. continue_final_message continues what transformers renders: trailing whitespace kept
+    # where the template keeps it (Qwen3), the message continued after its text
+    for text in ("Hello  ", "Hello\n", "  Hello", "m"):
+        got = tokenize({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": text}],
+                        "add_generation_prompt": False, "continue_final_message": True})
+        want = tokenize({"prompt": "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+                                   "<think>\n\n</think>\n\n" + text.lstrip("\n")})
+        assert got == want, (text, got, want)
+        code, r = post_json(S, CHAT, {"messages": [{"role": "user", "content": "hi"},
+                                                   {"role": "assistant", "content": text}],
+                                      "continue_final_message": True, "max_tokens": 2}, timeout=30)
+        assert code == 200 and r["usage"]["prompt_tokens"] == len(want), (text, code, r)
+
+    # 4. an error message names the value given
+    for n in (17, 20, 1000):
+        code, r = post_json(S, CHAT, {"messages": MSG, "n": n, "temperature": 1})
+        assert code == 400 and "got %d" % n in r["error"]["message"], (n, r)
+    # fields of vLLM's schemas that change nothing here are accepted with the right types
+    code, r = post_json(S, CHAT, {"messages": MSG, "max_tokens": 1, "add_special_tokens": False,
+                                  "request_id": "r1", "cache_salt": "s", "parallel_tool_calls": True,
+                                  "documents": [{"title": "t", "text": "x"}], "reasoning_effort": "low",
+                                  "length_penalty": 1.0, "chat_template": None})
+    assert code == 200, r
+    code, r = post_json(S, CHAT, {"messages": MSG, "max_tokens": 1,
+                                  "tools": [{"function": {"name": "f", "description": None}},
+                                            {"type": "function", "function": {"name": "g", "parameters": {},
+                                                                              "strict": False}}]})
+    assert code == 200, r
+
+    # 3. U+0000 inside a string is text like any other: nothing after it is lost
+    whole = tokenize({"prompt": "a\u0000b c"})
+    assert len(whole) > len(tokenize({"prompt": "a"})) and len(whole) >= 3, whole
+    code, r = post_json(S, DETOK, {"tokens": whole})
+    assert code == 200 and r["prompt"] == "a\u0000b c", r
+    code, r = post_json(S, COMP, {"prompt": "a\u0000b c", "max_tokens": 1, "echo": True})
+    assert code == 200 and r["usage"]["prompt_tokens"] == len(whole), r
+    assert r["choices"][0]["text"].startswith("a\u0000b c"), r
+    code, r = post_json(S, COMP, {"prompt": ["x", "a\u0000b c"], "max_tokens": 1})
+    assert code == 200 and r["usage"]["prompt_tokens"] == len(whole) + len(tokenize({"prompt": "x"})), r
+    chat_nul = tokenize({"messages": [{"role": "user", "content": "a\u0000b c"}]})
+    chat_plain = tokenize({"messages": [{"role": "user", "content": "a"}]})
+    assert len(chat_nul) > len(chat_plain), (chat_nul, chat_plain)
+    parts = tokenize({"messages": [{"role": "user", "content": [{"type": "text", "text": "a\u0000b c"}]}]})
+    assert parts == chat_nul, (parts, chat_nul)
+    code, r = post_json(S, CHAT, {"messages": [{"role": "user", "content": "a\u0000b c"}], "max_tokens": 1})
+    assert code == 200 and r["usage"]["prompt_tokens"] == len(chat_nul), r
+    still_serving()
+
+
 def still_serving():
     code, _, _ = request(S, "GET", "/health", timeout=10)
     assert code == 200
@@ -287,5 +414,5 @@ def still_serving():
 
 
 if __name__ == "__main__":
-    run_tests([test_hostile_requests, test_oversized_body_streamed, test_garbage_and_early_close,
-               test_slow_loris], servers=[S])
+    run_tests([test_hostile_requests, test_defect_regressions, test_oversized_body_streamed,
+               test_garbage_and_early_close, test_slow_loris], servers=[S])

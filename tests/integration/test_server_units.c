@@ -10,7 +10,7 @@
 
 #include <cmocka.h>
 
-#include "jbuf.h"
+#include "json.h"
 #include "metrics.h"
 
 static void expect_esc(const char *in, size_t n, const char *want) {

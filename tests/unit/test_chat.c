@@ -14,6 +14,7 @@
 #include <cmocka.h>
 
 #include "chat.h"
+#include "json.h"
 #include "testutil.h"
 
 // ---------------------------------------------------------------------------------------------
@@ -31,18 +32,20 @@ static void show_diff(const char *name, const char *want, const char *got) {
 /* Renders one golden line; returns true when the C side agrees with it. */
 static bool check_line(chat_format_t fmt, const char *text, size_t len, int lineno) {
     err_t err = {{0}};
-    cJSON *j = chat_json_parse(text, len, &err);
+    cJSON *j = json_parse(text, len, &err);
     if (!j) fail_msg("line %d: %s", lineno, err.msg);
     const char *name = cJSON_GetStringValue(cJSON_GetObjectItem(j, "name"));
     const cJSON *think = cJSON_GetObjectItem(j, "enable_thinking");
     chat_opts_t opts = {
         .add_generation_prompt = cJSON_IsTrue(cJSON_GetObjectItem(j, "add_generation_prompt")),
+        .continue_final_message = cJSON_IsTrue(cJSON_GetObjectItem(j, "continue_final_message")),
         .enable_thinking = cJSON_IsNull(think)   ? CHAT_THINK_DEFAULT
                            : cJSON_IsTrue(think) ? CHAT_THINK_ON
                                                  : CHAT_THINK_OFF,
     };
     unsigned flags = cJSON_GetObjectItem(j, "json_flags") ? CHAT_JSON_VLLM : 0;
     const char *want = cJSON_GetStringValue(cJSON_GetObjectItem(j, "rendered"));
+    size_t want_len = json_strlen(cJSON_GetObjectItem(j, "rendered"));
     const char *want_err = cJSON_GetStringValue(cJSON_GetObjectItem(j, "error"));
     const char *kind = cJSON_GetStringValue(cJSON_GetObjectItem(j, "error_kind"));
     chat_conv_t *conv = NULL;
@@ -54,7 +57,7 @@ static bool check_line(chat_format_t fmt, const char *text, size_t len, int line
         rc = chat_render(fmt, conv->msgs, conv->n_msgs, conv->tools, &opts, &got, &got_len, &err);
     bool ok;
     if (want) {
-        ok = rc == 0 && got_len == strlen(want) && memcmp(got, want, got_len) == 0;
+        ok = rc == 0 && got_len == want_len && memcmp(got, want, got_len) == 0;
         if (rc < 0)
             fprintf(stderr, "  line %d %s: failed: %s\n", lineno, name, err.msg);
         else if (!ok)
@@ -180,7 +183,7 @@ static void test_conv_errors(void **state) {
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         err_t err = {{0}};
-        cJSON *j = chat_json_parse(cases[i].json, strlen(cases[i].json), &err);
+        cJSON *j = json_parse(cases[i].json, strlen(cases[i].json), &err);
         assert_non_null(j);
         chat_conv_t *conv = NULL;
         assert_int_equal(chat_conv_from_json(j, NULL, 0, &conv, &err), -1);
@@ -193,7 +196,7 @@ static void test_conv_errors(void **state) {
     const char *bad = "[{\"role\": \"assistant\", \"tool_calls\": [{\"function\": {\"name\": "
                       "\"f\", \"arguments\": \"{oops\"}}]}]";
     err_t err = {{0}};
-    cJSON *j = chat_json_parse(bad, strlen(bad), &err);
+    cJSON *j = json_parse(bad, strlen(bad), &err);
     chat_conv_t *conv = NULL;
     assert_int_equal(chat_conv_from_json(j, NULL, 0, &conv, &err), 0);
     assert_string_equal(conv->msgs[0].tool_calls[0].arguments_text, "{oops");
@@ -206,7 +209,7 @@ static void test_conv_errors(void **state) {
 static void test_json_parse(void **state) {
     err_t err = {{0}};
     const char *text = "{\"a\": [1.0, -0, 2e3, \"7\"], \"b\": 12345678901234567890}";
-    cJSON *j = chat_json_parse(text, strlen(text), &err);
+    cJSON *j = json_parse(text, strlen(text), &err);
     assert_non_null(j);
     const cJSON *a = cJSON_GetObjectItem(j, "a");
     assert_string_equal(cJSON_GetArrayItem(a, 0)->valuestring, "1.0");
@@ -216,9 +219,9 @@ static void test_json_parse(void **state) {
     assert_string_equal(cJSON_GetObjectItem(j, "b")->valuestring, "12345678901234567890");
     assert_true(cJSON_GetArrayItem(a, 2)->valuedouble == 2000.0);
     cJSON_Delete(j);
-    assert_null(chat_json_parse("{\"a\": }", 7, &err));
+    assert_null(json_parse("{\"a\": }", 7, &err));
     assert_non_null(strstr(err.msg, "invalid JSON"));
-    assert_null(chat_json_parse("{} x", 4, &err));
+    assert_null(json_parse("{} x", 4, &err));
     assert_non_null(strstr(err.msg, "unexpected data"));
 }
 

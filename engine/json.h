@@ -1,6 +1,13 @@
 /*
- * jbuf: a growable byte buffer with JSON writers, for responses, SSE chunks and rendered chat
- * prompts (engine/chat.c).
+ * json: JSON in and out. In: json_parse, cJSON with what cJSON alone loses kept (the spelling of
+ * every number, the length of every string that holds U+0000), and what it lets through refused
+ * (control characters in strings, data after the document). Out: jbuf, a growable byte buffer
+ * with JSON writers, for responses, SSE chunks and rendered chat prompts (engine/chat.c).
+ *
+ *     cJSON *req = json_parse(body, body_len, &err);   // NULL + err.msg on invalid JSON
+ *     const cJSON *p = cJSON_GetObjectItemCaseSensitive(req, "prompt");
+ *     size_t len = json_strlen(p);                      // bytes, U+0000 included
+ *     cJSON_Delete(req);
  *
  * The server writes every JSON document it sends with these appenders instead of building cJSON
  * trees, so that a streamed token costs a few appends into a buffer that is reused for the
@@ -15,12 +22,37 @@
  *     if (b.oom) ...
  *     jb_free(&b);
  */
-#ifndef TACHYON_JBUF_H
-#define TACHYON_JBUF_H
+#ifndef TACHYON_JSON_H
+#define TACHYON_JSON_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include <cjson/cJSON.h>
+
+#include "err.h"
+
+// ---------------------------------------------------------------------------------------------
+// Parsing
+
+/* Parses one JSON document of len bytes (RFC 8259: only whitespace may follow it; a raw control
+ * character inside a string is an error, as in Python's json.loads). Every number node keeps its
+ * spelling in valuestring (so 5 and 5.0 stay apart and big integers exact); every string node
+ * that holds U+0000 (written \u0000) keeps its byte length for json_strlen. An object key that
+ * holds U+0000 is refused: cJSON would cut it and match it against another key. The caller
+ * frees the result with cJSON_Delete. */
+cJSON *json_parse(const char *text, size_t len, err_t *err);
+
+/* The byte length of a string node's valuestring, U+0000 bytes included; 0 for NULL or a
+ * node that is not a string. Strings made by cJSON_CreateString have no NUL inside: strlen. */
+size_t json_strlen(const cJSON *item);
+
+/* True when the string node holds U+0000 (its C string would cut the text short). */
+bool json_has_nul(const cJSON *item);
+
+// ---------------------------------------------------------------------------------------------
+// Writing
 
 typedef struct jbuf {
     char *p;    /* [cap] bytes, NUL-terminated after len when not oom */
@@ -61,4 +93,4 @@ void jb_bytes_array(jbuf_t *b, const char *s, size_t n);
 /* True when s holds only valid UTF-8. */
 bool jb_utf8_valid(const char *s, size_t n);
 
-#endif
+#endif /* TACHYON_JSON_H */

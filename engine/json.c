@@ -1,6 +1,7 @@
-#include "jbuf.h"
+#include "json.h"
 #include "utf8.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -221,4 +222,171 @@ void jb_bytes_array(jbuf_t *b, const char *s, size_t n) {
         i += k ? k : bad;
     }
     jb_raw(b, "]", 1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Parsing
+
+static const char *skip_json_string(const char *p, const char *end) {
+    for (p++; p < end; p++) {
+        if (*p == '\\')
+            p++;
+        else if (*p == '"')
+            return p + 1;
+    }
+    return end;
+}
+
+/* Gives the number nodes of `item`, in document order, the next spellings found in the text. */
+static int annotate_numbers(cJSON *item, const char **cursor, const char *end) {
+    for (; item; item = item->next) {
+        if (cJSON_IsNumber(item)) {
+            const char *p = *cursor;
+            while (p < end && !(*p == '-' || (*p >= '0' && *p <= '9'))) {
+                if (*p == '"')
+                    p = skip_json_string(p, end);
+                else
+                    p++;
+            }
+            const char *q = p;
+            while (q < end && strchr("+-.eE0123456789", *q))
+                q++;
+            if (p == end) return -1;
+            char *lex = cJSON_malloc((size_t)(q - p) + 1);
+            if (!lex) return -1;
+            memcpy(lex, p, (size_t)(q - p));
+            lex[q - p] = '\0';
+            item->valuestring = lex;
+            *cursor = q;
+        }
+        if ((cJSON_IsArray(item) || cJSON_IsObject(item)) &&
+            annotate_numbers(item->child, cursor, end) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* Python's json.loads refuses a raw control character inside a string; cJSON copies it (and a
+ * raw NUL cuts the string short). Returns the offset of the first one, or -1. Also tells whether
+ * any string holds an escaped U+0000. */
+static long find_control_char(const char *text, const char *end, bool *escaped_nul) {
+    bool in_string = false;
+    *escaped_nul = false;
+    for (const char *p = text; p < end; p++) {
+        unsigned char c = (unsigned char)*p;
+        if (!in_string) {
+            in_string = c == '"';
+        } else if (c == '"') {
+            in_string = false;
+        } else if (c == '\\') {
+            if (end - p >= 6 && memcmp(p + 1, "u0000", 5) == 0) *escaped_nul = true;
+            p++;
+        } else if (c < 0x20) {
+            return (long)(p - text);
+        }
+    }
+    return -1;
+}
+
+static unsigned hex4(const char *p) {
+    unsigned v = 0;
+    for (int i = 0; i < 4; i++) {
+        char c = p[i];
+        v = v * 16 + (unsigned)(c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10);
+    }
+    return v;
+}
+
+/* The string token that starts at the next '"' from *cursor (cJSON validated it): its decoded
+ * byte length and whether it holds U+0000. */
+static size_t next_string(const char **cursor, const char *end, bool *has_nul) {
+    const char *p = *cursor;
+    while (p < end && *p != '"')
+        p++;
+    size_t n = 0;
+    *has_nul = false;
+    for (p++; p < end && *p != '"'; p++, n++) {
+        if (*p != '\\') continue;
+        if (p[1] != 'u') {
+            p++;
+            continue;
+        }
+        unsigned cp = hex4(p + 2);
+        p += 5;
+        if (cp >= 0xd800 && cp <= 0xdbff && end - p > 6 && p[1] == '\\' && p[2] == 'u') {
+            n += 3; /* a surrogate pair is one 4-byte character */
+            p += 6;
+        } else {
+            *has_nul |= cp == 0;
+            n += cp < 0x80 ? 0 : cp < 0x800 ? 1 : 2;
+        }
+    }
+    *cursor = p < end ? p + 1 : end;
+    return n;
+}
+
+/* Walks the tree and the text's string tokens together, in document order (an object member's
+ * key comes before its value), recording the length of every string that holds U+0000. */
+static int mark_nul_strings(cJSON *item, bool members, const char **cursor, const char *end,
+                            err_t *err) {
+    for (; item; item = item->next) {
+        bool nul;
+        if (members) {
+            next_string(cursor, end, &nul);
+            if (nul) return err_set(err, "invalid JSON: an object key holds U+0000");
+        }
+        if (cJSON_IsString(item)) {
+            size_t n = next_string(cursor, end, &nul);
+            if (nul && n > INT_MAX) return err_set(err, "invalid JSON: a string is too long");
+            if (nul) item->valueint = (int)n;
+        } else if ((cJSON_IsArray(item) || cJSON_IsObject(item)) &&
+                   mark_nul_strings(item->child, cJSON_IsObject(item), cursor, end, err) < 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+cJSON *json_parse(const char *text, size_t len, err_t *err) {
+    const char *end = NULL;
+    cJSON *json = cJSON_ParseWithLengthOpts(text, len, &end, false);
+    if (!json) {
+        err_set(err, "invalid JSON near byte %ld", end ? (long)(end - text) : -1L);
+        return NULL;
+    }
+    for (const char *p = end; p < text + len; p++) {
+        if (!strchr(" \t\r\n", *p) || !*p) {
+            cJSON_Delete(json);
+            err_set(err, "invalid JSON: unexpected data at byte %ld", (long)(p - text));
+            return NULL;
+        }
+    }
+    bool escaped_nul;
+    long bad = find_control_char(text, end, &escaped_nul);
+    if (bad >= 0) {
+        cJSON_Delete(json);
+        err_set(err, "invalid JSON: a control character inside a string at byte %ld", bad);
+        return NULL;
+    }
+    const char *cursor = text;
+    if (annotate_numbers(json, &cursor, end) < 0) {
+        cJSON_Delete(json);
+        err_set(err, "out of memory parsing JSON");
+        return NULL;
+    }
+    cursor = text;
+    if (escaped_nul && mark_nul_strings(json, false, &cursor, end, err) < 0) {
+        cJSON_Delete(json);
+        return NULL;
+    }
+    return json;
+}
+
+bool json_has_nul(const cJSON *item) {
+    return cJSON_IsString(item) && item->valuestring && item->valueint > 0;
+}
+
+size_t json_strlen(const cJSON *item) {
+    if (!cJSON_IsString(item) || !item->valuestring) return 0;
+    return item->valueint > 0 ? (size_t)item->valueint : strlen(item->valuestring);
 }
