@@ -33,9 +33,9 @@
  *     engine_stream_release(s);
  *     engine_close(eng);
  *
- * Thread safety: every function may be called from any thread, except that one stream is read
- * by one thread at a time. Engine flags are read and changed through engine_flag_get/set (see
- * flags.h for the table).
+ * Streams and their events are in stream.h. Thread safety: every function may be called from
+ * any thread, except that one stream is read by one thread at a time. Engine flags are read and
+ * changed through engine_flag_get/set (see flags.h for the table).
  */
 #ifndef TACHYON_ENGINE_H
 #define TACHYON_ENGINE_H
@@ -51,11 +51,11 @@
 #include "genconfig.h"
 #include "sampling.h"
 #include "stats.h"
+#include "stream.h"
 #include "tokenizer.h"
 #include "weights.h"
 
 typedef struct engine engine_t;
-typedef struct engine_stream engine_stream_t;
 
 typedef struct engine_opts {
     model_source_t model; /* which model (default: the embedded one) */
@@ -84,9 +84,6 @@ const model_config_t *engine_model_config(const engine_t *eng);
 const tokenizer_t *engine_tokenizer(const engine_t *eng); /* NULL for a preset */
 /* The chat format, or -1 when the model has no chat template. */
 int engine_chat_format(const engine_t *eng);
-const genconfig_t *engine_genconfig(const engine_t *eng);
-/* The defaults requests' unset sampling fields take (generation_config.json, then flags). */
-void engine_default_sampling(const engine_t *eng, sampling_params_t *out);
 /* "cpu, 2 threads, f32" */
 void engine_describe_backend(const engine_t *eng, char *buf, size_t size);
 
@@ -108,54 +105,6 @@ typedef struct engine_request {
     void *wake_ctx;
 } engine_request_t;
 
-typedef enum engine_event_type {
-    ENGINE_EV_DELTA,  /* new text and tokens of one choice */
-    ENGINE_EV_FINISH, /* a choice ended; one per choice, always the last event of that choice */
-} engine_event_type_t;
-
-typedef enum engine_finish_reason {
-    ENGINE_FINISH_STOP,   /* EOS, a stop token id or a stop string */
-    ENGINE_FINISH_LENGTH, /* max_tokens or the context limit */
-    ENGINE_FINISH_ABORT,  /* cancelled, or the engine closed */
-    ENGINE_FINISH_ERROR,  /* the backend failed; `error` says why */
-} engine_finish_reason_t;
-
-/* "stop", "length", "abort", "error" */
-const char *engine_finish_reason_name(engine_finish_reason_t r);
-
-typedef struct engine_token_logprob {
-    int32_t id;
-    float logprob;
-} engine_token_logprob_t;
-
-typedef struct engine_event {
-    engine_event_type_t type;
-    int choice; /* 0..n-1 */
-    /* ENGINE_EV_DELTA (also on FINISH: the last text, possibly empty) */
-    char *text; /* UTF-8, never half a code point, never a prefix of a stop string that may
-                   still match; never NULL, NUL-terminated; owned by the event */
-    size_t text_len;
-    int32_t *token_ids; /* [n_tokens] the tokens this delta covers */
-    int n_tokens;
-    /* with logprobs >= 0: per token, the sampled token's logprob then `n_top` alternatives */
-    engine_token_logprob_t *logprobs; /* [n_tokens][1 + n_top] */
-    int n_top;
-    /* ENGINE_EV_FINISH */
-    engine_finish_reason_t reason;
-    char *stop_str;     /* the stop string that matched, or NULL */
-    int32_t stop_token; /* the EOS / stop id that matched, or -1 */
-    char *error;        /* ENGINE_FINISH_ERROR */
-    int prompt_tokens;
-    int completion_tokens; /* of this choice */
-    int cached_tokens;     /* prompt tokens served from the prefix cache */
-    double ttft_s, e2e_s;  /* of this choice */
-    /* Private: text, token_ids and logprobs live in the stream's event memory (mem_, one
-     * reference per event) or, for a text longer than a token usually is, in text_mem_; only
-     * engine_event_clear frees them, so do not free or keep those pointers past it. */
-    void *mem_;
-    void *text_mem_;
-} engine_event_t;
-
 /* engine_submit's failures: what the request did wrong, or the engine's state. */
 enum {
     ENGINE_E_INVALID = -1, /* the request: bad ids, sampling ranges, too long for the context */
@@ -168,24 +117,6 @@ enum {
  * return value is one of ENGINE_E_* and the message is one an API can show the user. The caller
  * owns *out: engine_stream_release. */
 int engine_submit(engine_t *eng, const engine_request_t *req, engine_stream_t **out, err_t *err);
-
-/* Takes the next event without blocking: 1 = got one, 0 = none yet, -1 = the stream is over
- * (every choice finished and every event was read). */
-int engine_stream_poll(engine_stream_t *s, engine_event_t *ev);
-
-/* As poll, but waits up to timeout_ms (-1 = forever) for an event. */
-int engine_stream_wait(engine_stream_t *s, engine_event_t *ev, int timeout_ms);
-
-/* Frees what an event owns. */
-void engine_event_clear(engine_event_t *ev);
-
-/* Aborts the request: its sequences leave the batch and free their blocks within one step; the
- * unfinished choices get a finish with reason abort. Idempotent. */
-void engine_stream_cancel(engine_stream_t *s);
-
-/* The reader is done with the stream: cancels it if unfinished and frees it when the engine is
- * done with it too. */
-void engine_stream_release(engine_stream_t *s);
 
 // ---------------------------------------------------------------------------------------------
 // Stats and flags

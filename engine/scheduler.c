@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "flags.h"
+#include "grow.h"
 
 struct sched {
     kv_pool_t *kv;
@@ -21,21 +22,6 @@ struct sched {
     int cap_out;
     uint64_t preemptions;
 };
-
-/* Grows *arr (elements of `size` bytes) to hold at least `need`, doubling. */
-static int grow(void **arr, int *cap, int need, size_t size) {
-    if (need <= *cap) return 0;
-    int n = *cap > 0 ? *cap : 8;
-    while (n < need)
-        n *= 2;
-    void *p = realloc(*arr, (size_t)n * size);
-    if (!p) return -1;
-    *arr = p;
-    *cap = n;
-    return 0;
-}
-
-#define GROW(arr, cap, need) grow((void **)&(arr), &(cap), (need), sizeof *(arr))
 
 // ---------------------------------------------------------------------------------------------
 // Sequences

@@ -1,0 +1,126 @@
+/*
+ * engine_int: the engine's private types, shared by its modules (engine-internal).
+ *
+ *   engine.c   the engine core: inbox and news, the step loop, rebuilds, submit, flags,
+ *              open/close (vLLM v1's EngineCore)
+ *   batch.c    the step's input batch (batch.h)
+ *   output.c   output processing: tokens to events, stop conditions and strings, finishes,
+ *              forks for n > 1 (output.h)
+ *   stream.c   the per-request event queue (stream.h for readers, stream_int.h for the engine)
+ *
+ * A request (eng_req_t) has n choices (eng_choice_t); each choice is one scheduler sequence.
+ * Fields under "shared, under mu" are written by any thread holding mu; the rest belong to the
+ * engine thread.
+ */
+#ifndef TACHYON_ENGINE_INT_H
+#define TACHYON_ENGINE_INT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#include "batch.h"
+#include "engine.h"
+#include "kvcache.h"
+#include "sampler.h"
+#include "scheduler.h"
+#include "stream_int.h"
+
+typedef struct eng_req eng_req_t;
+
+/* One choice of a request. */
+typedef struct eng_choice {
+    batch_seq_t b; /* first: the scheduler's and the batch's pointers convert back */
+    /* What every step reads, together after it */
+    eng_req_t *req;
+    tok_stream_t *ts; /* the engine's detokenizer (stop strings only; else the reader's) */
+    bool started;     /* in the scheduler: choice 0 from the inbox, the others from the fork */
+    bool finished;
+    double t_first, t_last; /* first and latest token; 0 = not yet */
+    size_t n_pend, cap_pend;
+    char *pend; /* [cap_pend] decoded text not emitted yet (a possible stop string start) */
+} eng_choice_t;
+
+static inline eng_choice_t *choice_of(sched_seq_t *s) {
+    return (eng_choice_t *)s;
+}
+
+struct eng_req {
+    eng_req_t *next, *prev; /* the inbox (next only), then the live list */
+    eng_req_t *next_done;
+    engine_stream_t *stream;
+    sampling_params_t sp; /* resolved */
+    int max_tokens;       /* INT_MAX: up to the context limit */
+    bool max_tokens_set;  /* given by the request (it must fit max-model-len) */
+    bool queued;          /* counted in n_queued until its first admission */
+    bool reader_decodes;  /* no stop strings: the stream's reader turns ids into text */
+    uint64_t seed;
+    int n, n_started, n_finished;
+    eng_choice_t *choices; /* [n] */
+    double arrival;
+    char *id;
+};
+
+struct engine {
+    atomic_bool alive; /* the engine thread is running its loop */
+    /* set by engine_open, then read-only */
+    model_weights_t *w;
+    const model_config_t *cfg;
+    tokenizer_t *tok;
+    genconfig_t gc;
+    int chat_format;
+    const backend_ops_t *ops;
+    backend_t *be;
+    int stop_ids[GENCONFIG_MAX_EOS + 1]; /* tokenizer eos, then generation_config eos ids */
+    int n_stop_ids;
+    size_t max_chunk; /* tok_stream_max_chunk */
+    stats_t *stats;
+
+    /* shared, under mu */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;      /* wakes the engine thread */
+    pthread_cond_t flag_cv; /* a rebuild was answered */
+    atomic_uint news;       /* bumped (under mu) with every change the engine thread must see */
+    flag_values_t flags;    /* current values; rebuild flags once applied */
+    uint64_t flags_gen;
+    eng_req_t *inbox_head, *inbox_tail;
+    engine_stream_t *cancels;
+    bool rebuild_pending, rebuild_done;
+    flag_values_t rebuild_flags;
+    int rebuild_rc;
+    err_t rebuild_err;
+    bool closing;
+    uint64_t n_submitted;
+    atomic_int n_queued;     /* requests submitted and not yet admitted */
+    pthread_mutex_t flag_mu; /* one flag change at a time */
+    pthread_t thread;
+    bool thread_started;
+
+    /* engine thread only */
+    unsigned news_seen; /* `news` when the engine thread last took it */
+    flag_values_t f;    /* applied */
+    uint64_t applied_gen;
+    int mml, num_blocks;
+    kv_pool_t *kv;
+    sched_t *sched;
+    sampler_t *smp; /* NULL when the backend samples */
+    eng_req_t *live;
+    stats_active_t active[STATS_MAX_ACTIVE]; /* scratch for record_active */
+    double active_t;                         /* when the list was last recorded */
+    eng_req_t *done; /* finished requests, freed after their events are pushed */
+    bool stalled;    /* the last step had nothing to run: wait for news */
+    int extra_preempted;
+    stats_step_t last_rec; /* the last step recorded (its gauges) */
+    /* output processing (output.c): the step's inter-token latencies, grouped (every choice
+     * that also got a token in the previous step has the same one): [n_itl] (value s, count);
+     * and the streams with events written this step */
+    double itl_v[8];
+    uint64_t itl_n[8];
+    int n_itl;
+    engine_stream_t *to_publish;
+    step_batch_t batch;
+    float *logits; /* [cap_logits] for the host sampler */
+    size_t cap_logits;
+};
+
+#endif
