@@ -479,15 +479,42 @@ static void shutdown_requests(engine_t *e) {
     /* Every stream is detached now, so no cancel notice can arrive any more. */
     pthread_mutex_lock(&e->mu);
     engine_stream_t *cancels = e->cancels;
+    flag_change_t *changes = e->changes;
     e->cancels = NULL;
-    if (e->rebuild_pending) {
-        e->rebuild_pending = false;
-        e->rebuild_rc = err_set(&e->rebuild_err, "the engine is closing");
-        e->rebuild_done = true;
-        pthread_cond_broadcast(&e->flag_cv);
-    }
+    e->changes = e->changes_tail = NULL;
     pthread_mutex_unlock(&e->mu);
     take_cancels(e, cancels);
+    while (changes) {
+        flag_change_t *c = changes;
+        changes = c->next;
+        c->done(c->ctx, -1, "the engine is closing");
+        free(c->value);
+        free(c);
+    }
+}
+
+/* Applies one queued rebuild-flag change and answers it. Only that flag is written back, so
+ * that live changes made meanwhile stay. */
+static void apply_change(engine_t *e, flag_change_t *c) {
+    err_t err = {{0}};
+    pthread_mutex_lock(&e->mu);
+    flag_values_t nf = e->flags;
+    pthread_mutex_unlock(&e->mu);
+    int rc = flags_set(c->def, c->value, &nf, &err);
+    if (rc == 0 && flags_differ(c->def, &nf, &e->f)) {
+        rc = rebuild(e, &nf, &err);
+        if (rc == 0) {
+            char text[64];
+            flags_format(c->def, &nf, text, sizeof text); /* normalised: max-model-len 0 */
+            flags_set(c->def, text, &e->f, NULL);
+            pthread_mutex_lock(&e->mu);
+            flags_set(c->def, text, &e->flags, NULL);
+            pthread_mutex_unlock(&e->mu);
+        }
+    }
+    c->done(c->ctx, rc, rc < 0 ? err.msg : NULL);
+    free(c->value);
+    free(c);
 }
 
 /* Waits, if there is nothing to do, for news from other threads (requests, cancels, flag
@@ -505,29 +532,22 @@ static bool take_news(engine_t *e) {
     eng_req_t *inbox = e->inbox_head;
     engine_stream_t *cancels = e->cancels;
     bool live = e->flags_gen != e->applied_gen;
-    bool rebuild_now = e->rebuild_pending;
-    flag_values_t f = e->flags, rf = e->rebuild_flags;
+    flag_values_t f = e->flags;
+    flag_change_t *changes = e->changes;
     e->inbox_head = e->inbox_tail = NULL;
     e->cancels = NULL;
+    e->changes = e->changes_tail = NULL;
     e->applied_gen = e->flags_gen;
-    e->rebuild_pending = false;
     pthread_mutex_unlock(&e->mu);
 
-    if (inbox || cancels || live || rebuild_now) e->stalled = false;
+    if (inbox || cancels || live || changes) e->stalled = false;
     if (live) apply_live(e, &f);
     take_inbox(e, inbox);
     take_cancels(e, cancels);
-    if (rebuild_now) {
-        err_t err = {{0}};
-        int rc = rebuild(e, &rf, &err);
-        if (rc == 0) e->f = rf;
-        pthread_mutex_lock(&e->mu);
-        if (rc == 0) e->flags = rf;
-        e->rebuild_rc = rc;
-        e->rebuild_err = err;
-        e->rebuild_done = true;
-        pthread_cond_broadcast(&e->flag_cv);
-        pthread_mutex_unlock(&e->mu);
+    while (changes) {
+        flag_change_t *c = changes;
+        changes = c->next;
+        apply_change(e, c);
     }
     return true;
 }
@@ -718,38 +738,88 @@ int engine_flag_get(engine_t *e, const char *name, char *buf, size_t size, err_t
     return 0;
 }
 
-int engine_flag_set(engine_t *e, const char *name, const char *value, err_t *err) {
+int engine_flag_set_async(engine_t *e, const char *name, const char *value,
+                          engine_flag_done_fn done, void *ctx, err_t *err) {
     const flag_def_t *d = flags_find(name);
     if (!d) return err_set(err, "unknown flag \"%s\"", name ? name : "");
     if (d->apply == FLAG_RELOAD)
         return err_set(err, "%s needs a restart: it changes the model or its parallel layout",
                        d->name);
-    pthread_mutex_lock(&e->flag_mu);
+    flag_change_t *c = NULL;
+    if (d->apply == FLAG_REBUILD) {
+        c = calloc(1, sizeof *c);
+        if (!c || !(c->value = strdup(value ? value : ""))) {
+            free(c);
+            return err_set(err, "out of memory");
+        }
+        *c = (flag_change_t){.def = d, .value = c->value, .done = done, .ctx = ctx};
+    }
     pthread_mutex_lock(&e->mu);
     flag_values_t nf = e->flags;
     int rc = flags_set(d, value, &nf, err);
     if (rc == 0 && d->apply == FLAG_REBUILD) rc = check_rebuild_flags(e, &nf, err);
-    if (rc < 0 || !flags_differ(d, &nf, &e->flags)) {
-        /* nothing to change */
-    } else if (d->apply == FLAG_LIVE) {
-        e->flags = nf;
-        e->flags_gen++;
-        tell_engine(e);
-    } else if (e->closing) {
-        rc = err_set(err, "the engine is closing");
-    } else {
-        e->rebuild_flags = nf;
-        e->rebuild_pending = true;
-        e->rebuild_done = false;
-        tell_engine(e);
-        while (!e->rebuild_done)
-            pthread_cond_wait(&e->flag_cv, &e->mu);
-        rc = e->rebuild_rc;
-        if (rc < 0 && err) *err = e->rebuild_err;
+    if (rc == 0 && e->closing) rc = err_set(err, "the engine is closing");
+    if (rc == 0) {
+        rc = 1;
+        if (d->apply == FLAG_LIVE && flags_differ(d, &nf, &e->flags)) {
+            e->flags = nf;
+            e->flags_gen++;
+            tell_engine(e);
+        } else if (d->apply == FLAG_REBUILD) {
+            /* queued even when it looks unchanged: an earlier change may still be queued */
+            if (e->changes_tail)
+                e->changes_tail->next = c;
+            else
+                e->changes = c;
+            e->changes_tail = c;
+            c = NULL;
+            rc = 0;
+            tell_engine(e);
+        }
     }
     pthread_mutex_unlock(&e->mu);
-    pthread_mutex_unlock(&e->flag_mu);
+    if (c) {
+        free(c->value);
+        free(c);
+    }
     return rc;
+}
+
+/* engine_flag_set waits for its change here. */
+typedef struct flag_waiter {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool done;
+    int rc;
+    err_t err;
+} flag_waiter_t;
+
+static void flag_answered(void *ctx, int rc, const char *msg) {
+    flag_waiter_t *w = ctx;
+    pthread_mutex_lock(&w->mu);
+    w->rc = rc;
+    if (rc < 0) err_set(&w->err, "%s", msg);
+    w->done = true;
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+int engine_flag_set(engine_t *e, const char *name, const char *value, err_t *err) {
+    flag_waiter_t w = {.done = false};
+    pthread_mutex_init(&w.mu, NULL);
+    pthread_cond_init(&w.cv, NULL);
+    int rc = engine_flag_set_async(e, name, value, flag_answered, &w, err);
+    if (rc == 0) {
+        pthread_mutex_lock(&w.mu);
+        while (!w.done)
+            pthread_cond_wait(&w.cv, &w.mu);
+        pthread_mutex_unlock(&w.mu);
+        rc = w.rc;
+        if (rc < 0 && err) *err = w.err;
+    }
+    pthread_mutex_destroy(&w.mu);
+    pthread_cond_destroy(&w.cv);
+    return rc < 0 ? -1 : 0;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -786,9 +856,7 @@ static void engine_free(engine_t *e) {
     batch_free(&e->batch);
     free(e->logits);
     pthread_mutex_destroy(&e->mu);
-    pthread_mutex_destroy(&e->flag_mu);
     pthread_cond_destroy(&e->cv);
-    pthread_cond_destroy(&e->flag_cv);
     free(e);
 }
 
@@ -816,9 +884,7 @@ int engine_open(const engine_opts_t *o, engine_t **out, err_t *err) {
     engine_t *e = calloc(1, sizeof *e);
     if (!e) return err_set(err, "out of memory");
     pthread_mutex_init(&e->mu, NULL);
-    pthread_mutex_init(&e->flag_mu, NULL);
     pthread_cond_init(&e->cv, NULL);
-    pthread_cond_init(&e->flag_cv, NULL);
     atomic_init(&e->n_queued, 0);
     const char *backend = o->backend ? o->backend : "cpu";
     e->ops = backend_find(backend);

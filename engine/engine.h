@@ -57,6 +57,9 @@
 
 typedef struct engine engine_t;
 
+/* A rebuild-flag change answered (engine_flag_set_async): rc 0, or -1 and msg says why. */
+typedef void (*engine_flag_done_fn)(void *ctx, int rc, const char *msg);
+
 typedef struct engine_opts {
     model_source_t model; /* which model (default: the embedded one) */
     const char *backend;  /* "cpu" (default) or "cuda" */
@@ -134,6 +137,15 @@ int engine_flag_get(engine_t *eng, const char *name, char *buf, size_t size, err
  * flags are refused with a message saying a restart is needed. A bad value changes nothing and
  * the message says why. max-model-len reads back as the effective value (0 sets the model's). */
 int engine_flag_set(engine_t *eng, const char *name, const char *value, err_t *err);
+
+/* engine_flag_set without waiting for a rebuild, for threads that must not block (an HTTP
+ * event thread, the console's UI thread). Returns -1 (refused at once: err says why; done is
+ * not called), 1 (applied, or nothing to change; done is not called) or 0 (a rebuild flag,
+ * queued: done(ctx, rc, msg) is called once from the engine thread when the rebuild has been
+ * answered, rc 0 or -1 with msg saying why, also when the engine closes first). Changes are
+ * applied in the order they were made. `done` must not block. */
+int engine_flag_set_async(engine_t *eng, const char *name, const char *value,
+                          engine_flag_done_fn done, void *ctx, err_t *err);
 
 /* True while the engine thread runs its loop: from engine_open until engine_close. A failing
  * backend does not stop it (each failed step finishes its requests with an error), so false

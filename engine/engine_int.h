@@ -28,6 +28,15 @@
 
 typedef struct eng_req eng_req_t;
 
+/* A rebuild-flag change waiting for the engine thread (engine_flag_set_async). */
+typedef struct flag_change {
+    struct flag_change *next;
+    const flag_def_t *def;
+    char *value; /* as given */
+    engine_flag_done_fn done;
+    void *ctx;
+} flag_change_t;
+
 /* One choice of a request. */
 typedef struct eng_choice {
     batch_seq_t b; /* first: the scheduler's and the batch's pointers convert back */
@@ -78,21 +87,16 @@ struct engine {
 
     /* shared, under mu */
     pthread_mutex_t mu;
-    pthread_cond_t cv;      /* wakes the engine thread */
-    pthread_cond_t flag_cv; /* a rebuild was answered */
-    atomic_uint news;       /* bumped (under mu) with every change the engine thread must see */
-    flag_values_t flags;    /* current values; rebuild flags once applied */
+    pthread_cond_t cv;   /* wakes the engine thread */
+    atomic_uint news;    /* bumped (under mu) with every change the engine thread must see */
+    flag_values_t flags; /* current values; rebuild flags once applied */
     uint64_t flags_gen;
     eng_req_t *inbox_head, *inbox_tail;
     engine_stream_t *cancels;
-    bool rebuild_pending, rebuild_done;
-    flag_values_t rebuild_flags;
-    int rebuild_rc;
-    err_t rebuild_err;
+    flag_change_t *changes, *changes_tail; /* rebuild-flag changes, in order */
     bool closing;
     uint64_t n_submitted;
-    atomic_int n_queued;     /* requests submitted and not yet admitted */
-    pthread_mutex_t flag_mu; /* one flag change at a time */
+    atomic_int n_queued; /* requests submitted and not yet admitted */
     pthread_t thread;
     bool thread_started;
 

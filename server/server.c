@@ -98,11 +98,11 @@ struct req {
     size_t out_pos;
     bool complete;
     double last_send;
-    /* a flag change runs on its own thread (a rebuild drains the engine) */
-    pthread_t flag_thread;
+    /* a rebuild-flag change waiting for the engine thread's answer (under mu) */
     bool flag_running, flag_done;
     int flag_rc;
     err_t flag_err;
+    pthread_cond_t flag_cv;
     char flag_value[MAX_FLAG_VALUE];
     /* the live list, under srv->mu */
     req_t *prev, *next;
@@ -202,6 +202,7 @@ static req_t *req_create(http_server_t *s, struct MHD_Connection *c) {
         MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     if (ci) r->fd = ci->connect_fd;
     pthread_mutex_init(&r->mu, NULL);
+    pthread_cond_init(&r->flag_cv, NULL);
     jb_init(&r->body);
     jb_init(&r->out);
     return r;
@@ -234,10 +235,14 @@ static void list_remove(http_server_t *s, req_t *r) {
 }
 
 static void req_free(req_t *r) {
-    if (r->flag_running) {
-        pthread_join(r->flag_thread, NULL);
+    if (r->flag_running) { /* the client left during a rebuild: the answer still comes here */
+        pthread_mutex_lock(&r->mu);
+        while (!r->flag_done)
+            pthread_cond_wait(&r->flag_cv, &r->mu);
+        pthread_mutex_unlock(&r->mu);
         list_remove(r->srv, r);
     }
+    pthread_cond_destroy(&r->flag_cv);
     pthread_mutex_destroy(&r->mu);
     jb_free(&r->body);
     jb_free(&r->out);
@@ -505,19 +510,30 @@ static enum MHD_Result flag_get(req_t *r) {
     return rc;
 }
 
-static void *flag_main(void *arg) {
-    req_t *r = arg;
-    r->flag_rc = engine_flag_set(r->srv->eng, r->flag, r->flag_value, &r->flag_err);
+/* The engine thread answers a rebuild-flag change (engine_flag_done_fn). */
+static void flag_answered(void *ctx, int rc, const char *msg) {
+    req_t *r = ctx;
     pthread_mutex_lock(&r->mu);
+    r->flag_rc = rc;
+    if (rc < 0) err_set(&r->flag_err, "%s", msg);
     r->flag_done = true;
     r->news = true;
     resume_locked(r);
+    pthread_cond_broadcast(&r->flag_cv);
     pthread_mutex_unlock(&r->mu);
-    return NULL;
 }
 
-/* POST/PUT /admin/flags/NAME {"value": ...}: the change runs on its own thread, since a rebuild
- * flag drains the engine and an HTTP thread must not block. */
+static enum MHD_Result flag_reply(req_t *r) {
+    jbuf_t b;
+    jb_init(&b);
+    flag_json(r->srv, flags_find(r->flag), &b);
+    enum MHD_Result rc = reply_json(r, 200, &b);
+    jb_free(&b);
+    return rc;
+}
+
+/* POST/PUT /admin/flags/NAME {"value": ...}: a rebuild flag drains the engine, so the change is
+ * queued (engine_flag_set_async) and the connection waits suspended for the answer. */
 static enum MHD_Result flag_set(req_t *r) {
     const flag_def_t *f = flags_find(r->flag);
     if (!f) return fail(r, 404, "name", "unknown flag \"%s\"", r->flag);
@@ -543,9 +559,12 @@ static enum MHD_Result flag_set(req_t *r) {
     snprintf(r->flag_value, sizeof r->flag_value, "%s", text);
     cJSON_Delete(o);
     snprintf(r->flag, sizeof r->flag, "%s", f->name);
-    if (pthread_create(&r->flag_thread, NULL, flag_main, r) != 0)
-        return fail(r, 500, NULL, "cannot start a thread");
-    r->flag_running = true;
+    r->flag_running = true; /* before the answer can come */
+    int rc = engine_flag_set_async(r->srv->eng, r->flag, r->flag_value, flag_answered, r, &err);
+    if (rc != 0) {
+        r->flag_running = false;
+        return rc < 0 ? fail(r, 400, "value", "%s", err.msg) : flag_reply(r);
+    }
     list_add(r->srv, r);
     return MHD_YES;
 }
@@ -561,16 +580,10 @@ static enum MHD_Result flag_set_wait(req_t *r) {
         }
         pthread_mutex_unlock(&r->mu);
         if (!done) return atomic_load(&r->srv->stopping) ? MHD_NO : MHD_YES;
-        pthread_join(r->flag_thread, NULL);
         r->flag_running = false;
         list_remove(r->srv, r);
         if (r->flag_rc < 0) return fail(r, 400, "value", "%s", r->flag_err.msg);
-        jbuf_t b;
-        jb_init(&b);
-        flag_json(r->srv, flags_find(r->flag), &b);
-        enum MHD_Result rc = reply_json(r, 200, &b);
-        jb_free(&b);
-        return rc;
+        return flag_reply(r);
     }
 }
 
