@@ -3,18 +3,15 @@
  *
  * Rendering produces the prompt byte for byte as transformers' apply_chat_template renders the
  * model's Jinja template (tests/fixtures/chat/ holds the templates and golden renders). The
- * format is chosen once per model from its template text (chat_detect_dir). Messages come from
- * an OpenAI request through chat_conv_from_json, or are filled directly as chat_msg_t.
+ * format is chosen once per model from its template text (chat_detect_dir). Messages are filled
+ * as chat_msg_t, or come from an OpenAI request through fe_conv_from_json (frontend.h).
  *
  *     chat_format_t fmt;
  *     if (chat_detect_dir(dir, &fmt, &err) < 0) ...
- *     cJSON *req = json_parse(body, body_len, &err);  // engine/json.h
- *     chat_conv_t *conv;
- *     chat_conv_from_json(cJSON_GetObjectItem(req, "messages"), cJSON_GetObjectItem(req, "tools"),
- *                         CHAT_JSON_VLLM, &conv, &err);
+ *     chat_msg_t msg = {.role = CHAT_USER, .content_kind = CHAT_CONTENT_TEXT, .content = "Hi"};
  *     chat_opts_t opts = {.add_generation_prompt = true};
  *     char *prompt; size_t len;
- *     chat_render(fmt, conv->msgs, conv->n_msgs, conv->tools, &opts, &prompt, &len, &err);
+ *     chat_render(fmt, &msg, 1, NULL, &opts, &prompt, &len, &err);
  *
  * The reasoning splitter separates model output into reasoning and content the way vLLM's
  * `qwen3` reasoning parser does: chat_reasoning_split() on a whole text, chat_reasoning_feed()
@@ -100,34 +97,6 @@ typedef struct chat_msg {
     size_t n_tool_calls;
     const char *tool_call_id; /* tool; no template renders it */
 } chat_msg_t;
-
-/* A conversation built from OpenAI JSON. Its strings point into the cJSON trees it was built
- * from, which must outlive it. */
-typedef struct chat_conv {
-    chat_msg_t *msgs;
-    size_t n_msgs;
-    const cJSON *tools; /* the request's "tools" array, or NULL */
-    struct chat_conv_store *store;
-} chat_conv_t;
-
-/* Preprocessing vLLM applies before it renders a template (chat_utils.py). */
-enum {
-    CHAT_JSON_FLATTEN_PARTS = 1, /* text parts joined with "\n" into a string content */
-    CHAT_JSON_PARSE_ARGS = 2,    /* string tool-call arguments parsed into JSON objects;
-                                    absent or empty arguments become {} */
-    CHAT_JSON_VLLM = CHAT_JSON_FLATTEN_PARTS | CHAT_JSON_PARSE_ARGS,
-};
-
-/* Builds a conversation from an OpenAI "messages" array and optional "tools" array (NULL or
- * JSON null for none). Without flags the messages reach the renderer as the client wrote them,
- * which is what transformers' apply_chat_template sees. reasoning_content, thinking and reasoning
- * are read in that order (transformers aliases them). Fails with a message naming the offending
- * message index for anything the format cannot carry: a missing role, content that is not a
- * string / null / array of text parts, a tool call without a function name. The caller owns
- * *out and frees it with chat_conv_destroy(). */
-int chat_conv_from_json(const cJSON *messages, const cJSON *tools, unsigned flags,
-                        chat_conv_t **out, err_t *err);
-void chat_conv_destroy(chat_conv_t *conv);
 
 // ---------------------------------------------------------------------------------------------
 // Rendering

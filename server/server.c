@@ -24,90 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "json.h"
-#include "metrics.h"
-#include "openai.h"
-
-#define PUMP_MAX       (64 * 1024)  /* bytes of SSE made ready per reader call */
-#define MEMORY_LIMIT   (128 * 1024) /* per connection: headers and the write buffer */
-#define LISTEN_BACKLOG 4096
-#define DEFAULT_BODY   (32u << 20)
-#define MAX_FLAG_VALUE 256
-
-typedef enum route {
-    R_NONE,
-    R_CHAT,
-    R_COMPLETIONS,
-    R_MODELS,
-    R_HEALTH,
-    R_PING,
-    R_LOAD,
-    R_VERSION,
-    R_METRICS,
-    R_TOKENIZE,
-    R_DETOKENIZE,
-    R_FLAGS,
-    R_FLAG,
-} route_t;
-
-typedef struct req req_t;
-
-struct http_server {
-    engine_t *eng;
-    struct MHD_Daemon *d;
-    int listen_fd, port;
-    MHD_socket quiesced_fd; /* handed back by MHD_quiesce_daemon, closed after the stop */
-    /* options, owned copies */
-    char *host, *root, *version;
-    char **keys;
-    int n_keys;
-    char **names;
-    int n_names;
-    size_t max_body;
-    double keepalive_s, watch_s;
-    long long started;
-    oai_config_t oai;
-    metrics_t *metrics;
-    atomic_bool draining, stopping, shut;
-    /* live generation requests, for the watcher and shutdown */
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    req_t *live;
-    int n_live;
-    bool watch_stop;
-    pthread_t watcher;
-    bool watcher_started;
-};
-
-struct req {
-    http_server_t *srv;
-    struct MHD_Connection *conn;
-    route_t route;
-    char flag[64];
-    int fd;
-    jbuf_t body;
-    bool too_big, responded, dispatched, answered;
-    oai_req_t *gen;
-    bool streaming;
-    /* under mu (see the top of this file) */
-    pthread_mutex_t mu;
-    bool suspended, news, ping, gone;
-    double idle_since; /* when a suspended stream last sent data */
-    /* HTTP thread */
-    jbuf_t out;
-    size_t out_pos;
-    bool complete;
-    double last_send;
-    /* a rebuild-flag change waiting for the engine thread's answer (under mu) */
-    bool flag_running, flag_done;
-    int flag_rc;
-    err_t flag_err;
-    pthread_cond_t flag_cv;
-    char flag_value[MAX_FLAG_VALUE];
-    /* the live list, under srv->mu */
-    req_t *prev, *next;
-    bool listed;
-};
+#include "server_int.h"
 
 static double now_s(void) {
     struct timespec ts;
@@ -134,8 +51,8 @@ static void count_status(http_server_t *s, unsigned status) {
 }
 
 /* Queues a complete response; the request then only waits for it to be sent. */
-static enum MHD_Result reply(req_t *r, unsigned status, const char *type, const char *body,
-                             size_t len, bool close) {
+enum MHD_Result srv_reply(req_t *r, unsigned status, const char *type, const char *body, size_t len,
+                          bool close) {
     struct MHD_Response *resp =
         MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
     if (!resp) return MHD_NO;
@@ -157,9 +74,9 @@ static enum MHD_Result reply(req_t *r, unsigned status, const char *type, const 
     return rc;
 }
 
-static enum MHD_Result reply_json(req_t *r, unsigned status, jbuf_t *b) {
+enum MHD_Result srv_reply_json(req_t *r, unsigned status, jbuf_t *b) {
     if (b->oom) return MHD_NO;
-    return reply(r, status, "application/json", b->p ? b->p : "", b->len, false);
+    return srv_reply(r, status, "application/json", b->p ? b->p : "", b->len, false);
 }
 
 static enum MHD_Result reply_error(req_t *r, const oai_error_t *e) {
@@ -169,16 +86,13 @@ static enum MHD_Result reply_error(req_t *r, const oai_error_t *e) {
     if (e->status == 503 && !strncmp(e->msg, "too many requests", 17))
         metrics_add(r->srv->metrics, METRIC_REJECTED_QUEUE, 1);
     enum MHD_Result rc = b.oom ? MHD_NO
-                               : reply(r, (unsigned)e->status, "application/json", b.p, b.len,
-                                       atomic_load(&r->srv->draining));
+                               : srv_reply(r, (unsigned)e->status, "application/json", b.p, b.len,
+                                           atomic_load(&r->srv->draining));
     jb_free(&b);
     return rc;
 }
 
-static enum MHD_Result fail(req_t *r, int status, const char *param, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static enum MHD_Result fail(req_t *r, int status, const char *param, const char *fmt, ...) {
+enum MHD_Result srv_fail(req_t *r, int status, const char *param, const char *fmt, ...) {
     oai_error_t e;
     char msg[sizeof e.msg];
     va_list ap;
@@ -208,7 +122,7 @@ static req_t *req_create(http_server_t *s, struct MHD_Connection *c) {
     return r;
 }
 
-static void list_add(http_server_t *s, req_t *r) {
+void srv_list_add(http_server_t *s, req_t *r) {
     pthread_mutex_lock(&s->mu);
     r->next = s->live;
     r->prev = NULL;
@@ -219,7 +133,7 @@ static void list_add(http_server_t *s, req_t *r) {
     pthread_mutex_unlock(&s->mu);
 }
 
-static void list_remove(http_server_t *s, req_t *r) {
+void srv_list_remove(http_server_t *s, req_t *r) {
     pthread_mutex_lock(&s->mu);
     if (r->listed) {
         if (r->prev)
@@ -240,7 +154,7 @@ static void req_free(req_t *r) {
         while (!r->flag_done)
             pthread_cond_wait(&r->flag_cv, &r->mu);
         pthread_mutex_unlock(&r->mu);
-        list_remove(r->srv, r);
+        srv_list_remove(r->srv, r);
     }
     pthread_cond_destroy(&r->flag_cv);
     pthread_mutex_destroy(&r->mu);
@@ -250,7 +164,7 @@ static void req_free(req_t *r) {
 }
 
 /* Makes a suspended request run again for a reason set by the caller. Under r->mu. */
-static void resume_locked(req_t *r) {
+void srv_resume_locked(req_t *r) {
     if (r->suspended) {
         r->suspended = false;
         MHD_resume_connection(r->conn);
@@ -262,7 +176,7 @@ static void on_wake(void *ctx) {
     req_t *r = ctx;
     pthread_mutex_lock(&r->mu);
     r->news = true;
-    resume_locked(r);
+    srv_resume_locked(r);
     pthread_mutex_unlock(&r->mu);
 }
 
@@ -353,7 +267,7 @@ static enum MHD_Result wait_answer(req_t *r) {
             jb_init(&b);
             int status;
             oai_response(r->gen, &b, &status);
-            enum MHD_Result rc = reply_json(r, (unsigned)status, &b);
+            enum MHD_Result rc = srv_reply_json(r, (unsigned)status, &b);
             jb_free(&b);
             r->answered = true;
             return rc;
@@ -374,217 +288,9 @@ static enum MHD_Result generate(req_t *r, oai_endpoint_t ep) {
         return reply_error(r, &e);
     }
     /* listed before it can suspend: the watcher and shutdown look after listed requests */
-    list_add(s, r);
+    srv_list_add(s, r);
     if (r->streaming) return start_stream(r);
     return wait_answer(r);
-}
-
-// ---------------------------------------------------------------------------------------------
-// Small endpoints
-
-static enum MHD_Result models(req_t *r) {
-    http_server_t *s = r->srv;
-    jbuf_t b;
-    jb_init(&b);
-    int mml = oai_max_model_len(s->eng);
-    jb_lit(&b, "{\"object\":\"list\",\"data\":[");
-    for (int i = 0; i < s->n_names; i++) {
-        jb_lit(&b, i ? ",{\"id\":" : "{\"id\":");
-        jb_cstr(&b, s->names[i]);
-        jb_printf(&b, ",\"object\":\"model\",\"created\":%lld,\"owned_by\":\"tachyon\",\"root\":",
-                  s->started);
-        jb_cstr(&b, s->root);
-        jb_printf(&b,
-                  ",\"parent\":null,\"max_model_len\":%d,\"permission\":[{\"id\":\"modelperm-"
-                  "%016llx\",\"object\":\"model_permission\",\"created\":%lld,"
-                  "\"allow_create_engine\":false,\"allow_sampling\":true,\"allow_logprobs\":true,"
-                  "\"allow_search_indices\":false,\"allow_view\":true,\"allow_fine_tuning\":false,"
-                  "\"organization\":\"*\",\"group\":null,\"is_blocking\":false}]}",
-                  mml, (unsigned long long)(s->oai.id_seed + (uint64_t)i), s->started);
-    }
-    jb_lit(&b, "]}");
-    enum MHD_Result rc = reply_json(r, 200, &b);
-    jb_free(&b);
-    return rc;
-}
-
-static enum MHD_Result metrics(req_t *r) {
-    http_server_t *s = r->srv;
-    stats_snapshot_t *snap = malloc(sizeof *snap);
-    if (!snap) return fail(r, 500, NULL, "out of memory");
-    engine_stats(s->eng, snap);
-    char bs[32] = "16", dtype[32] = "auto", pc[8] = "true";
-    err_t err;
-    engine_flag_get(s->eng, "block-size", bs, sizeof bs, &err);
-    engine_flag_get(s->eng, "kv-cache-dtype", dtype, sizeof dtype, &err);
-    engine_flag_get(s->eng, "enable-prefix-caching", pc, sizeof pc, &err);
-    metrics_info_t info = {
-        .model_name = s->names[0],
-        .block_size = atoi(bs),
-        .kv_cache_dtype = dtype,
-        .prefix_caching = !strcmp(pc, "true"),
-        .requests_in_flight = http_in_flight(s),
-    };
-    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_CURRENT_CONNECTIONS);
-    if (di) info.connections = di->num_connections;
-    jbuf_t b;
-    jb_init(&b);
-    metrics_render(s->metrics, snap, &info, &b);
-    free(snap);
-    enum MHD_Result rc =
-        b.oom ? MHD_NO
-              : reply(r, 200, "text/plain; version=0.0.4; charset=utf-8", b.p, b.len, false);
-    jb_free(&b);
-    return rc;
-}
-
-static const char *flag_type_name(flag_type_t t) {
-    switch (t) {
-        case FLAG_INT:
-            return "int";
-        case FLAG_FLOAT:
-            return "float";
-        case FLAG_BOOL:
-            return "bool";
-        case FLAG_ENUM:
-            return "enum";
-        case FLAG_SIZE:
-            return "size";
-    }
-    return "?";
-}
-
-static void flag_json(http_server_t *s, const flag_def_t *f, jbuf_t *b) {
-    char value[MAX_FLAG_VALUE] = "";
-    err_t err;
-    engine_flag_get(s->eng, f->name, value, sizeof value, &err);
-    jb_lit(b, "{\"name\":");
-    jb_cstr(b, f->name);
-    jb_lit(b, ",\"value\":");
-    jb_cstr(b, value);
-    jb_lit(b, ",\"default\":");
-    jb_cstr(b, f->def);
-    jb_printf(b, ",\"type\":\"%s\",\"apply\":\"%s\"", flag_type_name(f->type),
-              flag_apply_name(f->apply));
-    if (f->type == FLAG_INT || f->type == FLAG_FLOAT || f->type == FLAG_SIZE) {
-        jb_lit(b, ",\"min\":");
-        jb_double(b, f->min);
-        jb_lit(b, ",\"max\":");
-        jb_double(b, f->max);
-    }
-    if (f->type == FLAG_ENUM && f->choices) {
-        jb_lit(b, ",\"choices\":[");
-        for (int i = 0; f->choices[i]; i++) {
-            if (i) jb_raw(b, ",", 1);
-            jb_cstr(b, f->choices[i]);
-        }
-        jb_raw(b, "]", 1);
-    }
-    jb_lit(b, ",\"help\":");
-    jb_cstr(b, f->help);
-    jb_raw(b, "}", 1);
-}
-
-static enum MHD_Result flags_list(req_t *r) {
-    jbuf_t b;
-    jb_init(&b);
-    jb_lit(&b, "{\"object\":\"list\",\"data\":[");
-    for (int i = 0; i < flags_count(); i++) {
-        if (i) jb_raw(&b, ",", 1);
-        flag_json(r->srv, flags_at(i), &b);
-    }
-    jb_lit(&b, "]}");
-    enum MHD_Result rc = reply_json(r, 200, &b);
-    jb_free(&b);
-    return rc;
-}
-
-static enum MHD_Result flag_get(req_t *r) {
-    const flag_def_t *f = flags_find(r->flag);
-    if (!f) return fail(r, 404, "name", "unknown flag \"%s\"", r->flag);
-    jbuf_t b;
-    jb_init(&b);
-    flag_json(r->srv, f, &b);
-    enum MHD_Result rc = reply_json(r, 200, &b);
-    jb_free(&b);
-    return rc;
-}
-
-/* The engine thread answers a rebuild-flag change (engine_flag_done_fn). */
-static void flag_answered(void *ctx, int rc, const char *msg) {
-    req_t *r = ctx;
-    pthread_mutex_lock(&r->mu);
-    r->flag_rc = rc;
-    if (rc < 0) err_set(&r->flag_err, "%s", msg);
-    r->flag_done = true;
-    r->news = true;
-    resume_locked(r);
-    pthread_cond_broadcast(&r->flag_cv);
-    pthread_mutex_unlock(&r->mu);
-}
-
-static enum MHD_Result flag_reply(req_t *r) {
-    jbuf_t b;
-    jb_init(&b);
-    flag_json(r->srv, flags_find(r->flag), &b);
-    enum MHD_Result rc = reply_json(r, 200, &b);
-    jb_free(&b);
-    return rc;
-}
-
-/* POST/PUT /admin/flags/NAME {"value": ...}: a rebuild flag drains the engine, so the change is
- * queued (engine_flag_set_async) and the connection waits suspended for the answer. */
-static enum MHD_Result flag_set(req_t *r) {
-    const flag_def_t *f = flags_find(r->flag);
-    if (!f) return fail(r, 404, "name", "unknown flag \"%s\"", r->flag);
-    if (!jb_utf8_valid(r->body.p ? r->body.p : "", r->body.len))
-        return fail(r, 400, NULL, "the request body is not valid UTF-8");
-    err_t err;
-    cJSON *o = json_parse(r->body.p ? r->body.p : "", r->body.len, &err);
-    if (!o) return fail(r, 400, NULL, "JSON decode error: %s", err.msg);
-    const cJSON *v = cJSON_IsObject(o) ? cJSON_GetObjectItemCaseSensitive(o, "value") : NULL;
-    const char *text = NULL;
-    if (cJSON_IsString(v))
-        text = v->valuestring;
-    else if (cJSON_IsNumber(v))
-        text = v->valuestring; /* json_parse keeps the spelling */
-    else if (cJSON_IsBool(v))
-        text = cJSON_IsTrue(v) ? "true" : "false";
-    else if (cJSON_IsNull(v))
-        text = "unset";
-    if (!text || strlen(text) >= sizeof r->flag_value) {
-        cJSON_Delete(o);
-        return fail(r, 400, "value", "the body must be {\"value\": <string, number or bool>}");
-    }
-    snprintf(r->flag_value, sizeof r->flag_value, "%s", text);
-    cJSON_Delete(o);
-    snprintf(r->flag, sizeof r->flag, "%s", f->name);
-    r->flag_running = true; /* before the answer can come */
-    int rc = engine_flag_set_async(r->srv->eng, r->flag, r->flag_value, flag_answered, r, &err);
-    if (rc != 0) {
-        r->flag_running = false;
-        return rc < 0 ? fail(r, 400, "value", "%s", err.msg) : flag_reply(r);
-    }
-    list_add(r->srv, r);
-    return MHD_YES;
-}
-
-static enum MHD_Result flag_set_wait(req_t *r) {
-    for (;;) {
-        pthread_mutex_lock(&r->mu);
-        r->news = false;
-        bool done = r->flag_done;
-        if (!done && !atomic_load(&r->srv->stopping)) {
-            r->suspended = true;
-            MHD_suspend_connection(r->conn);
-        }
-        pthread_mutex_unlock(&r->mu);
-        if (!done) return atomic_load(&r->srv->stopping) ? MHD_NO : MHD_YES;
-        r->flag_running = false;
-        list_remove(r->srv, r);
-        if (r->flag_rc < 0) return fail(r, 400, "value", "%s", r->flag_err.msg);
-        return flag_reply(r);
-    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -663,7 +369,7 @@ static bool authorized(http_server_t *s, struct MHD_Connection *c) {
 
 static enum MHD_Result not_found(req_t *r) {
     static const char body[] = "{\"detail\":\"Not Found\"}";
-    return reply(r, 404, "application/json", body, sizeof body - 1, false);
+    return srv_reply(r, 404, "application/json", body, sizeof body - 1, false);
 }
 
 /* The first call, with the headers: everything that can be refused before the body is. */
@@ -673,7 +379,7 @@ static enum MHD_Result first_call(req_t *r, const char *url, const char *method)
     bool options = !strcmp(method, MHD_HTTP_METHOD_OPTIONS);
     if (r->route != R_NONE && !is_public(r->route) && !options && !authorized(s, r->conn)) {
         static const char body[] = "{\"error\":\"Unauthorized\"}";
-        return reply(r, 401, "application/json", body, sizeof body - 1, false);
+        return srv_reply(r, 401, "application/json", body, sizeof body - 1, false);
     }
     if (r->route == R_NONE) return not_found(r);
     int m = !strcmp(method, MHD_HTTP_METHOD_GET)    ? 1
@@ -682,15 +388,15 @@ static enum MHD_Result first_call(req_t *r, const char *url, const char *method)
                                                     : 0;
     if (!(methods_of(r->route) & m)) {
         static const char body[] = "{\"detail\":\"Method Not Allowed\"}";
-        return reply(r, 405, "application/json", body, sizeof body - 1, false);
+        return srv_reply(r, 405, "application/json", body, sizeof body - 1, false);
     }
     if (atomic_load(&s->draining) && r->route != R_HEALTH && r->route != R_PING &&
         r->route != R_METRICS)
-        return fail(r, 503, NULL, "the server is shutting down");
+        return srv_fail(r, 503, NULL, "the server is shutting down");
     const char *cl =
         MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
     if (cl && strtoull(cl, NULL, 10) > s->max_body)
-        return fail(r, 413, NULL, "the request body is larger than %zu bytes", s->max_body);
+        return srv_fail(r, 413, NULL, "the request body is larger than %zu bytes", s->max_body);
     return MHD_YES;
 }
 
@@ -698,7 +404,7 @@ static enum MHD_Result first_call(req_t *r, const char *url, const char *method)
 static enum MHD_Result dispatch(req_t *r, bool get) {
     http_server_t *s = r->srv;
     if (r->too_big)
-        return fail(r, 413, NULL, "the request body is larger than %zu bytes", s->max_body);
+        return srv_fail(r, 413, NULL, "the request body is larger than %zu bytes", s->max_body);
     jbuf_t b;
     jb_init(&b);
     oai_error_t e;
@@ -710,12 +416,12 @@ static enum MHD_Result dispatch(req_t *r, bool get) {
         case R_COMPLETIONS:
             return generate(r, OAI_COMPLETIONS);
         case R_MODELS:
-            return models(r);
+            return srv_models(r);
         case R_HEALTH:
         case R_PING:
             if (atomic_load(&s->draining) || !engine_alive(s->eng))
-                return reply(r, 503, NULL, "", 0, true);
-            return reply(r, 200, NULL, "", 0, false);
+                return srv_reply(r, 503, NULL, "", 0, true);
+            return srv_reply(r, 200, NULL, "", 0, false);
         case R_LOAD:
             jb_printf(&b, "{\"server_load\":%d}", http_in_flight(s));
             break;
@@ -725,7 +431,7 @@ static enum MHD_Result dispatch(req_t *r, bool get) {
             jb_raw(&b, "}", 1);
             break;
         case R_METRICS:
-            return metrics(r);
+            return srv_metrics(r);
         case R_TOKENIZE:
         case R_DETOKENIZE:
             if ((r->route == R_TOKENIZE ? oai_tokenize : oai_detokenize)(&s->oai, body, r->body.len,
@@ -735,13 +441,13 @@ static enum MHD_Result dispatch(req_t *r, bool get) {
             }
             break;
         case R_FLAGS:
-            return flags_list(r);
+            return srv_flags_list(r);
         case R_FLAG:
-            return get ? flag_get(r) : flag_set(r);
+            return get ? srv_flag_get(r) : srv_flag_set(r);
         case R_NONE:
             return not_found(r);
     }
-    rc = reply_json(r, 200, &b);
+    rc = srv_reply_json(r, 200, &b);
     jb_free(&b);
     return rc;
 }
@@ -773,7 +479,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         r->dispatched = true;
         return dispatch(r, !strcmp(method, MHD_HTTP_METHOD_GET));
     }
-    if (r->flag_running) return flag_set_wait(r);
+    if (r->flag_running) return srv_flag_set_wait(r);
     if (r->gen && !r->streaming) return wait_answer(r);
     return MHD_YES;
 }
@@ -787,7 +493,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **req_cls,
     if (r->gen) {
         if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && !r->answered)
             metrics_add(s->metrics, METRIC_DISCONNECTS, 1);
-        list_remove(s, r);
+        srv_list_remove(s, r);
         /* cancels unfinished choices and waits out a wake call in progress */
         oai_destroy(r->gen);
         r->gen = NULL;
@@ -816,10 +522,10 @@ static void watch_once(http_server_t *s) {
             gone = peer_gone(r->fd);
             if (gone) {
                 r->gone = true;
-                resume_locked(r);
+                srv_resume_locked(r);
             } else if (r->streaming && now - r->idle_since >= s->keepalive_s) {
                 r->ping = true;
-                resume_locked(r);
+                srv_resume_locked(r);
             }
         }
         pthread_mutex_unlock(&r->mu);
@@ -1048,7 +754,7 @@ void http_shutdown(http_server_t *s, double grace_s) {
     pthread_mutex_lock(&s->mu);
     for (req_t *r = s->live; r; r = r->next) {
         pthread_mutex_lock(&r->mu);
-        resume_locked(r);
+        srv_resume_locked(r);
         pthread_mutex_unlock(&r->mu);
     }
     pthread_mutex_unlock(&s->mu);

@@ -28,7 +28,6 @@ static const char chat_help[] = "/new  /system TEXT  /think on|off  /help  /quit
 
 typedef struct chat_state {
     engine_t *eng;
-    chat_format_t format;
     conversation_t history;
     char *system;
     bool think;
@@ -36,56 +35,47 @@ typedef struct chat_state {
     sampling_params_t sampling; /* per turn; unset fields: the model's defaults */
 } chat_state_t;
 
-/* One user turn: render, encode, stream the reply while printing it, remember it. Returns -1
- * only on a failure that ends the chat (out of memory). */
+/* One user turn: the prompt through the front door, the reply streamed while it prints,
+ * remembered. Returns -1 only on a failure that ends the chat (out of memory). */
 static int chat_turn(chat_state_t *st, const char *line) {
     err_t err = {{0}};
     if (conversation_add(&st->history, CHAT_USER, line) < 0) return -1;
     chat_opts_t copts = {.add_generation_prompt = true,
                          .enable_thinking = st->think ? CHAT_THINK_DEFAULT : CHAT_THINK_OFF};
-    char *prompt;
-    size_t len;
-    if (chat_render(st->format, st->history.msgs, st->history.n, NULL, &copts, &prompt, &len,
-                    &err) < 0) {
+    fe_prompt_t prompt;
+    if (fe_prompt_chat(st->eng, st->history.msgs, st->history.n, NULL, &copts, &prompt, &err) < 0) {
         fprintf(stderr, "tachyon: %s\n", err.msg);
         conversation_forget_last(&st->history);
         return 0;
     }
-    int32_t *ids;
-    size_t n_ids;
-    int rc = tok_encode(engine_tokenizer(st->eng), prompt, len, &ids, &n_ids, &err);
-    free(prompt);
-    if (rc < 0) {
-        fprintf(stderr, "tachyon: %s\n", err.msg);
-        conversation_forget_last(&st->history);
-        return 0;
-    }
-    engine_request_t req = {.prompt = ids, .n_prompt = (int)n_ids, .sampling = st->sampling};
-    engine_stream_t *s;
-    rc = engine_submit(st->eng, &req, &s, &err);
-    free(ids);
+    engine_request_t req = {
+        .prompt = prompt.ids, .n_prompt = prompt.n_ids, .sampling = st->sampling};
+    fe_reply_opts_t ro = {.split_reasoning = st->mode != TEXTSTREAM_RAW,
+                          .prompt_ends_reasoning = prompt.ends_reasoning};
+    fe_reply_t *reply;
+    int rc = fe_reply_submit(st->eng, &req, &ro, &reply, &err);
+    fe_prompt_free(&prompt);
     if (rc < 0) { /* too long for the context, most likely: say so, keep the chat */
         fprintf(stderr, "tachyon: %s (/new starts over)\n", err.msg);
         conversation_forget_last(&st->history);
         return 0;
     }
     textstream_t ts;
-    if (textstream_init(&ts, stdout, st->mode, chat_prompt_ends_reasoning(st->format, &copts)) <
-        0) {
-        engine_stream_release(s);
+    if (textstream_init(&ts, stdout, st->mode) < 0) {
+        fe_reply_release(reply);
         return -1;
     }
-    engine_event_t ev;
+    fe_delta_t d;
     bool ok = true;
-    while (engine_stream_wait(s, &ev, -1) > 0) {
-        textstream_push(&ts, ev.text, ev.text_len);
-        if (ev.type == ENGINE_EV_FINISH && ev.reason == ENGINE_FINISH_ERROR) {
-            fprintf(stderr, "\ntachyon: %s\n", ev.error ? ev.error : "generation failed");
+    while ((rc = fe_reply_wait(reply, &d, -1)) > 0) {
+        textstream_push(&ts, &d);
+        if (d.finished && d.ev->reason == ENGINE_FINISH_ERROR) {
+            fprintf(stderr, "\ntachyon: %s\n", d.ev->error ? d.ev->error : "generation failed");
             ok = false;
         }
-        engine_event_clear(&ev);
     }
-    engine_stream_release(s);
+    ok &= rc == -1; /* -2: out of memory */
+    fe_reply_release(reply);
     textstream_finish(&ts);
     printf("\n");
     rc = ok ? conversation_add(&st->history, CHAT_ASSISTANT, ts.reply) : 0;
@@ -184,13 +174,11 @@ int cmd_chat(int argc, char **argv) {
     }
     if (cli_engine_open(&ce) < 0) return 1;
     st.eng = ce.eng;
-    int fmt = engine_chat_format(ce.eng);
-    if (!engine_tokenizer(ce.eng) || fmt < 0) {
+    if (!engine_tokenizer(ce.eng) || engine_chat_format(ce.eng) < 0) {
         fprintf(stderr, "tachyon: chat needs a model with a tokenizer and a chat template\n");
         cli_engine_close(&ce);
         return 1;
     }
-    st.format = (chat_format_t)fmt;
     st.system = strdup(system ? system : "");
     conversation_reset(&st.history, st.system);
 

@@ -6,6 +6,7 @@
 #include <sys/resource.h>
 
 #include "cli.h"
+#include "frontend.h"
 
 static const char complete_usage[] =
     "usage: tachyon complete [options] (--prompt TEXT | --prompt-ids 1,2,3)\n"
@@ -27,43 +28,34 @@ static const char complete_usage[] =
     "  --stats                    print prefill and decode speed and peak memory to stderr\n"
     "\n" CLI_ENGINE_HELP;
 
-/* Encodes the prompt text, as one user message in the chat format when `chat`. */
+/* The prompt text through the front door, as one user message in the chat format when `chat`. */
 static int encode_prompt(engine_t *eng, const char *text, bool chat, bool no_think, int32_t **ids,
                          int *n) {
     err_t err = {{0}};
-    const tokenizer_t *tok = engine_tokenizer(eng);
-    if (!tok) {
-        fprintf(stderr, "tachyon: this model has no tokenizer: give --prompt-ids\n");
-        return -1;
-    }
-    char *rendered = NULL;
-    size_t len = strlen(text);
+    fe_prompt_t p;
+    int rc;
     if (chat) {
-        int fmt = engine_chat_format(eng);
-        if (fmt < 0) {
-            fprintf(stderr, "tachyon: this model has no chat template\n");
-            return -1;
-        }
         chat_msg_t msg = {.role = CHAT_USER,
                           .role_name = "user",
                           .content_kind = CHAT_CONTENT_TEXT,
                           .content = text};
         chat_opts_t opts = {.add_generation_prompt = true,
                             .enable_thinking = no_think ? CHAT_THINK_OFF : CHAT_THINK_DEFAULT};
-        if (chat_render((chat_format_t)fmt, &msg, 1, NULL, &opts, &rendered, &len, &err) < 0) {
-            fprintf(stderr, "tachyon: %s\n", err.msg);
-            return -1;
-        }
-        text = rendered;
+        rc = fe_prompt_chat(eng, &msg, 1, NULL, &opts, &p, &err);
+    } else {
+        rc = fe_prompt_text(eng, text, strlen(text), &p, &err);
     }
-    size_t count;
-    int rc = tok_encode(tok, text, len, ids, &count, &err);
-    free(rendered);
     if (rc < 0) {
-        fprintf(stderr, "tachyon: %s\n", err.msg);
+        if (rc == FE_E_UNSUPPORTED && !engine_tokenizer(eng))
+            fprintf(stderr, "tachyon: this model has no tokenizer: give --prompt-ids\n");
+        else if (rc == FE_E_UNSUPPORTED)
+            fprintf(stderr, "tachyon: this model has no chat template\n");
+        else
+            fprintf(stderr, "tachyon: %s\n", err.msg);
         return -1;
     }
-    *n = (int)count;
+    *ids = p.ids;
+    *n = p.n_ids;
     return 0;
 }
 
@@ -114,10 +106,18 @@ int cmd_complete(int argc, char **argv) {
     optind = 1;
     while ((opt = getopt_long(argc, argv, "n:h", longopts, NULL)) != -1) {
         switch (opt) {
-            case 'p': prompt_ids = optarg; break;
-            case 'P': prompt_text = optarg; break;
-            case 'C': chat = true; break;
-            case 'T': no_think = true; break;
+            case 'p':
+                prompt_ids = optarg;
+                break;
+            case 'P':
+                prompt_text = optarg;
+                break;
+            case 'C':
+                chat = true;
+                break;
+            case 'T':
+                no_think = true;
+                break;
             case 'n':
                 if (cli_parse_long(optarg, 1, 1 << 24, &v) < 0) {
                     fprintf(stderr, "tachyon: --max-tokens must be a positive integer\n");
@@ -164,14 +164,22 @@ int cmd_complete(int argc, char **argv) {
                     goto out;
                 }
                 break;
-            case 'e': p->ignore_eos = true; break;
-            case 'i': token_ids = true; break;
-            case 'S': stats = true; break;
+            case 'e':
+                p->ignore_eos = true;
+                break;
+            case 'i':
+                token_ids = true;
+                break;
+            case 'S':
+                stats = true;
+                break;
             case 'h':
                 fputs(complete_usage, stdout);
                 rc = 0;
                 goto out;
-            default: fputs(complete_usage, stderr); goto out;
+            default:
+                fputs(complete_usage, stderr);
+                goto out;
         }
     }
     if (optind < argc || !prompt_ids == !prompt_text || (chat && !prompt_text)) {
@@ -188,39 +196,46 @@ int cmd_complete(int argc, char **argv) {
         free(prompt);
         goto out;
     }
-    if (prompt_text && encode_prompt(ce.eng, prompt_text, chat, no_think, &prompt, &req.n_prompt) < 0)
+    if (prompt_text &&
+        encode_prompt(ce.eng, prompt_text, chat, no_think, &prompt, &req.n_prompt) < 0)
         goto close;
     req.prompt = prompt;
     bool text_out = !token_ids && engine_tokenizer(ce.eng);
-    engine_stream_t *s;
-    if (engine_submit(ce.eng, &req, &s, &err) < 0) {
+    fe_reply_t *reply;
+    fe_reply_opts_t ro = {.split_reasoning = false};
+    if (fe_reply_submit(ce.eng, &req, &ro, &reply, &err) < 0) {
         fprintf(stderr, "tachyon: %s\n", err.msg);
         goto close;
     }
-    engine_event_t ev;
-    int n_out = 0;
+    fe_delta_t d;
+    int n_out = 0, got;
     double ttft = 0, e2e = 0;
     bool failed = false;
-    while (engine_stream_wait(s, &ev, -1) > 0) {
+    while ((got = fe_reply_wait(reply, &d, -1)) > 0) {
+        const engine_event_t *ev = d.ev;
         if (text_out) {
-            fwrite(ev.text, 1, ev.text_len, stdout);
+            fwrite(d.content, 1, d.content_len, stdout);
             fflush(stdout);
         } else {
-            for (int i = 0; i < ev.n_tokens; i++) printf("%s%d", n_out + i ? "," : "", ev.token_ids[i]);
+            for (int i = 0; i < ev->n_tokens; i++)
+                printf("%s%d", n_out + i ? "," : "", ev->token_ids[i]);
         }
-        n_out += ev.n_tokens;
-        if (ev.type == ENGINE_EV_FINISH) {
-            ttft = ev.ttft_s;
-            e2e = ev.e2e_s;
-            if (ev.reason == ENGINE_FINISH_ERROR) {
-                fprintf(stderr, "tachyon: %s\n", ev.error ? ev.error : "generation failed");
+        n_out += ev->n_tokens;
+        if (d.finished) {
+            ttft = ev->ttft_s;
+            e2e = ev->e2e_s;
+            if (ev->reason == ENGINE_FINISH_ERROR) {
+                fprintf(stderr, "tachyon: %s\n", ev->error ? ev->error : "generation failed");
                 failed = true;
             }
         }
-        engine_event_clear(&ev);
+    }
+    if (got == -2) {
+        fprintf(stderr, "tachyon: out of memory\n");
+        failed = true;
     }
     printf("\n");
-    engine_stream_release(s);
+    fe_reply_release(reply);
     if (stats) print_stats(req.n_prompt, n_out, ttft, e2e);
     rc = failed;
 close:

@@ -4,10 +4,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#define DIM "\033[2m"
+#define DIM   "\033[2m"
 #define UNDIM "\033[22m"
 
-int textstream_init(textstream_t *ts, FILE *out, textstream_mode_t mode, bool prompt_ends_reasoning) {
+int textstream_init(textstream_t *ts, FILE *out, textstream_mode_t mode) {
     memset(ts, 0, sizeof *ts);
     ts->out = out;
     ts->mode = mode;
@@ -15,19 +15,12 @@ int textstream_init(textstream_t *ts, FILE *out, textstream_mode_t mode, bool pr
     ts->styled = isatty(fileno(out)) && !(no_color && *no_color);
     ts->reply_cap = 256;
     ts->reply = malloc(ts->reply_cap);
-    err_t err;
-    if (!ts->reply ||
-        (mode != TEXTSTREAM_RAW &&
-         chat_reasoning_create(prompt_ends_reasoning, &ts->reasoning, &err) < 0)) {
-        textstream_free(ts);
-        return -1;
-    }
+    if (!ts->reply) return -1;
     ts->reply[0] = '\0';
     return 0;
 }
 
 void textstream_free(textstream_t *ts) {
-    chat_reasoning_destroy(ts->reasoning);
     free(ts->reply);
     memset(ts, 0, sizeof *ts);
 }
@@ -56,32 +49,19 @@ static void print_part(textstream_t *ts, const char *text, size_t len, bool reas
     fwrite(text, 1, len, ts->out);
 }
 
-static void print_split(textstream_t *ts, const chat_split_t *s) {
-    print_part(ts, s->reasoning, s->reasoning_len, true);
-    print_part(ts, s->content, s->content_len, false);
-}
-
-int textstream_push(textstream_t *ts, const char *text, size_t len) {
-    if (!len) return 0;
-    if (keep(ts, text, len) < 0) return -1;
+int textstream_push(textstream_t *ts, const fe_delta_t *d) {
+    if (d->text_len && keep(ts, d->text, d->text_len) < 0) return -1;
     if (ts->mode == TEXTSTREAM_RAW) {
-        fwrite(text, 1, len, ts->out);
+        fwrite(d->text, 1, d->text_len, ts->out);
     } else {
-        chat_split_t s;
-        err_t err;
-        if (chat_reasoning_feed(ts->reasoning, text, len, &s, &err) < 0) return -1;
-        print_split(ts, &s);
+        print_part(ts, d->reasoning, d->reasoning_len, true);
+        print_part(ts, d->content, d->content_len, false);
     }
     fflush(ts->out);
     return 0;
 }
 
 int textstream_finish(textstream_t *ts) {
-    if (ts->reasoning) {
-        chat_split_t s;
-        chat_reasoning_finish(ts->reasoning, &s);
-        print_split(ts, &s);
-    }
     if (ts->dimmed) fputs(UNDIM, ts->out);
     ts->dimmed = false;
     fflush(ts->out);

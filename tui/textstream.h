@@ -1,12 +1,12 @@
 /*
- * textstream: a reply's text deltas -> a terminal or a pipe, as they come.
+ * textstream: a reply's deltas (engine/frontend.h) -> a terminal or a pipe, as they come.
  *
- * Optionally splits reasoning from content (reasoning dimmed on a terminal, or dropped), and
- * keeps the whole reply for the conversation history.
+ * Prints the raw text, or the reasoning and the content the reply split (reasoning dimmed on a
+ * terminal, or dropped), and keeps the whole raw reply for the conversation history.
  *
  *     textstream_t ts;
- *     textstream_init(&ts, stdout, TEXTSTREAM_SHOW_REASONING, prompt_ends_reasoning);
- *     for each delta: textstream_push(&ts, text, len);
+ *     textstream_init(&ts, stdout, TEXTSTREAM_SHOW_REASONING);
+ *     while (fe_reply_wait(reply, &d, -1) > 0) textstream_push(&ts, &d);
  *     textstream_finish(&ts);      // ts.reply holds the whole reply
  *     textstream_free(&ts);
  */
@@ -17,12 +17,12 @@
 #include <stddef.h>
 #include <stdio.h>
 
-#include "chat.h"
+#include "frontend.h"
 
 typedef enum textstream_mode {
-    TEXTSTREAM_RAW,            /* print the text as it is */
-    TEXTSTREAM_SHOW_REASONING, /* split; reasoning dimmed when `out` is a terminal */
-    TEXTSTREAM_HIDE_REASONING, /* split; print only content */
+    TEXTSTREAM_RAW,            /* print the raw text */
+    TEXTSTREAM_SHOW_REASONING, /* reasoning dimmed when `out` is a terminal, then content */
+    TEXTSTREAM_HIDE_REASONING, /* only the content */
 } textstream_mode_t;
 
 typedef struct textstream {
@@ -30,14 +30,13 @@ typedef struct textstream {
     textstream_mode_t mode;
     bool styled; /* out is a terminal and NO_COLOR is unset */
     bool dimmed; /* the dim attribute is on */
-    chat_reasoning_t *reasoning;
     char *reply; /* the whole reply, NUL-terminated */
     size_t reply_len, reply_cap;
 } textstream_t;
 
 /* Returns -1 when out of memory. */
-int textstream_init(textstream_t *ts, FILE *out, textstream_mode_t mode, bool prompt_ends_reasoning);
-int textstream_push(textstream_t *ts, const char *text, size_t len);
+int textstream_init(textstream_t *ts, FILE *out, textstream_mode_t mode);
+int textstream_push(textstream_t *ts, const fe_delta_t *d);
 int textstream_finish(textstream_t *ts);
 void textstream_free(textstream_t *ts);
 

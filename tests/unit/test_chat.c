@@ -14,6 +14,7 @@
 #include <cmocka.h>
 
 #include "chat.h"
+#include "frontend.h"
 #include "json.h"
 #include "testutil.h"
 
@@ -43,16 +44,16 @@ static bool check_line(chat_format_t fmt, const char *text, size_t len, int line
                            : cJSON_IsTrue(think) ? CHAT_THINK_ON
                                                  : CHAT_THINK_OFF,
     };
-    unsigned flags = cJSON_GetObjectItem(j, "json_flags") ? CHAT_JSON_VLLM : 0;
+    unsigned flags = cJSON_GetObjectItem(j, "json_flags") ? FE_JSON_VLLM : 0;
     const char *want = cJSON_GetStringValue(cJSON_GetObjectItem(j, "rendered"));
     size_t want_len = json_strlen(cJSON_GetObjectItem(j, "rendered"));
     const char *want_err = cJSON_GetStringValue(cJSON_GetObjectItem(j, "error"));
     const char *kind = cJSON_GetStringValue(cJSON_GetObjectItem(j, "error_kind"));
-    chat_conv_t *conv = NULL;
+    fe_conv_t *conv = NULL;
     char *got = NULL;
     size_t got_len = 0;
-    int rc = chat_conv_from_json(cJSON_GetObjectItem(j, "messages"),
-                                 cJSON_GetObjectItem(j, "tools"), flags, &conv, &err);
+    int rc = fe_conv_from_json(cJSON_GetObjectItem(j, "messages"), cJSON_GetObjectItem(j, "tools"),
+                               flags, &conv, &err);
     if (rc == 0)
         rc = chat_render(fmt, conv->msgs, conv->n_msgs, conv->tools, &opts, &got, &got_len, &err);
     bool ok;
@@ -70,7 +71,7 @@ static bool check_line(chat_format_t fmt, const char *text, size_t len, int line
                     rc < 0 ? err.msg : "success");
     }
     free(got);
-    chat_conv_destroy(conv);
+    fe_conv_free(conv);
     cJSON_Delete(j);
     return ok;
 }
@@ -185,8 +186,8 @@ static void test_conv_errors(void **state) {
         err_t err = {{0}};
         cJSON *j = json_parse(cases[i].json, strlen(cases[i].json), &err);
         assert_non_null(j);
-        chat_conv_t *conv = NULL;
-        assert_int_equal(chat_conv_from_json(j, NULL, 0, &conv, &err), -1);
+        fe_conv_t *conv = NULL;
+        assert_int_equal(fe_conv_from_json(j, NULL, 0, &conv, &err), -1);
         assert_null(conv);
         if (!strstr(err.msg, cases[i].phrase))
             fail_msg("case %zu: \"%s\" lacks \"%s\"", i, err.msg, cases[i].phrase);
@@ -197,11 +198,11 @@ static void test_conv_errors(void **state) {
                       "\"f\", \"arguments\": \"{oops\"}}]}]";
     err_t err = {{0}};
     cJSON *j = json_parse(bad, strlen(bad), &err);
-    chat_conv_t *conv = NULL;
-    assert_int_equal(chat_conv_from_json(j, NULL, 0, &conv, &err), 0);
+    fe_conv_t *conv = NULL;
+    assert_int_equal(fe_conv_from_json(j, NULL, 0, &conv, &err), 0);
     assert_string_equal(conv->msgs[0].tool_calls[0].arguments_text, "{oops");
-    chat_conv_destroy(conv);
-    assert_int_equal(chat_conv_from_json(j, NULL, CHAT_JSON_VLLM, &conv, &err), -1);
+    fe_conv_free(conv);
+    assert_int_equal(fe_conv_from_json(j, NULL, FE_JSON_VLLM, &conv, &err), -1);
     assert_non_null(strstr(err.msg, "arguments of tool call \"f\""));
     cJSON_Delete(j);
 }
@@ -552,7 +553,7 @@ static void test_split_streaming_prompt_ended(void **state) {
     assert_null(s.content);
     chat_reasoning_destroy(rs);
     chat_reasoning_destroy(NULL);
-    chat_conv_destroy(NULL);
+    fe_conv_free(NULL);
 }
 
 int main(void) {

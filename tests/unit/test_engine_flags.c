@@ -12,8 +12,10 @@
 #include <cmocka.h>
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "engine.h"
 
@@ -43,6 +45,16 @@ static void wait_answers(answer_t *a, int n) {
     while (a->n < n)
         pthread_cond_wait(&a->cv, &a->mu);
     pthread_mutex_unlock(&a->mu);
+}
+
+/* The request's wake hook runs on the engine thread: sleeping there keeps the request running
+ * while the test changes flags. */
+static atomic_int throttle_us;
+
+static void throttle(void *ctx) {
+    (void)ctx;
+    int us = atomic_load(&throttle_us);
+    if (us) usleep((useconds_t)us);
 }
 
 static engine_t *open_null(void) {
@@ -78,7 +90,8 @@ static void test_async_changes(void **state) {
     int32_t prompt[40];
     for (int i = 0; i < 40; i++)
         prompt[i] = 5 + 3 * i;
-    engine_request_t req = {.prompt = prompt, .n_prompt = 40};
+    engine_request_t req = {.prompt = prompt, .n_prompt = 40, .wake = throttle};
+    atomic_store(&throttle_us, 1000);
     sampling_params_init(&req.sampling);
     req.sampling.max_tokens = 300;
     req.sampling.temperature = 0;
@@ -115,6 +128,7 @@ static void test_async_changes(void **state) {
     flag_is(e, "max-model-len", ctx);
 
     /* the request lost nothing */
+    atomic_store(&throttle_us, 0);
     engine_event_t ev;
     int n_tokens = 0, rc;
     while ((rc = engine_stream_wait(s, &ev, WAIT_MS)) > 0) {

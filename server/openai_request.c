@@ -1,4 +1,9 @@
-#include "openai.h"
+/*
+ * openai_request: an OpenAI request body to prompts (the task half of openai.h): errors in
+ * vLLM's envelope, field access with pydantic's types, sampling fields, prompts from text, ids
+ * or chat messages (through the engine's front door), and /tokenize, /detokenize.
+ */
+#include "openai_int.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -8,60 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-#define MAX_PROMPTS       1024 /* prompts in one /v1/completions request */
-#define COMPLETIONS_DEF_N 16   /* /v1/completions' schema default for max_tokens */
-
-/* One choice of the answer: index = prompt * n + the engine's choice. */
-typedef struct choice {
-    bool role_sent, content_started, finished;
-    int tokens;           /* completion tokens so far */
-    int reasoning_tokens; /* of which before the end of the reasoning */
-    chat_reasoning_t *rs; /* chat with the reasoning parser */
-    jbuf_t text;          /* not streaming: the whole output */
-    jbuf_t lp;            /* not streaming: chat logprobs entries / completions "tokens" */
-    jbuf_t lp_vals, lp_top, lp_off; /* not streaming, completions: the other logprob arrays */
-    size_t text_off;                /* completions logprobs: code points of output so far */
-    engine_finish_reason_t reason;
-    char *stop_str;
-    int32_t stop_token;
-    char *error;
-    bool echoed;
-} choice_t;
-
-struct oai_req {
-    oai_config_t *cfg;
-    oai_endpoint_t ep;
-    const tokenizer_t *tok;
-    char id[48];
-    long long created;
-    const char *model; /* one of cfg->model_names */
-    /* options */
-    bool stream, include_usage, continuous_usage, include_reasoning, reasoning;
-    bool chat_logprobs; /* chat: logprobs true */
-    int logprobs;       /* top alternatives, or -1 */
-    bool echo;
-    bool thinking_disabled; /* the prompt leaves no think block (chat_prompt_ends_reasoning) */
-    int n;
-    int max_tokens_param;    /* as given, or -1 */
-    bool max_tokens_default; /* completions without the field: 16 (clamped to the context) */
-    sampling_params_t sp;
-    int priority;
-    /* prompts */
-    int n_prompts;
-    int32_t **prompts;
-    int *prompt_len;
-    char **prompt_text;      /* echo: the prompt as text */
-    size_t *prompt_text_len; /* bytes of each (a prompt may hold U+0000) */
-    int prompt_tokens;       /* summed */
-    /* the answer */
-    engine_stream_t **streams; /* [n_prompts] */
-    bool *over;                /* [n_prompts] the stream has no more events */
-    choice_t *choices;         /* [n_prompts * n] */
-    int n_over;
-    bool done_sent, failed, recorded;
-    jbuf_t prefix; /* `data: {"id":..,"choices":[` of every chunk */
-};
 
 // ---------------------------------------------------------------------------------------------
 // Errors
@@ -106,14 +57,6 @@ void oai_error_json(const oai_error_t *e, jbuf_t *out) {
     jb_lit(out, ",\"param\":");
     jb_cstr(out, e->param[0] ? e->param : NULL);
     jb_printf(out, ",\"code\":%d}}", e->status);
-}
-
-/* The engine's refusals: the queue limit and closing are the server's state, not the request's
- * fault (503); out of memory is the server's failure (500); the rest are the request's (400). */
-static int submit_error(int rc, const char *msg, oai_error_t *e) {
-    if (rc == ENGINE_E_BUSY) return oai_error_set(e, 503, NULL, "%s", msg);
-    if (rc == ENGINE_E_NOMEM) return oai_error_set(e, 500, NULL, "%s", msg);
-    return oai_error_set(e, 400, NULL, "%s", msg);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -448,18 +391,21 @@ static int alloc_prompts(oai_req_t *r, int n, oai_error_t *e) {
     return 0;
 }
 
+/* A front-door failure as vLLM answers it: the request's fault (400, naming `param`), or the
+ * server's (500). */
+static int prompt_error(int rc, const char *param, const err_t *err, oai_error_t *e) {
+    if (rc == FE_E_ENCODE) return oai_error_set(e, 500, NULL, "%s", err->msg);
+    return oai_error_set(e, 400, rc == FE_E_UNSUPPORTED ? NULL : param, "%s", err->msg);
+}
+
 static int encode(oai_req_t *r, const char *text, size_t len, int32_t **ids, int *n,
                   oai_error_t *e) {
-    if (!r->tok) return oai_error_set(e, 400, NULL, "this model has no tokenizer: send token ids");
-    size_t count;
+    fe_prompt_t p;
     err_t err;
-    if (tok_encode(r->tok, text, len, ids, &count, &err) < 0)
-        return oai_error_set(e, 500, NULL, "%s", err.msg);
-    if (count > INT_MAX / 2) {
-        free(*ids);
-        return oai_error_set(e, 400, "prompt", "the prompt is too long");
-    }
-    *n = (int)count;
+    int rc = fe_prompt_text(r->cfg->eng, text, len, &p, &err);
+    if (rc < 0) return prompt_error(rc, "prompt", &err, e);
+    *ids = p.ids;
+    *n = p.n_ids;
     return 0;
 }
 
@@ -598,17 +544,15 @@ static int check_tools(const cJSON *tools, oai_error_t *e) {
     return 0;
 }
 
-/* Renders a chat request's messages into prompt text (shared by /v1/chat/completions and the
- * chat form of /tokenize). *think_off tells whether the prompt leaves no think block. */
-static int render_chat(engine_t *eng, const cJSON *o, char **text, size_t *len, bool *think_off,
-                       oai_error_t *e) {
+/* A chat request's prompt (shared by /v1/chat/completions and the chat form of /tokenize): the
+ * OpenAI fields checked, the messages rendered with the model's chat format and encoded. */
+static int chat_prompt(engine_t *eng, const cJSON *o, fe_prompt_t *prompt, oai_error_t *e) {
     const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(o, "messages");
     if (!msgs) return oai_error_set(e, 400, "messages", "messages: Field required");
     if (!cJSON_IsArray(msgs))
         return oai_error_set(e, 400, "messages", "messages: Input should be a valid list");
     if (!msgs->child) return oai_error_set(e, 400, "messages", "messages must not be empty");
-    int fmt = engine_chat_format(eng);
-    if (fmt < 0)
+    if (engine_chat_format(eng) < 0)
         return oai_error_set(e, 400, NULL, "this model has no chat template; use /v1/completions");
     const cJSON *tools = field(o, "tools");
     if (tools && !cJSON_IsArray(tools))
@@ -645,9 +589,9 @@ static int render_chat(engine_t *eng, const cJSON *o, char **text, size_t *len, 
     if (kw && field(kw, "enable_thinking"))
         opts.enable_thinking = think ? CHAT_THINK_ON : CHAT_THINK_OFF;
 
-    chat_conv_t *conv;
+    fe_conv_t *conv;
     err_t err;
-    if (chat_conv_from_json(msgs, tools, CHAT_JSON_VLLM, &conv, &err) < 0)
+    if (fe_conv_from_json(msgs, tools, FE_JSON_VLLM, &conv, &err) < 0)
         return oai_error_set(e, 400, "messages", "%s", err.msg);
     /* a template skips roles it does not know: refuse rather than drop a message silently */
     for (size_t i = 0; i < conv->n_msgs; i++)
@@ -655,18 +599,16 @@ static int render_chat(engine_t *eng, const cJSON *o, char **text, size_t *len, 
             oai_error_set(e, 400, "messages",
                           "messages[%zu]: unknown role \"%s\" (system, user, assistant or tool)", i,
                           conv->msgs[i].role_name);
-            chat_conv_destroy(conv);
+            fe_conv_free(conv);
             return -1;
         }
-    int rc = chat_render((chat_format_t)fmt, conv->msgs, conv->n_msgs, conv->tools, &opts, text,
-                         len, &err);
-    chat_conv_destroy(conv);
+    int rc = fe_prompt_chat(eng, conv->msgs, conv->n_msgs, conv->tools, &opts, prompt, &err);
+    fe_conv_free(conv);
     if (rc < 0)
-        return oai_error_set(
-            e, 400,
+        return prompt_error(
+            rc,
             strncmp(err.msg, "continue_final_message", 22) ? "messages" : "continue_final_message",
-            "%s", err.msg);
-    *think_off = chat_prompt_ends_reasoning((chat_format_t)fmt, &opts);
+            &err, e);
     return 0;
 }
 
@@ -785,18 +727,14 @@ int oai_parse(oai_config_t *c, oai_endpoint_t ep, const char *body, size_t len, 
         }
         if (get_bool(o, "include_reasoning", &r->include_reasoning, e) < 0) goto fail;
         r->reasoning = c->reasoning_qwen3;
-        char *text;
-        size_t tlen;
-        if (render_chat(c->eng, o, &text, &tlen, &r->thinking_disabled, e) < 0) goto fail;
+        fe_prompt_t prompt;
+        if (chat_prompt(c->eng, o, &prompt, e) < 0) goto fail;
+        r->thinking_disabled = prompt.ends_reasoning;
         if (alloc_prompts(r, 1, e) < 0) {
-            free(text);
+            fe_prompt_free(&prompt);
             goto fail;
         }
-        int32_t *ids;
-        int n;
-        rc = encode(r, text, tlen, &ids, &n, e);
-        free(text);
-        if (rc < 0 || add_prompt(r, ids, n, NULL, 0, e) < 0) goto fail;
+        if (add_prompt(r, prompt.ids, prompt.n_ids, NULL, 0, e) < 0) goto fail;
     } else {
         if ((rc = get_int(o, "logprobs", 0, LLONG_MAX, &i, e)) < 0) goto fail;
         if (rc && i > SAMPLING_MAX_LOGPROBS) {
@@ -850,557 +788,15 @@ bool oai_is_stream(const oai_req_t *r) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Submitting
-
-int oai_submit(oai_req_t *r, void (*wake)(void *ctx), void *ctx, oai_error_t *e) {
-    int n_choices = r->n_prompts * r->n;
-    r->streams = calloc((size_t)r->n_prompts, sizeof *r->streams);
-    r->over = calloc((size_t)r->n_prompts, sizeof *r->over);
-    r->choices = calloc((size_t)n_choices, sizeof *r->choices);
-    if (!r->streams || !r->over || !r->choices) return oai_error_set(e, 500, NULL, "out of memory");
-    for (int k = 0; k < n_choices; k++) {
-        r->choices[k].stop_token = -1;
-        if (r->reasoning) {
-            err_t err;
-            if (chat_reasoning_create(r->thinking_disabled, &r->choices[k].rs, &err) < 0)
-                return oai_error_set(e, 500, NULL, "%s", err.msg);
-        }
-    }
-    int mml = oai_max_model_len(r->cfg->eng);
-    for (int p = 0; p < r->n_prompts; p++) {
-        engine_request_t q = {.prompt = r->prompts[p],
-                              .n_prompt = r->prompt_len[p],
-                              .sampling = r->sp,
-                              .priority = r->priority,
-                              .request_id = r->id,
-                              .wake = wake,
-                              .wake_ctx = ctx};
-        if (r->max_tokens_default) {
-            int room = mml - r->prompt_len[p];
-            q.sampling.max_tokens = room <= 0
-                                        ? SAMPLING_UNSET_I
-                                        : (room < COMPLETIONS_DEF_N ? room : COMPLETIONS_DEF_N);
-        }
-        err_t err;
-        int rc = engine_submit(r->cfg->eng, &q, &r->streams[p], &err);
-        if (rc < 0) {
-            for (int k = 0; k < p; k++) {
-                engine_stream_release(r->streams[k]);
-                r->streams[k] = NULL;
-            }
-            return submit_error(rc, err.msg, e);
-        }
-    }
-    return 0;
-}
-
-void oai_cancel(oai_req_t *r) {
-    for (int p = 0; r->streams && p < r->n_prompts; p++)
-        engine_stream_cancel(r->streams[p]);
-}
-
-// ---------------------------------------------------------------------------------------------
-// Writing events
-
-/* The token as vLLM shows it in logprobs: its bytes decoded with errors="replace". */
-static void token_text(const oai_req_t *r, int32_t id, const char **s, size_t *n) {
-    const char *b = r->tok ? tok_id_to_bytes(r->tok, id, n) : NULL;
-    if (!b) {
-        *s = "";
-        *n = 0;
-        return;
-    }
-    *s = b;
-}
-
-static size_t code_points(const char *s, size_t n) {
-    size_t k = 0;
-    for (size_t i = 0; i < n; i++)
-        if (((unsigned char)s[i] & 0xC0) != 0x80) k++;
-    return k;
-}
-
-/* Chat logprobs entries of an event's tokens: {"token","logprob","bytes","top_logprobs"}. */
-static void chat_logprob_entries(const oai_req_t *r, const engine_event_t *ev, jbuf_t *b,
-                                 bool first) {
-    int per = 1 + ev->n_top;
-    for (int t = 0; t < ev->n_tokens && ev->logprobs; t++) {
-        const engine_token_logprob_t *lp = ev->logprobs + (size_t)t * per;
-        const char *s;
-        size_t n;
-        if (!first || t > 0) jb_raw(b, ",", 1);
-        token_text(r, lp[0].id, &s, &n);
-        jb_lit(b, "{\"token\":");
-        jb_str(b, s, n);
-        jb_lit(b, ",\"logprob\":");
-        jb_double(b, lp[0].logprob);
-        jb_lit(b, ",\"bytes\":");
-        jb_bytes_array(b, s, n);
-        jb_lit(b, ",\"top_logprobs\":[");
-        for (int k = 1; k < per; k++) {
-            token_text(r, lp[k].id, &s, &n);
-            jb_lit(b, k > 1 ? ",{\"token\":" : "{\"token\":");
-            jb_str(b, s, n);
-            jb_lit(b, ",\"logprob\":");
-            jb_double(b, lp[k].logprob);
-            jb_lit(b, ",\"bytes\":");
-            jb_bytes_array(b, s, n);
-            jb_lit(b, "}");
-        }
-        jb_lit(b, "]}");
-    }
-}
-
-/* Completions logprobs: the contents of one of the four arrays for an event's tokens
- * (0 tokens, 1 token_logprobs, 2 top_logprobs, 3 text_offset, which also advances the choice's
- * offset). Each array is written in a pass of its own, straight into its buffer. */
-static void completion_logprobs(const oai_req_t *r, choice_t *ch, const engine_event_t *ev,
-                                int which, jbuf_t *b) {
-    int per = 1 + ev->n_top;
-    for (int t = 0; t < ev->n_tokens && ev->logprobs; t++) {
-        const engine_token_logprob_t *lp = ev->logprobs + (size_t)t * per;
-        const char *s;
-        size_t n;
-        if (b->len && b->p[b->len - 1] != '[') jb_raw(b, ",", 1);
-        token_text(r, lp[0].id, &s, &n);
-        if (which == 0) {
-            jb_str(b, s, n);
-        } else if (which == 1) {
-            jb_double(b, lp[0].logprob);
-        } else if (which == 3) {
-            jb_u64(b, ch->text_off);
-            ch->text_off += code_points(s, n);
-        } else {
-            /* a dict: the sampled token and the top alternatives, each token once */
-            jb_raw(b, "{", 1);
-            for (int k = 0; k < per; k++) {
-                bool dup = false;
-                for (int j = 0; j < k && !dup; j++)
-                    dup = lp[j].id == lp[k].id;
-                if (dup) continue;
-                const char *ks;
-                size_t kn;
-                token_text(r, lp[k].id, &ks, &kn);
-                if (k > 0) jb_raw(b, ",", 1);
-                jb_str(b, ks, kn);
-                jb_raw(b, ":", 1);
-                jb_double(b, lp[k].logprob);
-            }
-            jb_raw(b, "}", 1);
-        }
-    }
-}
-
-static const char *finish_name(engine_finish_reason_t reason) {
-    return engine_finish_reason_name(reason);
-}
-
-/* stop_reason: the stop string, or a stop token other than the tokenizer's own EOS (vLLM adds
- * generation_config's extra EOS ids to stop_token_ids, so those report their id), else null. */
-static void stop_reason(const oai_req_t *r, const choice_t *ch, jbuf_t *b) {
-    if (ch->stop_str)
-        jb_cstr(b, ch->stop_str);
-    else if (ch->stop_token >= 0 && (!r->tok || ch->stop_token != tok_eos_id(r->tok)))
-        jb_int(b, ch->stop_token);
-    else
-        jb_lit(b, "null");
-}
-
-static void usage_json(const oai_req_t *r, int completion, int reasoning, jbuf_t *b) {
-    jb_printf(b, "{\"prompt_tokens\":%d,\"total_tokens\":%d,\"completion_tokens\":%d",
-              r->prompt_tokens, r->prompt_tokens + completion, completion);
-    if (r->reasoning && reasoning >= 0)
-        jb_printf(b, ",\"completion_tokens_details\":{\"reasoning_tokens\":%d}", reasoning);
-    jb_raw(b, "}", 1);
-}
-
-static void totals(const oai_req_t *r, int *completion, int *reasoning) {
-    *completion = *reasoning = 0;
-    for (int k = 0; k < r->n_prompts * r->n; k++) {
-        *completion += r->choices[k].tokens;
-        *reasoning += r->choices[k].reasoning_tokens;
-    }
-}
-
-static void record(oai_req_t *r) {
-    if (r->recorded || !r->cfg->metrics) return;
-    r->recorded = true;
-    metrics_request_t m = {
-        .prompt_tokens = r->prompt_tokens, .n = r->n, .max_tokens = r->max_tokens_param};
-    for (int k = 0; k < r->n_prompts * r->n; k++) {
-        m.generation_tokens += r->choices[k].tokens;
-        if (r->choices[k].tokens > m.max_generation) m.max_generation = r->choices[k].tokens;
-    }
-    metrics_request_done(r->cfg->metrics, &m);
-}
-
-/* The choice's part of an event: reasoning and content (chat), after the splitter. */
-typedef struct parts {
-    const char *r1, *r2, *c;
-    size_t r1n, r2n, cn;
-} parts_t;
-
-static int split_event(oai_req_t *r, choice_t *ch, const engine_event_t *ev, parts_t *pt) {
-    memset(pt, 0, sizeof *pt);
-    if (!r->reasoning) {
-        pt->c = ev->text;
-        pt->cn = ev->text_len;
-        return 0;
-    }
-    chat_split_t s;
-    err_t err;
-    if (chat_reasoning_feed(ch->rs, ev->text, ev->text_len, &s, &err) < 0) return -1;
-    pt->r1 = s.reasoning;
-    pt->r1n = s.reasoning ? s.reasoning_len : 0;
-    pt->c = s.content;
-    pt->cn = s.content ? s.content_len : 0;
-    if (ev->type == ENGINE_EV_FINISH) {
-        chat_split_t f;
-        chat_reasoning_finish(ch->rs, &f);
-        pt->r2 = f.reasoning;
-        pt->r2n = f.reasoning ? f.reasoning_len : 0;
-    }
-    /* tokens count as reasoning until content starts (the token that ends it included) */
-    if (!ch->content_started) ch->reasoning_tokens += ev->n_tokens;
-    if (s.content) ch->content_started = true;
-    if (!r->include_reasoning) pt->r1n = pt->r2n = 0;
-    return 0;
-}
-
-static void begin_chunk(oai_req_t *r, jbuf_t *out, int index) {
-    jb_raw(out, r->prefix.p, r->prefix.len);
-    jb_printf(out, "{\"index\":%d,", index);
-}
-
-static void end_chunk(oai_req_t *r, choice_t *ch, jbuf_t *out) {
-    jb_raw(out, "]", 1);
-    if (r->continuous_usage) {
-        jb_lit(out, ",\"usage\":");
-        usage_json(r, ch->tokens, -1, out);
-    }
-    jb_raw(out, "}\n\n", 3);
-}
-
-static void finish_fields(oai_req_t *r, choice_t *ch, bool fin, jbuf_t *out) {
-    if (!fin) {
-        jb_lit(out, ",\"finish_reason\":null");
-        if (r->ep == OAI_COMPLETIONS) jb_lit(out, ",\"stop_reason\":null");
-        return;
-    }
-    jb_printf(out, ",\"finish_reason\":\"%s\",\"stop_reason\":", finish_name(ch->reason));
-    stop_reason(r, ch, out);
-}
-
-static void write_error_chunk(oai_req_t *r, const char *msg, jbuf_t *out) {
-    oai_error_t e;
-    oai_error_set(&e, 500, NULL, "%s", msg);
-    jb_lit(out, "data: ");
-    oai_error_json(&e, out);
-    jb_lit(out, "\n\ndata: [DONE]\n\n");
-    r->done_sent = true;
-    r->failed = true;
-    oai_cancel(r);
-}
-
-static void take_finish(choice_t *ch, const engine_event_t *ev) {
-    ch->finished = true;
-    ch->reason = ev->reason;
-    ch->stop_token = ev->stop_token;
-    if (ev->stop_str) ch->stop_str = strdup(ev->stop_str);
-    if (ev->reason == ENGINE_FINISH_ERROR) ch->error = strdup(ev->error ? ev->error : "error");
-    if (ev->completion_tokens > ch->tokens) ch->tokens = ev->completion_tokens;
-}
-
-/* One event as SSE chunks. */
-static void stream_event(oai_req_t *r, int p, engine_event_t *ev, jbuf_t *out) {
-    int index = p * r->n + ev->choice;
-    choice_t *ch = &r->choices[index];
-    bool fin = ev->type == ENGINE_EV_FINISH;
-    ch->tokens += ev->n_tokens;
-    if (fin) {
-        take_finish(ch, ev);
-        if (ev->reason == ENGINE_FINISH_ERROR) {
-            write_error_chunk(r, ch->error ? ch->error : "error", out);
-            return;
-        }
-    }
-    bool lp = r->logprobs >= 0 && ev->n_tokens > 0 && ev->logprobs;
-    if (r->ep == OAI_CHAT) {
-        if (!ch->role_sent) {
-            ch->role_sent = true;
-            begin_chunk(r, out, index);
-            jb_lit(out, "\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"logprobs\":null");
-            jb_lit(out, ",\"finish_reason\":null");
-            jb_raw(out, "}", 1);
-            int saved = ch->tokens;
-            ch->tokens = 0; /* the role chunk's running usage counts no output yet */
-            end_chunk(r, ch, out);
-            ch->tokens = saved;
-        }
-        parts_t pt;
-        if (split_event(r, ch, ev, &pt) < 0) {
-            write_error_chunk(r, "out of memory", out);
-            return;
-        }
-        bool has_r = pt.r1n + pt.r2n > 0;
-        if (!fin && !has_r && !pt.cn && !lp) return;
-        begin_chunk(r, out, index);
-        jb_lit(out, "\"delta\":{");
-        if (has_r) {
-            for (int k = 0; k < 2; k++) {
-                jb_lit(out, k ? ",\"reasoning_content\":\"" : "\"reasoning\":\"");
-                jb_esc(out, pt.r1, pt.r1n);
-                jb_esc(out, pt.r2, pt.r2n);
-                jb_raw(out, "\"", 1);
-            }
-        }
-        if (pt.cn || (!has_r && !fin)) {
-            jb_lit(out, has_r ? ",\"content\":" : "\"content\":");
-            jb_str(out, pt.c, pt.cn);
-        }
-        jb_lit(out, "},\"logprobs\":");
-        if (lp) {
-            jb_lit(out, "{\"content\":[");
-            chat_logprob_entries(r, ev, out, true);
-            jb_lit(out, "]}");
-        } else {
-            jb_lit(out, "null");
-        }
-    } else {
-        bool echo = r->echo && !ch->echoed && r->prompt_text[p];
-        if (!fin && !ev->text_len && !lp && !echo) return;
-        begin_chunk(r, out, index);
-        jb_lit(out, "\"text\":\"");
-        if (echo) {
-            ch->echoed = true;
-            jb_esc(out, r->prompt_text[p], r->prompt_text_len[p]);
-        }
-        jb_esc(out, ev->text, ev->text_len);
-        jb_lit(out, "\",\"logprobs\":");
-        if (lp) {
-            static const char *const keys[4] = {"{\"text_offset\":[", "],\"token_logprobs\":[",
-                                                "],\"tokens\":[", "],\"top_logprobs\":["};
-            static const int order[4] = {3, 1, 0, 2};
-            for (int k = 0; k < 4; k++) {
-                jb_lit(out, keys[k]);
-                completion_logprobs(r, ch, ev, order[k], out);
-            }
-            jb_lit(out, "]}");
-        } else {
-            jb_lit(out, "null");
-        }
-    }
-    finish_fields(r, ch, fin, out);
-    jb_raw(out, "}", 1);
-    end_chunk(r, ch, out);
-}
-
-int oai_pump(oai_req_t *r, jbuf_t *out, size_t max) {
-    engine_event_t ev;
-    for (int p = 0; p < r->n_prompts && !r->done_sent; p++) {
-        while (!r->over[p] && !r->done_sent && out->len < max) {
-            int rc = engine_stream_poll(r->streams[p], &ev);
-            if (rc == 0) break;
-            if (rc < 0) {
-                r->over[p] = true;
-                r->n_over++;
-                break;
-            }
-            stream_event(r, p, &ev, out);
-            engine_event_clear(&ev);
-        }
-    }
-    if (r->done_sent) return 1;
-    if (r->n_over < r->n_prompts) return 0;
-    record(r);
-    if (r->include_usage) {
-        int completion, reasoning;
-        totals(r, &completion, &reasoning);
-        jb_raw(out, r->prefix.p, r->prefix.len);
-        jb_lit(out, "],\"usage\":");
-        usage_json(r, completion, reasoning, out);
-        jb_lit(out, "}\n\n");
-    }
-    jb_lit(out, "data: [DONE]\n\n");
-    r->done_sent = true;
-    return 1;
-}
-
-// ---------------------------------------------------------------------------------------------
-// Not streaming
-
-static void collect_event(oai_req_t *r, int p, engine_event_t *ev) {
-    int index = p * r->n + ev->choice;
-    choice_t *ch = &r->choices[index];
-    ch->tokens += ev->n_tokens;
-    if (ev->type == ENGINE_EV_FINISH) take_finish(ch, ev);
-    if (r->echo && !ch->echoed && r->prompt_text[p]) {
-        ch->echoed = true;
-        jb_raw(&ch->text, r->prompt_text[p], r->prompt_text_len[p]);
-    }
-    jb_raw(&ch->text, ev->text, ev->text_len);
-    if (r->reasoning) {
-        /* the whole text is split at the end; the splitter here only counts reasoning tokens */
-        parts_t pt;
-        if (split_event(r, ch, ev, &pt) < 0) ch->text.oom = true;
-    }
-    if (r->logprobs < 0 || !ev->logprobs || !ev->n_tokens) return;
-    if (r->ep == OAI_CHAT)
-        chat_logprob_entries(r, ev, &ch->lp, ch->lp.len == 0);
-    else {
-        completion_logprobs(r, ch, ev, 0, &ch->lp);
-        completion_logprobs(r, ch, ev, 1, &ch->lp_vals);
-        completion_logprobs(r, ch, ev, 2, &ch->lp_top);
-        completion_logprobs(r, ch, ev, 3, &ch->lp_off);
-    }
-}
-
-int oai_collect(oai_req_t *r) {
-    engine_event_t ev;
-    for (int p = 0; p < r->n_prompts; p++) {
-        while (!r->over[p]) {
-            int rc = engine_stream_poll(r->streams[p], &ev);
-            if (rc == 0) break;
-            if (rc < 0) {
-                r->over[p] = true;
-                r->n_over++;
-                break;
-            }
-            collect_event(r, p, &ev);
-            engine_event_clear(&ev);
-        }
-    }
-    if (r->n_over < r->n_prompts) return 0;
-    record(r);
-    return 1;
-}
-
-static void raw_or_empty(jbuf_t *out, const jbuf_t *b) {
-    if (b->len) jb_raw(out, b->p, b->len);
-    if (b->oom) out->oom = true;
-}
-
-void oai_response(oai_req_t *r, jbuf_t *out, int *status) {
-    int n_choices = r->n_prompts * r->n;
-    for (int k = 0; k < n_choices; k++)
-        if (r->choices[k].error || r->choices[k].text.oom) {
-            oai_error_t e;
-            oai_error_set(&e, 500, NULL, "%s",
-                          r->choices[k].error ? r->choices[k].error : "out of memory");
-            oai_error_json(&e, out);
-            *status = 500;
-            return;
-        }
-    *status = 200;
-    jb_printf(out, "{\"id\":\"%s\",\"object\":\"%s\",\"created\":%lld,\"model\":", r->id,
-              r->ep == OAI_CHAT ? "chat.completion" : "text_completion", r->created);
-    jb_cstr(out, r->model);
-    jb_lit(out, ",\"choices\":[");
-    for (int k = 0; k < n_choices; k++) {
-        choice_t *ch = &r->choices[k];
-        const char *text = ch->text.p ? ch->text.p : "";
-        jb_printf(out, "%s{\"index\":%d,", k ? "," : "", k);
-        if (r->ep == OAI_CHAT) {
-            jb_lit(out, "\"message\":{\"role\":\"assistant\",\"content\":");
-            if (r->reasoning) {
-                chat_split_t s;
-                chat_reasoning_split(text, ch->text.len, r->thinking_disabled, &s);
-                if (s.content)
-                    jb_str(out, s.content, s.content_len);
-                else
-                    jb_lit(out, "null");
-                for (int j = 0; j < 2 && r->include_reasoning; j++) {
-                    jb_lit(out, j ? ",\"reasoning_content\":" : ",\"reasoning\":");
-                    if (s.reasoning)
-                        jb_str(out, s.reasoning, s.reasoning_len);
-                    else
-                        jb_lit(out, "null");
-                }
-            } else {
-                jb_str(out, text, ch->text.len);
-            }
-            jb_lit(out, "},\"logprobs\":");
-            if (r->chat_logprobs) {
-                jb_lit(out, "{\"content\":[");
-                raw_or_empty(out, &ch->lp);
-                jb_lit(out, "]}");
-            } else {
-                jb_lit(out, "null");
-            }
-        } else {
-            jb_lit(out, "\"text\":");
-            jb_str(out, text, ch->text.len);
-            jb_lit(out, ",\"logprobs\":");
-            if (r->logprobs >= 0) {
-                jb_lit(out, "{\"text_offset\":[");
-                raw_or_empty(out, &ch->lp_off);
-                jb_lit(out, "],\"token_logprobs\":[");
-                raw_or_empty(out, &ch->lp_vals);
-                jb_lit(out, "],\"tokens\":[");
-                raw_or_empty(out, &ch->lp);
-                jb_lit(out, "],\"top_logprobs\":[");
-                raw_or_empty(out, &ch->lp_top);
-                jb_lit(out, "]}");
-            } else {
-                jb_lit(out, "null");
-            }
-        }
-        jb_printf(out, ",\"finish_reason\":\"%s\",\"stop_reason\":", finish_name(ch->reason));
-        stop_reason(r, ch, out);
-        jb_raw(out, "}", 1);
-    }
-    int completion, reasoning;
-    totals(r, &completion, &reasoning);
-    jb_lit(out, "],\"usage\":");
-    usage_json(r, completion, reasoning, out);
-    jb_raw(out, "}", 1);
-}
-
-void oai_destroy(oai_req_t *r) {
-    if (!r) return;
-    for (int p = 0; r->streams && p < r->n_prompts; p++)
-        engine_stream_release(r->streams[p]);
-    for (int p = 0; p < r->n_prompts; p++) {
-        free(r->prompts[p]);
-        free(r->prompt_text[p]);
-    }
-    if (r->choices)
-        for (int k = 0; k < r->n_prompts * r->n; k++) {
-            choice_t *ch = &r->choices[k];
-            chat_reasoning_destroy(ch->rs);
-            jb_free(&ch->text);
-            jb_free(&ch->lp);
-            jb_free(&ch->lp_vals);
-            jb_free(&ch->lp_top);
-            jb_free(&ch->lp_off);
-            free(ch->stop_str);
-            free(ch->error);
-        }
-    free(r->choices);
-    free(r->streams);
-    free(r->over);
-    free(r->prompts);
-    free(r->prompt_len);
-    free(r->prompt_text);
-    free(r->prompt_text_len);
-    sampling_params_free(&r->sp);
-    jb_free(&r->prefix);
-    free(r);
-}
-
-// ---------------------------------------------------------------------------------------------
 // /tokenize and /detokenize
 
 int oai_tokenize(oai_config_t *c, const char *body, size_t len, jbuf_t *out, oai_error_t *e) {
     cJSON *o = parse_body(body, len, e);
     if (!o) return -1;
     const tokenizer_t *tok = engine_tokenizer(c->eng);
-    char *text = NULL;
-    size_t tlen = 0;
-    int32_t *ids = NULL;
-    size_t n = 0;
+    fe_prompt_t prompt = {0};
     int rc = -1;
-    bool strs = false, think_off;
+    bool strs = false;
     if (!check_model(c, o, e) || get_bool(o, "return_token_strs", &strs, e) < 0 ||
         check_typed_fields(o, field(o, "prompt") ? EP_TOKENIZE : EP_TOKENIZE_CHAT, e) < 0)
         goto out;
@@ -1417,14 +813,16 @@ int oai_tokenize(oai_config_t *c, const char *body, size_t len, jbuf_t *out, oai
     } else if (!cJSON_GetObjectItemCaseSensitive(o, "messages")) {
         oai_error_set(e, 400, "prompt", "prompt or messages: Field required");
         goto out;
-    } else if (render_chat(c->eng, o, &text, &tlen, &think_off, e) < 0) {
+    } else if (chat_prompt(c->eng, o, &prompt, e) < 0) {
         goto out;
     }
     err_t err;
-    if (tok_encode(tok, p ? p->valuestring : text, p ? json_strlen(p) : tlen, &ids, &n, &err) < 0) {
-        oai_error_set(e, 500, NULL, "%s", err.msg);
+    if (p && (rc = fe_prompt_text(c->eng, p->valuestring, json_strlen(p), &prompt, &err)) < 0) {
+        rc = prompt_error(rc, "prompt", &err, e);
         goto out;
     }
+    const int32_t *ids = prompt.ids;
+    size_t n = (size_t)prompt.n_ids;
     jb_printf(out, "{\"count\":%zu,\"max_model_len\":%d,\"tokens\":[", n,
               oai_max_model_len(c->eng));
     for (size_t i = 0; i < n; i++) {
@@ -1445,8 +843,7 @@ int oai_tokenize(oai_config_t *c, const char *body, size_t len, jbuf_t *out, oai
     jb_raw(out, "}", 1);
     rc = 0;
 out:
-    free(ids);
-    free(text);
+    fe_prompt_free(&prompt);
     cJSON_Delete(o);
     return rc;
 }

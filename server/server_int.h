@@ -1,0 +1,131 @@
+/*
+ * server_int: what the server's files share (server-internal): the server and connection
+ * structs, the response helpers, the live list, and the endpoints that live in endpoints.c
+ * (server.c has the plumbing, routing and the suspend/resume protocol: see its top).
+ */
+#ifndef TACHYON_SERVER_INT_H
+#define TACHYON_SERVER_INT_H
+
+#include <microhttpd.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#include "json.h"
+#include "metrics.h"
+#include "openai.h"
+#include "server.h"
+
+#define PUMP_MAX       (64 * 1024)  /* bytes of SSE made ready per reader call */
+#define MEMORY_LIMIT   (128 * 1024) /* per connection: headers and the write buffer */
+#define LISTEN_BACKLOG 4096
+#define DEFAULT_BODY   (32u << 20)
+#define MAX_FLAG_VALUE 256
+
+typedef enum route {
+    R_NONE,
+    R_CHAT,
+    R_COMPLETIONS,
+    R_MODELS,
+    R_HEALTH,
+    R_PING,
+    R_LOAD,
+    R_VERSION,
+    R_METRICS,
+    R_TOKENIZE,
+    R_DETOKENIZE,
+    R_FLAGS,
+    R_FLAG,
+} route_t;
+
+typedef struct req req_t;
+
+struct http_server {
+    engine_t *eng;
+    struct MHD_Daemon *d;
+    int listen_fd, port;
+    MHD_socket quiesced_fd; /* handed back by MHD_quiesce_daemon, closed after the stop */
+    /* options, owned copies */
+    char *host, *root, *version;
+    char **keys;
+    int n_keys;
+    char **names;
+    int n_names;
+    size_t max_body;
+    double keepalive_s, watch_s;
+    long long started;
+    oai_config_t oai;
+    metrics_t *metrics;
+    atomic_bool draining, stopping, shut;
+    /* live generation requests, for the watcher and shutdown */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    req_t *live;
+    int n_live;
+    bool watch_stop;
+    pthread_t watcher;
+    bool watcher_started;
+};
+
+struct req {
+    http_server_t *srv;
+    struct MHD_Connection *conn;
+    route_t route;
+    char flag[64];
+    int fd;
+    jbuf_t body;
+    bool too_big, responded, dispatched, answered;
+    oai_req_t *gen;
+    bool streaming;
+    /* under mu (see the top of this file) */
+    pthread_mutex_t mu;
+    bool suspended, news, ping, gone;
+    double idle_since; /* when a suspended stream last sent data */
+    /* HTTP thread */
+    jbuf_t out;
+    size_t out_pos;
+    bool complete;
+    double last_send;
+    /* a rebuild-flag change waiting for the engine thread's answer (under mu) */
+    bool flag_running, flag_done;
+    int flag_rc;
+    err_t flag_err;
+    pthread_cond_t flag_cv;
+    char flag_value[MAX_FLAG_VALUE];
+    /* the live list, under srv->mu */
+    req_t *prev, *next;
+    bool listed;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Responses (server.c)
+
+/* Queues a response with the body (copied) and content type, closing the connection after it
+ * when `close`; the request counts as answered. */
+enum MHD_Result srv_reply(req_t *r, unsigned status, const char *type, const char *body, size_t len,
+                          bool close);
+enum MHD_Result srv_reply_json(req_t *r, unsigned status, jbuf_t *b);
+/* An error in vLLM's envelope. */
+enum MHD_Result srv_fail(req_t *r, int status, const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* The live list (the watcher and shutdown walk it), under srv->mu. */
+void srv_list_add(http_server_t *s, req_t *r);
+void srv_list_remove(http_server_t *s, req_t *r);
+
+/* Resumes a suspended connection (the caller holds r->mu and has set its reason). */
+void srv_resume_locked(req_t *r);
+
+// ---------------------------------------------------------------------------------------------
+// Endpoints (endpoints.c)
+
+enum MHD_Result srv_models(req_t *r);     /* GET /v1/models */
+enum MHD_Result srv_metrics(req_t *r);    /* GET /metrics */
+enum MHD_Result srv_flags_list(req_t *r); /* GET /admin/flags */
+enum MHD_Result srv_flag_get(req_t *r);   /* GET /admin/flags/NAME */
+/* POST|PUT /admin/flags/NAME: live flags answer at once; a rebuild flag leaves the connection
+ * suspended until the engine answers, then srv_flag_set_wait writes the answer. */
+enum MHD_Result srv_flag_set(req_t *r);
+enum MHD_Result srv_flag_set_wait(req_t *r);
+
+#endif

@@ -1,0 +1,251 @@
+/*
+ * frontend: the front door on the embedded model (cpu backend, its tokenizer and Qwen3 chat
+ * template). A chat prompt is the template's render encoded; a text prompt keeps U+0000; the
+ * reply's incremental reasoning split, summed over a reply's deltas, equals the split of the
+ * whole text (vLLM's streaming and whole parsers agree), per choice for n > 1, and a reply that
+ * never reaches content counts every token as reasoning; a thinking-off prompt gives content
+ * only; a cancel
+ * still ends every choice; errors say what the request or the model lacks.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "frontend.h"
+#include "json.h"
+
+static engine_t *open_embedded(void) {
+    engine_opts_t o;
+    engine_opts_init(&o);
+    o.backend_opts.n_threads = 2;
+    o.flags.max_model_len = 512;
+    o.flags.kv_cache_memory = 16 << 20;
+    engine_t *e;
+    err_t err;
+    if (engine_open(&o, &e, &err) < 0) fail_msg("engine_open: %s", err.msg);
+    return e;
+}
+
+static void test_prompts(void **state) {
+    engine_t *e = open_embedded();
+    err_t err = {{0}};
+    chat_msg_t msgs[] = {
+        {.role = CHAT_SYSTEM, .content_kind = CHAT_CONTENT_TEXT, .content = "Be brief."},
+        {.role = CHAT_USER, .content_kind = CHAT_CONTENT_TEXT, .content = "What is a list?"},
+    };
+    chat_opts_t opts = {.add_generation_prompt = true};
+    fe_prompt_t p;
+    assert_int_equal(fe_prompt_chat(e, msgs, 2, NULL, &opts, &p, &err), 0);
+    char *text;
+    size_t len;
+    assert_int_equal(
+        chat_render((chat_format_t)engine_chat_format(e), msgs, 2, NULL, &opts, &text, &len, &err),
+        0);
+    fe_prompt_t q;
+    assert_int_equal(fe_prompt_text(e, text, len, &q, &err), 0);
+    assert_int_equal(p.n_ids, q.n_ids);
+    assert_memory_equal(p.ids, q.ids, (size_t)p.n_ids * sizeof(int32_t));
+    assert_false(p.ends_reasoning);
+    free(text);
+    fe_prompt_free(&p);
+    fe_prompt_free(&q);
+    /* thinking off: the prompt closes the think block */
+    opts.enable_thinking = CHAT_THINK_OFF;
+    assert_int_equal(fe_prompt_chat(e, msgs, 2, NULL, &opts, &p, &err), 0);
+    assert_true(p.ends_reasoning);
+    fe_prompt_free(&p);
+    /* U+0000 is text */
+    assert_int_equal(fe_prompt_text(e, "a\0b c", 5, &p, &err), 0);
+    assert_int_equal(fe_prompt_text(e, "a", 1, &q, &err), 0);
+    assert_true(p.n_ids > q.n_ids);
+    fe_prompt_free(&p);
+    fe_prompt_free(&q);
+    /* what the template refuses is the request's fault, with the template's words */
+    opts.continue_final_message = true;
+    opts.add_generation_prompt = false;
+    chat_msg_t none = {.role = CHAT_ASSISTANT, .content_kind = CHAT_CONTENT_NONE};
+    assert_int_equal(fe_prompt_chat(e, &none, 1, NULL, &opts, &p, &err), FE_E_INPUT);
+    assert_non_null(strstr(err.msg, "continue_final_message"));
+    assert_null(p.ids);
+    engine_close(e);
+}
+
+/* What a reply's deltas add up to, per choice. */
+typedef struct sums {
+    char text[4][4096], reasoning[4][4096], content[4][4096];
+    bool saw_reasoning[4], saw_content[4];
+    int reasoning_tokens[4], tokens[4], finished[4];
+} sums_t;
+
+static void add(char *dst, const char *src, size_t n) {
+    size_t l = strlen(dst);
+    assert_true(l + n < 4096);
+    memcpy(dst + l, src, n);
+    dst[l + n] = '\0';
+}
+
+static int read_reply(fe_reply_t *r, sums_t *s) {
+    memset(s, 0, sizeof *s);
+    fe_delta_t d;
+    int rc;
+    while ((rc = fe_reply_wait(r, &d, 20000)) > 0) {
+        int c = d.choice;
+        assert_true(c >= 0 && c < 4);
+        assert_int_equal(s->finished[c], 0);
+        add(s->text[c], d.text, d.text_len);
+        if (d.reasoning) {
+            s->saw_reasoning[c] = true;
+            add(s->reasoning[c], d.reasoning, d.reasoning_len);
+        }
+        if (d.content) {
+            s->saw_content[c] = true;
+            add(s->content[c], d.content, d.content_len);
+        }
+        s->reasoning_tokens[c] = d.reasoning_tokens;
+        s->tokens[c] += d.ev->n_tokens;
+        s->finished[c] += d.finished;
+    }
+    return rc;
+}
+
+static void test_reply_split(void **state) {
+    engine_t *e = open_embedded();
+    err_t err = {{0}};
+    chat_msg_t msg = {.role = CHAT_USER, .content_kind = CHAT_CONTENT_TEXT, .content = "Hi"};
+    chat_opts_t opts = {.add_generation_prompt = true};
+    fe_prompt_t p;
+    assert_int_equal(fe_prompt_chat(e, &msg, 1, NULL, &opts, &p, &err), 0);
+    /* the split of each choice is checked against the whole-text split of what it wrote,
+     * whatever the babbling tiny model writes (seeded sampling: three different answers) */
+    engine_request_t req = {.prompt = p.ids, .n_prompt = p.n_ids};
+    sampling_params_init(&req.sampling);
+    req.sampling.n = 3;
+    req.sampling.temperature = 1.0f;
+    req.sampling.has_seed = true;
+    req.sampling.seed = 7;
+    req.sampling.max_tokens = 24;
+    fe_reply_opts_t ro = {.split_reasoning = true, .prompt_ends_reasoning = p.ends_reasoning};
+    fe_reply_t *r;
+    assert_int_equal(fe_reply_submit(e, &req, &ro, &r, &err), 0);
+    sums_t s;
+    assert_int_equal(read_reply(r, &s), -1);
+    fe_reply_release(r);
+    for (int c = 0; c < 3; c++) {
+        assert_int_equal(s.finished[c], 1);
+        chat_split_t whole;
+        chat_reasoning_split(s.text[c], strlen(s.text[c]), false, &whole);
+        assert_int_equal(s.saw_content[c], whole.content != NULL);
+        if (whole.content) {
+            assert_int_equal(strlen(s.content[c]), whole.content_len);
+            assert_memory_equal(s.content[c], whole.content, whole.content_len);
+        } else {
+            assert_int_equal(s.reasoning_tokens[c], s.tokens[c]); /* all of it was reasoning */
+        }
+        if (whole.reasoning) {
+            assert_int_equal(strlen(s.reasoning[c]), whole.reasoning_len);
+            assert_memory_equal(s.reasoning[c], whole.reasoning, whole.reasoning_len);
+        }
+    }
+    fe_prompt_free(&p);
+
+    /* thinking off: content only */
+    opts.enable_thinking = CHAT_THINK_OFF;
+    assert_int_equal(fe_prompt_chat(e, &msg, 1, NULL, &opts, &p, &err), 0);
+    req = (engine_request_t){.prompt = p.ids, .n_prompt = p.n_ids};
+    sampling_params_init(&req.sampling);
+    req.sampling.max_tokens = 12;
+    req.sampling.temperature = 0;
+    ro.prompt_ends_reasoning = p.ends_reasoning;
+    assert_int_equal(fe_reply_submit(e, &req, &ro, &r, &err), 0);
+    assert_int_equal(read_reply(r, &s), -1);
+    fe_reply_release(r);
+    assert_false(s.saw_reasoning[0]);
+    assert_string_equal(s.content[0], s.text[0]);
+    fe_prompt_free(&p);
+
+    /* without the split, content is the raw text */
+    assert_int_equal(fe_prompt_text(e, "The", 3, &p, &err), 0);
+    req = (engine_request_t){.prompt = p.ids, .n_prompt = p.n_ids};
+    sampling_params_init(&req.sampling);
+    req.sampling.max_tokens = 8;
+    ro = (fe_reply_opts_t){.split_reasoning = false};
+    assert_int_equal(fe_reply_submit(e, &req, &ro, &r, &err), 0);
+    assert_int_equal(read_reply(r, &s), -1);
+    assert_string_equal(s.content[0], s.text[0]);
+    assert_int_equal(s.tokens[0], 8);
+    fe_reply_release(r);
+    fe_prompt_free(&p);
+    engine_close(e);
+}
+
+static void test_reply_cancel_and_errors(void **state) {
+    engine_t *e = open_embedded();
+    err_t err = {{0}};
+    fe_prompt_t p;
+    assert_int_equal(fe_prompt_text(e, "Once upon a time", 16, &p, &err), 0);
+    engine_request_t req = {.prompt = p.ids, .n_prompt = p.n_ids};
+    sampling_params_init(&req.sampling);
+    req.sampling.max_tokens = 400;
+    req.sampling.ignore_eos = true;
+    fe_reply_opts_t ro = {.split_reasoning = true};
+    fe_reply_t *r;
+    assert_int_equal(fe_reply_submit(e, &req, &ro, &r, &err), 0);
+    fe_reply_cancel(r);
+    sums_t s;
+    assert_int_equal(read_reply(r, &s), -1);
+    assert_int_equal(s.finished[0], 1);
+    fe_reply_release(r);
+    /* released unread, mid-generation: nothing leaks (the sanitizer build checks) */
+    assert_int_equal(fe_reply_submit(e, &req, &ro, &r, &err), 0);
+    fe_reply_release(r);
+    /* a prompt beyond the context is refused with the engine's code */
+    int32_t *big = calloc(600, sizeof *big);
+    engine_request_t too_long = {.prompt = big, .n_prompt = 600};
+    sampling_params_init(&too_long.sampling);
+    assert_int_equal(fe_reply_submit(e, &too_long, &ro, &r, &err), ENGINE_E_INVALID);
+    assert_null(r);
+    free(big);
+    fe_prompt_free(&p);
+    engine_close(e);
+}
+
+/* A conversation from OpenAI JSON: strings keep U+0000, parts flatten as vLLM joins them. */
+static void test_conv_from_json(void **state) {
+    const char *doc =
+        "[{\"role\": \"user\", \"content\": [{\"type\": \"text\", \"text\": \"a\\u0000b\"},"
+        " {\"type\": \"text\", \"text\": \"c\"}]}, {\"role\": \"assistant\", "
+        "\"content\": \"x\", \"reasoning_content\": \"r\\u0000\"}]";
+    err_t err = {{0}};
+    cJSON *j = json_parse(doc, strlen(doc), &err);
+    assert_non_null(j);
+    fe_conv_t *conv;
+    assert_int_equal(fe_conv_from_json(j, NULL, FE_JSON_VLLM, &conv, &err), 0);
+    assert_int_equal(conv->n_msgs, 2);
+    assert_int_equal(conv->msgs[0].content_kind, CHAT_CONTENT_TEXT);
+    assert_int_equal(conv->msgs[0].content_len, 5);
+    assert_memory_equal(conv->msgs[0].content, "a\0b\nc", 5);
+    assert_int_equal(conv->msgs[1].reasoning_len, 2);
+    fe_conv_free(conv);
+    assert_int_equal(fe_conv_from_json(j, NULL, 0, &conv, &err), 0);
+    assert_int_equal(conv->msgs[0].content_kind, CHAT_CONTENT_PARTS);
+    assert_int_equal(conv->msgs[0].n_parts, 2);
+    assert_int_equal(conv->msgs[0].part_lens[0], 3);
+    fe_conv_free(conv);
+    fe_conv_free(NULL);
+    cJSON_Delete(j);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_prompts),
+        cmocka_unit_test(test_reply_split),
+        cmocka_unit_test(test_reply_cancel_and_errors),
+        cmocka_unit_test(test_conv_from_json),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
