@@ -20,6 +20,7 @@
 #include <time.h>
 
 #include "engine.h"
+#include "engine_testutil.h"
 #include "rng.h"
 
 enum { MAXC = 4, WAIT_MS = 20000, TINY_VOCAB = 4096 };
@@ -786,15 +787,8 @@ static void test_concurrent_readers(void **state) {
 // Stop strings with the embedded model and its tokenizer (cpu backend)
 
 static engine_t *open_embedded(void) {
-    engine_opts_t o;
-    engine_opts_init(&o);
-    o.backend_opts.n_threads = 2;
-    o.flags.max_model_len = 512;
-    o.flags.kv_cache_memory = 16 << 20;
-    engine_t *e;
-    err_t err;
-    if (engine_open(&o, &e, &err) < 0) fail_msg("engine_open: %s", err.msg);
-    return e;
+    static const char *const flags[] = {"max-model-len", "512", "kv-cache-memory", "16MiB", NULL};
+    return tu_open_engine(MDIR_EMBEDDED, "cpu", flags);
 }
 
 static engine_stream_t *submit_text(engine_t *e, const int32_t *ids, int n, const char *stop,

@@ -16,19 +16,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine_testutil.h"
 #include "frontend.h"
 #include "json.h"
 
 static engine_t *open_embedded(void) {
-    engine_opts_t o;
-    engine_opts_init(&o);
-    o.backend_opts.n_threads = 2;
-    o.flags.max_model_len = 512;
-    o.flags.kv_cache_memory = 16 << 20;
-    engine_t *e;
-    err_t err;
-    if (engine_open(&o, &e, &err) < 0) fail_msg("engine_open: %s", err.msg);
-    return e;
+    static const char *const flags[] = {"max-model-len", "512", "kv-cache-memory", "16MiB", NULL};
+    return tu_open_engine(MDIR_EMBEDDED, "cpu", flags);
 }
 
 static void test_prompts(void **state) {
