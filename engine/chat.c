@@ -1,10 +1,8 @@
 #include "chat.h"
 
 #include "json.h"
+#include "utf8.h"
 
-#include <locale.h>
-#include <math.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,255 +62,17 @@ static sv_t sv_rstrip_nl(sv_t s) {
     return s;
 }
 
-/* Byte length of the code point at s when Python's str.isspace() holds for it, else 0. Jinja's
- * trim filter and Python's str.strip()/lstrip() (and re's \s) use this set, not just ASCII. */
-static size_t py_space_at(const char *str, size_t n) {
-    const unsigned char *s = (const unsigned char *)str;
-    if (n == 0) return 0;
-    if (s[0] < 0x80) return (s[0] >= 0x09 && s[0] <= 0x0d) || (s[0] >= 0x1c && s[0] <= 0x20);
-    if (s[0] == 0xc2 && n >= 2) return (s[1] == 0x85 || s[1] == 0xa0) ? 2 : 0;
-    if (n < 3) return 0;
-    if (s[0] == 0xe1) return s[1] == 0x9a && s[2] == 0x80 ? 3 : 0; /* U+1680 */
-    if (s[0] == 0xe2 && s[1] == 0x80) /* U+2000..U+200A, U+2028, U+2029, U+202F */
-        return (s[2] >= 0x80 && s[2] <= 0x8a) || s[2] == 0xa8 || s[2] == 0xa9 || s[2] == 0xaf ? 3
-                                                                                              : 0;
-    if (s[0] == 0xe2 && s[1] == 0x81) return s[2] == 0x9f ? 3 : 0; /* U+205F */
-    if (s[0] == 0xe3) return s[1] == 0x80 && s[2] == 0x80 ? 3 : 0; /* U+3000 */
-    return 0;
-}
-
-/* Like py_space_at for the code point that ends at s + n. */
-static size_t py_space_before(const char *s, size_t n) {
-    if (n && (unsigned char)s[n - 1] < 0x80) return py_space_at(s + n - 1, 1);
-    if (n >= 2 && py_space_at(s + n - 2, 2) == 2) return 2;
-    if (n >= 3 && py_space_at(s + n - 3, 3) == 3) return 3;
-    return 0;
-}
-
 static sv_t sv_lstrip_py(sv_t s) {
-    for (size_t k; (k = py_space_at(s.p, s.n));)
+    for (size_t k; (k = utf8_py_space(s.p, s.n));)
         s.p += k, s.n -= k;
     return s;
 }
 
 static sv_t sv_trim(sv_t s) {
     s = sv_lstrip_py(s);
-    for (size_t k; (k = py_space_before(s.p, s.n));)
+    for (size_t k; (k = utf8_py_space_before(s.p, s.n));)
         s.n -= k;
     return s;
-}
-
-// ---------------------------------------------------------------------------------------------
-// Python's json.dumps (as transformers' tojson filter calls it: ensure_ascii=False, separators
-// ", " and ": ", keys in order) and str() of JSON values.
-
-static pthread_once_t c_locale_once = PTHREAD_ONCE_INIT;
-static locale_t c_locale;
-
-static void c_locale_init(void) {
-    c_locale = newlocale(LC_ALL_MASK, "C", (locale_t)0);
-}
-
-/* Number conversions below run under the C locale, whatever the process set with setlocale. */
-static locale_t enter_c_locale(void) {
-    pthread_once(&c_locale_once, c_locale_init);
-    return c_locale ? uselocale(c_locale) : (locale_t)0;
-}
-
-static void leave_c_locale(locale_t old) {
-    if (old) uselocale(old);
-}
-
-/* repr(float): the shortest digits that read back to v, in fixed notation when the decimal
- * exponent is in (-4, 16], else d.ddde+XX. */
-static void py_float_repr(double v, char *buf, size_t size, bool json) {
-    if (isinf(v)) {
-        snprintf(buf, size, "%s%s", v < 0 ? "-" : "", json ? "Infinity" : "inf");
-        return;
-    }
-    if (isnan(v)) {
-        snprintf(buf, size, "%s", json ? "NaN" : "nan");
-        return;
-    }
-    if (v == 0) {
-        snprintf(buf, size, "%s", signbit(v) ? "-0.0" : "0.0");
-        return;
-    }
-    locale_t old = enter_c_locale();
-    char tmp[48];
-    for (int prec = 1; prec <= 17; prec++) {
-        snprintf(tmp, sizeof tmp, "%.*e", prec - 1, v);
-        if (strtod(tmp, NULL) == v) break;
-    }
-    leave_c_locale(old);
-    char digits[24];
-    int nd = 0, exp10 = 0;
-    bool neg = tmp[0] == '-';
-    for (const char *p = tmp + neg; *p; p++) {
-        if (*p >= '0' && *p <= '9' && nd < (int)sizeof digits - 1) digits[nd++] = *p;
-        if (*p == 'e') {
-            exp10 = atoi(p + 1);
-            break;
-        }
-    }
-    while (nd > 1 && digits[nd - 1] == '0')
-        nd--;
-    digits[nd] = '\0';
-    int decpt = exp10 + 1;
-    jbuf_t b = {0};
-    char sign[2] = {neg ? '-' : '\0', '\0'};
-    jb_lit(&b, sign);
-    if (decpt > -4 && decpt <= 16) {
-        if (decpt <= 0) {
-            jb_lit(&b, "0.");
-            for (int i = 0; i < -decpt; i++)
-                jb_lit(&b, "0");
-            jb_lit(&b, digits);
-        } else if (decpt >= nd) {
-            jb_lit(&b, digits);
-            for (int i = nd; i < decpt; i++)
-                jb_lit(&b, "0");
-            jb_lit(&b, ".0");
-        } else {
-            jb_raw(&b, digits, decpt);
-            jb_lit(&b, ".");
-            jb_lit(&b, digits + decpt);
-        }
-    } else {
-        char e[16];
-        jb_raw(&b, digits, 1);
-        if (nd > 1) {
-            jb_lit(&b, ".");
-            jb_lit(&b, digits + 1);
-        }
-        snprintf(e, sizeof e, "e%c%02d", decpt - 1 < 0 ? '-' : '+', abs(decpt - 1));
-        jb_lit(&b, e);
-    }
-    snprintf(buf, size, "%s", b.p ? b.p : "0.0");
-    free(b.p);
-}
-
-/* A number as Python sees it after json.loads: an int when its spelling (recorded by
- * json_parse) has no fraction or exponent, else a float. Without a spelling, integral
- * values within 2^53 count as ints. */
-static void py_number(jbuf_t *b, const cJSON *item, bool json) {
-    char buf[64];
-    const char *lex = item->valuestring;
-    if (lex && !strpbrk(lex, ".eE")) {
-        jb_lit(b, strcmp(lex, "-0") == 0 ? "0" : lex);
-        return;
-    }
-    double v = item->valuedouble;
-    if (lex) {
-        locale_t old = enter_c_locale();
-        v = strtod(lex, NULL);
-        leave_c_locale(old);
-    } else if (v == floor(v) && fabs(v) <= 9007199254740992.0) {
-        snprintf(buf, sizeof buf, "%lld", (long long)v);
-        jb_lit(b, buf);
-        return;
-    }
-    py_float_repr(v, buf, sizeof buf, json);
-    jb_lit(b, buf);
-}
-
-static void json_string(jbuf_t *b, sv_t s) {
-    jb_lit(b, "\"");
-    for (const char *p = s.p; p < s.p + s.n; p++) {
-        unsigned char c = (unsigned char)*p;
-        const char *esc = NULL;
-        char u[8];
-        switch (c) {
-            case '"':
-                esc = "\\\"";
-                break;
-            case '\\':
-                esc = "\\\\";
-                break;
-            case '\n':
-                esc = "\\n";
-                break;
-            case '\r':
-                esc = "\\r";
-                break;
-            case '\t':
-                esc = "\\t";
-                break;
-            case '\b':
-                esc = "\\b";
-                break;
-            case '\f':
-                esc = "\\f";
-                break;
-            default:
-                if (c < 0x20) {
-                    snprintf(u, sizeof u, "\\u%04x", c);
-                    esc = u;
-                }
-        }
-        if (esc)
-            jb_lit(b, esc);
-        else
-            jb_raw(b, p, 1);
-    }
-    jb_lit(b, "\"");
-}
-
-/* Python dicts keep one entry per key: the first key's position with the last key's value. */
-static bool key_seen_before(const cJSON *obj, const cJSON *item) {
-    for (const cJSON *c = obj->child; c != item; c = c->next)
-        if (strcmp(c->string, item->string) == 0) return true;
-    return false;
-}
-
-static const cJSON *key_last_value(const cJSON *item) {
-    const cJSON *last = item;
-    for (const cJSON *c = item->next; c; c = c->next)
-        if (strcmp(c->string, item->string) == 0) last = c;
-    return last;
-}
-
-static void json_dump(jbuf_t *b, const cJSON *item) {
-    if (cJSON_IsObject(item)) {
-        jb_lit(b, "{");
-        bool first = true;
-        for (const cJSON *c = item->child; c; c = c->next) {
-            if (key_seen_before(item, c)) continue;
-            if (!first) jb_lit(b, ", ");
-            first = false;
-            json_string(b, sv_of(c->string));
-            jb_lit(b, ": ");
-            json_dump(b, key_last_value(c));
-        }
-        jb_lit(b, "}");
-    } else if (cJSON_IsArray(item)) {
-        jb_lit(b, "[");
-        for (const cJSON *c = item->child; c; c = c->next) {
-            if (c != item->child) jb_lit(b, ", ");
-            json_dump(b, c);
-        }
-        jb_lit(b, "]");
-    } else if (cJSON_IsString(item)) {
-        json_string(b, sv_n(item->valuestring, json_strlen(item)));
-    } else if (cJSON_IsNumber(item)) {
-        py_number(b, item, true);
-    } else if (cJSON_IsBool(item)) {
-        jb_lit(b, cJSON_IsTrue(item) ? "true" : "false");
-    } else {
-        jb_lit(b, "null");
-    }
-}
-
-/* Jinja's `string` filter: Python str() of a scalar. */
-static void py_str(jbuf_t *b, const cJSON *item) {
-    if (cJSON_IsString(item))
-        put_sv(b, sv_n(item->valuestring, json_strlen(item)));
-    else if (cJSON_IsNumber(item))
-        py_number(b, item, false);
-    else if (cJSON_IsBool(item))
-        jb_lit(b, cJSON_IsTrue(item) ? "True" : "False");
-    else
-        jb_lit(b, "None");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -348,7 +108,7 @@ static bool has_tools(const cJSON *tools) {
 static void put_tools(jbuf_t *b, const cJSON *tools) {
     for (const cJSON *t = tools->child; t; t = t->next) {
         jb_lit(b, "\n");
-        json_dump(b, t);
+        jb_py_dumps(b, t);
     }
 }
 
@@ -392,7 +152,7 @@ static int qwen3_tool_calls(jbuf_t *b, const chat_msg_t *m, sv_t content, err_t 
         if (tc->arguments_text)
             put_sv(b, sv_n(tc->arguments_text, tc->arguments_len));
         else if (tc->arguments_json)
-            json_dump(b, tc->arguments_json);
+            jb_py_dumps(b, tc->arguments_json);
         else
             return err_set(err, TPL_ERR "tool call \"%s\" has no arguments", tc->name);
         jb_lit(b, "}\n</tool_call>");
@@ -500,15 +260,15 @@ static int qwen3_5_tool_calls(jbuf_t *b, const chat_msg_t *m, sv_t content, err_
                            tc->name);
         const cJSON *args = tc->arguments_json;
         for (const cJSON *a = args ? args->child : NULL; a; a = a->next) {
-            if (key_seen_before(args, a)) continue;
-            const cJSON *v = key_last_value(a);
+            if (json_key_seen_before(args, a)) continue;
+            const cJSON *v = json_key_last_value(a);
             jb_lit(b, "<parameter=");
             jb_lit(b, a->string);
             jb_lit(b, ">\n");
             if (cJSON_IsObject(v) || cJSON_IsArray(v))
-                json_dump(b, v);
+                jb_py_dumps(b, v);
             else
-                py_str(b, v);
+                jb_py_str(b, v);
             jb_lit(b, "\n</parameter>\n");
         }
         jb_lit(b, "</function>\n</tool_call>");
@@ -691,7 +451,7 @@ static int continue_cut(jbuf_t *b, sv_t final, err_t *err) {
     bool kept_space =
         out.n - at > CONTINUE_TAG_STRIPPED_LEN && out.p[at + CONTINUE_TAG_STRIPPED_LEN] == ' ';
     if (!kept_space)
-        for (size_t k; (k = py_space_before(out.p, at));)
+        for (size_t k; (k = utf8_py_space_before(out.p, at));)
             at -= k;
     b->len = at;
     return 0;
@@ -851,7 +611,7 @@ static tc_verdict_t tool_call_verdict(const char *after, size_t n) {
     size_t k = sizeof FUNCTION_OPEN - 1;
     if (rest.n <= k) return memcmp(rest.p, FUNCTION_OPEN, rest.n) == 0 ? TC_UNDECIDED : TC_NOT;
     if (memcmp(rest.p, FUNCTION_OPEN, k) != 0) return TC_NOT;
-    return rest.p[k] == '=' || py_space_at(rest.p + k, rest.n - k) ? TC_GENUINE : TC_NOT;
+    return rest.p[k] == '=' || utf8_py_space(rest.p + k, rest.n - k) ? TC_GENUINE : TC_NOT;
 }
 
 void chat_reasoning_split(const char *text, size_t len, bool thinking_disabled, chat_split_t *out) {

@@ -2,7 +2,9 @@
 #include "utf8.h"
 
 #include <limits.h>
+#include <locale.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -389,4 +391,222 @@ bool json_has_nul(const cJSON *item) {
 size_t json_strlen(const cJSON *item) {
     if (!cJSON_IsString(item) || !item->valuestring) return 0;
     return item->valueint > 0 ? (size_t)item->valueint : strlen(item->valuestring);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Python's json.dumps (ensure_ascii=False, separators ", " and ": ", keys in order) and str()
+
+static pthread_once_t c_locale_once = PTHREAD_ONCE_INIT;
+static locale_t c_locale;
+
+static void c_locale_init(void) {
+    c_locale = newlocale(LC_ALL_MASK, "C", (locale_t)0);
+}
+
+/* Number conversions below run under the C locale, whatever the process set with setlocale. */
+static locale_t enter_c_locale(void) {
+    pthread_once(&c_locale_once, c_locale_init);
+    return c_locale ? uselocale(c_locale) : (locale_t)0;
+}
+
+static void leave_c_locale(locale_t old) {
+    if (old) uselocale(old);
+}
+
+/* repr(float): the shortest digits that read back to v, in fixed notation when the decimal
+ * exponent is in (-4, 16], else d.ddde+XX. */
+static void py_float_repr(double v, char *buf, size_t size, bool json) {
+    if (isinf(v)) {
+        snprintf(buf, size, "%s%s", v < 0 ? "-" : "", json ? "Infinity" : "inf");
+        return;
+    }
+    if (isnan(v)) {
+        snprintf(buf, size, "%s", json ? "NaN" : "nan");
+        return;
+    }
+    if (v == 0) {
+        snprintf(buf, size, "%s", signbit(v) ? "-0.0" : "0.0");
+        return;
+    }
+    locale_t old = enter_c_locale();
+    char tmp[48];
+    for (int prec = 1; prec <= 17; prec++) {
+        snprintf(tmp, sizeof tmp, "%.*e", prec - 1, v);
+        if (strtod(tmp, NULL) == v) break;
+    }
+    leave_c_locale(old);
+    char digits[24];
+    int nd = 0, exp10 = 0;
+    bool neg = tmp[0] == '-';
+    for (const char *p = tmp + neg; *p; p++) {
+        if (*p >= '0' && *p <= '9' && nd < (int)sizeof digits - 1) digits[nd++] = *p;
+        if (*p == 'e') {
+            exp10 = atoi(p + 1);
+            break;
+        }
+    }
+    while (nd > 1 && digits[nd - 1] == '0')
+        nd--;
+    digits[nd] = '\0';
+    int decpt = exp10 + 1;
+    jbuf_t b = {0};
+    char sign[2] = {neg ? '-' : '\0', '\0'};
+    jb_lit(&b, sign);
+    if (decpt > -4 && decpt <= 16) {
+        if (decpt <= 0) {
+            jb_lit(&b, "0.");
+            for (int i = 0; i < -decpt; i++)
+                jb_lit(&b, "0");
+            jb_lit(&b, digits);
+        } else if (decpt >= nd) {
+            jb_lit(&b, digits);
+            for (int i = nd; i < decpt; i++)
+                jb_lit(&b, "0");
+            jb_lit(&b, ".0");
+        } else {
+            jb_raw(&b, digits, decpt);
+            jb_lit(&b, ".");
+            jb_lit(&b, digits + decpt);
+        }
+    } else {
+        char e[16];
+        jb_raw(&b, digits, 1);
+        if (nd > 1) {
+            jb_lit(&b, ".");
+            jb_lit(&b, digits + 1);
+        }
+        snprintf(e, sizeof e, "e%c%02d", decpt - 1 < 0 ? '-' : '+', abs(decpt - 1));
+        jb_lit(&b, e);
+    }
+    snprintf(buf, size, "%s", b.p ? b.p : "0.0");
+    free(b.p);
+}
+
+/* A number as Python sees it after json.loads: an int when its spelling (recorded by
+ * json_parse) has no fraction or exponent, else a float. Without a spelling, integral
+ * values within 2^53 count as ints. */
+static void py_number(jbuf_t *b, const cJSON *item, bool json) {
+    char buf[64];
+    const char *lex = item->valuestring;
+    if (lex && !strpbrk(lex, ".eE")) {
+        jb_lit(b, strcmp(lex, "-0") == 0 ? "0" : lex);
+        return;
+    }
+    double v = item->valuedouble;
+    if (lex) {
+        locale_t old = enter_c_locale();
+        v = strtod(lex, NULL);
+        leave_c_locale(old);
+    } else if (v == floor(v) && fabs(v) <= 9007199254740992.0) {
+        snprintf(buf, sizeof buf, "%lld", (long long)v);
+        jb_lit(b, buf);
+        return;
+    }
+    py_float_repr(v, buf, sizeof buf, json);
+    jb_lit(b, buf);
+}
+
+void jb_py_float(jbuf_t *b, double v, bool json) {
+    char buf[64];
+    py_float_repr(v, buf, sizeof buf, json);
+    jb_lit(b, buf);
+}
+
+void jb_py_string(jbuf_t *b, const char *s, size_t n) {
+    jb_lit(b, "\"");
+    for (const char *p = s; p < s + n; p++) {
+        unsigned char c = (unsigned char)*p;
+        const char *esc = NULL;
+        char u[8];
+        switch (c) {
+            case '"':
+                esc = "\\\"";
+                break;
+            case '\\':
+                esc = "\\\\";
+                break;
+            case '\n':
+                esc = "\\n";
+                break;
+            case '\r':
+                esc = "\\r";
+                break;
+            case '\t':
+                esc = "\\t";
+                break;
+            case '\b':
+                esc = "\\b";
+                break;
+            case '\f':
+                esc = "\\f";
+                break;
+            default:
+                if (c < 0x20) {
+                    snprintf(u, sizeof u, "\\u%04x", c);
+                    esc = u;
+                }
+        }
+        if (esc)
+            jb_lit(b, esc);
+        else
+            jb_raw(b, p, 1);
+    }
+    jb_lit(b, "\"");
+}
+
+/* Python dicts keep one entry per key: the first key's position with the last key's value. */
+bool json_key_seen_before(const cJSON *obj, const cJSON *item) {
+    for (const cJSON *c = obj->child; c != item; c = c->next)
+        if (strcmp(c->string, item->string) == 0) return true;
+    return false;
+}
+
+const cJSON *json_key_last_value(const cJSON *item) {
+    const cJSON *last = item;
+    for (const cJSON *c = item->next; c; c = c->next)
+        if (strcmp(c->string, item->string) == 0) last = c;
+    return last;
+}
+
+void jb_py_dumps(jbuf_t *b, const cJSON *item) {
+    if (cJSON_IsObject(item)) {
+        jb_lit(b, "{");
+        bool first = true;
+        for (const cJSON *c = item->child; c; c = c->next) {
+            if (json_key_seen_before(item, c)) continue;
+            if (!first) jb_lit(b, ", ");
+            first = false;
+            jb_py_string(b, c->string, strlen(c->string));
+            jb_lit(b, ": ");
+            jb_py_dumps(b, json_key_last_value(c));
+        }
+        jb_lit(b, "}");
+    } else if (cJSON_IsArray(item)) {
+        jb_lit(b, "[");
+        for (const cJSON *c = item->child; c; c = c->next) {
+            if (c != item->child) jb_lit(b, ", ");
+            jb_py_dumps(b, c);
+        }
+        jb_lit(b, "]");
+    } else if (cJSON_IsString(item)) {
+        jb_py_string(b, item->valuestring, json_strlen(item));
+    } else if (cJSON_IsNumber(item)) {
+        py_number(b, item, true);
+    } else if (cJSON_IsBool(item)) {
+        jb_lit(b, cJSON_IsTrue(item) ? "true" : "false");
+    } else {
+        jb_lit(b, "null");
+    }
+}
+
+/* Jinja's `string` filter: Python str() of a scalar. */
+void jb_py_str(jbuf_t *b, const cJSON *item) {
+    if (cJSON_IsString(item))
+        jb_raw(b, item->valuestring, json_strlen(item));
+    else if (cJSON_IsNumber(item))
+        py_number(b, item, false);
+    else if (cJSON_IsBool(item))
+        jb_lit(b, cJSON_IsTrue(item) ? "True" : "False");
+    else
+        jb_lit(b, "None");
 }

@@ -93,4 +93,23 @@ void jb_bytes_array(jbuf_t *b, const char *s, size_t n);
 /* True when s holds only valid UTF-8. */
 bool jb_utf8_valid(const char *s, size_t n);
 
+// ---------------------------------------------------------------------------------------------
+// Python's json.dumps(..., ensure_ascii=False) and str(), as transformers' tojson filter and
+// vLLM's tool-call arguments write JSON: separators ", " and ": ", keys in document order with a
+// Python dict's view of duplicates (the first key's position, the last key's value), numbers as
+// Python reads and writes them back (json_parse keeps their spellings: 1.0 stays 1.0, 1e5 is
+// 100000.0, big integers stay exact). Number conversions run under the C locale.
+
+void jb_py_dumps(jbuf_t *b, const cJSON *item);
+/* json.dumps of n bytes of text (U+0000 included): only " \ and control characters escaped. */
+void jb_py_string(jbuf_t *b, const char *s, size_t n);
+/* str() of a scalar (Jinja's `string` filter): strings as they are, True/False/None. */
+void jb_py_str(jbuf_t *b, const cJSON *item);
+/* repr(float) as json.dumps writes it (Infinity, NaN), or as str() does (inf, nan). */
+void jb_py_float(jbuf_t *b, double v, bool json);
+
+/* Python dict semantics over a cJSON object's members. */
+bool json_key_seen_before(const cJSON *obj, const cJSON *item);
+const cJSON *json_key_last_value(const cJSON *item);
+
 #endif /* TACHYON_JSON_H */

@@ -58,4 +58,29 @@ static inline int utf8_class(const uint8_t *s, size_t n, size_t *len) {
     return U8_OK;
 }
 
+/* Byte length of the code point at s when Python's str.isspace() holds for it, else 0. Jinja's
+ * trim filter and Python's str.strip()/lstrip() (and re's \s) use this set, not just ASCII. */
+static inline size_t utf8_py_space(const char *str, size_t n) {
+    const unsigned char *s = (const unsigned char *)str;
+    if (n == 0) return 0;
+    if (s[0] < 0x80) return (s[0] >= 0x09 && s[0] <= 0x0d) || (s[0] >= 0x1c && s[0] <= 0x20);
+    if (s[0] == 0xc2 && n >= 2) return (s[1] == 0x85 || s[1] == 0xa0) ? 2 : 0;
+    if (n < 3) return 0;
+    if (s[0] == 0xe1) return s[1] == 0x9a && s[2] == 0x80 ? 3 : 0; /* U+1680 */
+    if (s[0] == 0xe2 && s[1] == 0x80) /* U+2000..U+200A, U+2028, U+2029, U+202F */
+        return (s[2] >= 0x80 && s[2] <= 0x8a) || s[2] == 0xa8 || s[2] == 0xa9 || s[2] == 0xaf ? 3
+                                                                                              : 0;
+    if (s[0] == 0xe2 && s[1] == 0x81) return s[2] == 0x9f ? 3 : 0; /* U+205F */
+    if (s[0] == 0xe3) return s[1] == 0x80 && s[2] == 0x80 ? 3 : 0; /* U+3000 */
+    return 0;
+}
+
+/* Like utf8_py_space for the code point that ends at s + n. */
+static inline size_t utf8_py_space_before(const char *s, size_t n) {
+    if (n && (unsigned char)s[n - 1] < 0x80) return utf8_py_space(s + n - 1, 1);
+    if (n >= 2 && utf8_py_space(s + n - 2, 2) == 2) return 2;
+    if (n >= 3 && utf8_py_space(s + n - 3, 3) == 3) return 3;
+    return 0;
+}
+
 #endif
