@@ -21,6 +21,7 @@
 #include "grow.h"
 #include "output.h"
 #include "rng.h"
+#include "scripted.h"
 
 #define AUTO_POOL_MAX (4ull << 30) /* bytes: the automatic pool is 25% of RAM, at most this */
 #define TOKENS_AHEAD  64           /* room for output tokens reserved at submit */
@@ -260,6 +261,12 @@ static void fail_step(engine_t *e, const sched_out_t *out, const char *what, con
     }
 }
 
+/* A scripted request's next token replaces the sampled one; the model's EOS ends the script. */
+static void script_token(const engine_t *e, const eng_choice_t *q, sampler_result_t *r) {
+    int n_out = q->b.s.n_tokens - q->b.s.n_prompt;
+    r->token = n_out < q->req->n_scripted ? q->req->scripted[n_out] : e->stop_ids[0];
+}
+
 /* Samples every row: on the device when the backend can, else on the host from the logits. */
 static int sample_rows(engine_t *e, const be_batch_t *b, err_t *err) {
     step_batch_t *sb = &e->batch;
@@ -324,6 +331,7 @@ static bool step(engine_t *e, stats_step_t *st) {
         eng_choice_t *q = choice_of(out.seqs[e->batch.logit_seq[l]]);
         /* forks first: a choice 0 that ends on its first token still shares its prompt */
         if (q->b.choice == 0 && q->req->n_started < q->req->n) output_fork_choices(e, q->req);
+        if (q->req->scripted) script_token(e, q, &e->batch.results[l]);
         if (!q->finished) output_on_token(e, q, &e->batch.results[l], now);
     }
 record:
@@ -651,6 +659,7 @@ int engine_submit(engine_t *e, const engine_request_t *r, engine_stream_t **out,
     req->n = req->sp.n;
     req->arrival = r->arrival_time > 0 ? r->arrival_time : engine_now();
     if (r->request_id && !(req->id = strdup(r->request_id))) goto oom;
+    req->scripted = scripted_match(e->scripted, r->prompt, r->n_prompt, &req->n_scripted);
     size_t max_stop = 0;
     for (int i = 0; i < req->sp.n_stop; i++)
         if (strlen(req->sp.stop[i]) > max_stop) max_stop = strlen(req->sp.stop[i]);
@@ -850,6 +859,7 @@ static void engine_free(engine_t *e) {
     kv_destroy(e->kv);
     sampler_destroy(e->smp);
     backend_destroy(e->be);
+    scripted_free(e->scripted);
     tok_destroy(e->tok);
     weights_destroy(e->w);
     stats_destroy(e->stats);
@@ -876,7 +886,7 @@ static int load_text(engine_t *e, err_t *err) {
     if (primary < 0) primary = e->cfg->eos_token_id;
     e->n_stop_ids = genconfig_stop_ids(&e->gc, primary, e->stop_ids, GENCONFIG_MAX_EOS + 1);
     if (e->tok) e->max_chunk = tok_stream_max_chunk(e->tok);
-    return 0;
+    return scripted_load(e->tok, &e->scripted, err);
 }
 
 int engine_open(const engine_opts_t *o, engine_t **out, err_t *err) {

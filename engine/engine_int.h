@@ -68,6 +68,8 @@ struct eng_req {
     eng_choice_t *choices; /* [n] */
     double arrival;
     char *id;
+    const int32_t *scripted; /* the output a test scripted for this prompt (scripted.h), or NULL */
+    int n_scripted;
 };
 
 struct engine {
@@ -84,6 +86,7 @@ struct engine {
     int n_stop_ids;
     size_t max_chunk; /* tok_stream_max_chunk */
     stats_t *stats;
+    struct scripted *scripted; /* replies scripted for tests, or NULL */
 
     /* shared, under mu */
     pthread_mutex_t mu;

@@ -5,6 +5,7 @@
 #include "frontend.h"
 
 #include <limits.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -230,7 +231,7 @@ int fe_prompt_text(engine_t *eng, const char *text, size_t len, fe_prompt_t *out
 }
 
 int fe_prompt_chat(engine_t *eng, const chat_msg_t *msgs, size_t n_msgs, const cJSON *tools,
-                   const chat_opts_t *opts, fe_prompt_t *out, err_t *err) {
+                   const chat_opts_t *opts, const char *then, fe_prompt_t *out, err_t *err) {
     memset(out, 0, sizeof *out);
     int fmt = engine_chat_format(eng);
     if (fmt < 0) {
@@ -241,6 +242,18 @@ int fe_prompt_chat(engine_t *eng, const chat_msg_t *msgs, size_t n_msgs, const c
     size_t len;
     if (chat_render((chat_format_t)fmt, msgs, n_msgs, tools, opts, &text, &len, err) < 0)
         return FE_E_INPUT;
+    if (then) {
+        size_t k = strlen(then);
+        char *t = realloc(text, len + k + 1);
+        if (!t) {
+            free(text);
+            err_set(err, "out of memory");
+            return FE_E_ENCODE;
+        }
+        memcpy(t + len, then, k + 1);
+        text = t;
+        len += k;
+    }
     int rc = fe_prompt_text(eng, text, len, out, err);
     free(text);
     out->ends_reasoning = chat_prompt_ends_reasoning((chat_format_t)fmt, opts);
@@ -260,6 +273,8 @@ typedef struct fe_choice {
     chat_reasoning_t *rs; /* with split_reasoning */
     bool content_started;
     int reasoning_tokens;
+    tc_parser_t *tools; /* with a tool-call parser */
+    bool primed;        /* the call prefix went into the parser */
 } fe_choice_t;
 
 struct fe_reply {
@@ -270,6 +285,12 @@ struct fe_reply {
     engine_event_t ev;    /* the last delta's event, cleared at the next poll */
     bool have_ev;
     jbuf_t reasoning; /* a finish's reasoning: what the splitter returned and its held tail */
+    char *call_prefix;
+    jbuf_t content;  /* with tool calls: the delta's content that is not a call */
+    jbuf_t scratch;  /* the call prefix and the first content, read together */
+    tc_event_t *evs; /* with tool calls: the delta's calls (a feed's and the finish's) */
+    int cap_evs;
+    jbuf_t ev_text; /* their texts */
 };
 
 int fe_reply_submit(engine_t *eng, const engine_request_t *req, const fe_reply_opts_t *opts,
@@ -285,8 +306,17 @@ int fe_reply_submit(engine_t *eng, const engine_request_t *req, const fe_reply_o
     r->opts = *opts;
     r->n_choices = n;
     jb_init(&r->reasoning);
-    for (int c = 0; c < n && opts->split_reasoning; c++)
-        if (chat_reasoning_create(opts->prompt_ends_reasoning, &r->choices[c].rs, err) < 0) {
+    if (opts->call_prefix && !(r->call_prefix = strdup(opts->call_prefix))) {
+        fe_reply_release(r);
+        err_set(err, "out of memory");
+        return ENGINE_E_NOMEM;
+    }
+    r->opts.call_prefix = NULL;
+    for (int c = 0; c < n; c++)
+        if ((opts->split_reasoning &&
+             chat_reasoning_create(opts->prompt_ends_reasoning, &r->choices[c].rs, err) < 0) ||
+            (opts->tool_calls != TC_NONE &&
+             tc_parser_create(opts->tool_calls, opts->tools, &r->choices[c].tools, err) < 0)) {
             fe_reply_release(r);
             return ENGINE_E_NOMEM;
         }
@@ -297,6 +327,72 @@ int fe_reply_submit(engine_t *eng, const engine_request_t *req, const fe_reply_o
     }
     *out = r;
     return 0;
+}
+
+/* Appends tool-call events (their texts copied: a parser's events live until its next call). */
+static int keep_events(fe_reply_t *r, int *n, const tc_event_t *evs, int k) {
+    if (*n + k > r->cap_evs) {
+        int cap = (*n + k) * 2;
+        tc_event_t *e = realloc(r->evs, (size_t)cap * sizeof *e);
+        if (!e) return -1;
+        r->evs = e;
+        r->cap_evs = cap;
+    }
+    for (int i = 0; i < k; i++) {
+        tc_event_t *e = &r->evs[(*n)++];
+        *e = evs[i];
+        /* offsets now, pointers once every text is in (ev_text may move) */
+        e->text = (const char *)(uintptr_t)r->ev_text.len;
+        jb_raw(&r->ev_text, evs[i].text, evs[i].len);
+        if (evs[i].kind == TC_EV_BEGIN) {
+            e->id = (const char *)(uintptr_t)r->ev_text.len;
+            jb_raw(&r->ev_text, evs[i].id, strlen(evs[i].id) + 1);
+        }
+    }
+    return r->ev_text.oom ? -1 : 0;
+}
+
+/* The content of a delta through the choice's tool-call parser: what is not a call stays
+ * content; the calls' pieces become the delta's tool events. */
+static int parse_tools(fe_reply_t *r, fe_choice_t *c, fe_delta_t *d) {
+    const char *text = d->content ? d->content : "";
+    size_t len = d->content_len;
+    if (!c->primed) { /* the prompt's call prefix is the start of this output */
+        c->primed = true;
+        if (r->call_prefix) {
+            jb_reset(&r->scratch);
+            jb_lit(&r->scratch, r->call_prefix);
+            jb_raw(&r->scratch, text, len);
+            if (r->scratch.oom) return -2;
+            text = r->scratch.p;
+            len = r->scratch.len;
+        }
+    }
+    const tc_event_t *evs;
+    int k, n = 0;
+    jb_reset(&r->ev_text);
+    if (tc_parser_feed(c->tools, text, len, &evs, &k) < 0 || keep_events(r, &n, evs, k) < 0)
+        return -2;
+    if (d->finished && (tc_parser_finish(c->tools, &evs, &k) < 0 || keep_events(r, &n, evs, k) < 0))
+        return -2;
+    jb_reset(&r->content);
+    int n_tools = 0;
+    for (int i = 0; i < n; i++) {
+        tc_event_t *e = &r->evs[i];
+        e->text = r->ev_text.p + (uintptr_t)e->text;
+        if (e->kind == TC_EV_BEGIN) e->id = r->ev_text.p + (uintptr_t)e->id;
+        if (e->kind == TC_EV_CONTENT)
+            jb_raw(&r->content, e->text, e->len);
+        else
+            r->evs[n_tools++] = *e;
+    }
+    if (r->content.oom) return -2;
+    d->content = r->content.len ? r->content.p : NULL;
+    d->content_len = r->content.len;
+    d->tool_events = r->evs;
+    d->n_tool_events = n_tools;
+    d->tool_calls = tc_parser_calls(c->tools);
+    return 1;
 }
 
 /* The delta of the event just taken. -2 when out of memory. */
@@ -310,8 +406,9 @@ static int make_delta(fe_reply_t *r, fe_delta_t *d) {
                       .text_len = ev->text_len,
                       .content = ev->text,
                       .content_len = ev->text_len};
-    if (!r->opts.split_reasoning || ev->choice < 0 || ev->choice >= r->n_choices) return 1;
+    if (ev->choice < 0 || ev->choice >= r->n_choices) return 1;
     fe_choice_t *c = &r->choices[ev->choice];
+    if (!r->opts.split_reasoning) return c->tools ? parse_tools(r, c, d) : 1;
     chat_split_t s;
     err_t err;
     if (chat_reasoning_feed(c->rs, ev->text, ev->text_len, &s, &err) < 0) return -2;
@@ -335,7 +432,7 @@ static int make_delta(fe_reply_t *r, fe_delta_t *d) {
     if (!c->content_started) c->reasoning_tokens += ev->n_tokens;
     if (s.content) c->content_started = true;
     d->reasoning_tokens = c->reasoning_tokens;
-    return 1;
+    return c->tools ? parse_tools(r, c, d) : 1;
 }
 
 static void clear_event(fe_reply_t *r) {
@@ -364,9 +461,16 @@ void fe_reply_release(fe_reply_t *r) {
     if (!r) return;
     clear_event(r);
     if (r->stream) engine_stream_release(r->stream);
-    for (int c = 0; c < r->n_choices; c++)
+    for (int c = 0; c < r->n_choices; c++) {
         chat_reasoning_destroy(r->choices[c].rs);
+        tc_parser_destroy(r->choices[c].tools);
+    }
     free(r->choices);
     jb_free(&r->reasoning);
+    jb_free(&r->content);
+    jb_free(&r->scratch);
+    jb_free(&r->ev_text);
+    free(r->evs);
+    free(r->call_prefix);
     free(r);
 }

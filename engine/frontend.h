@@ -7,13 +7,13 @@
  * also says whether the prompt leaves the model past its reasoning.
  * Out: a reply over a submitted request, read delta by delta: the raw text, the reasoning and
  * the content split as vLLM's qwen3 reasoning parser splits them (incrementally, per choice),
- * token ids, logprobs and, last for each choice, its finish. Tool-call parsing will read the
- * content here, after the reasoning split.
+ * token ids, logprobs and, last for each choice, its finish; with a tool-call parser, the calls
+ * found in the content (after the reasoning split: reasoning before a call stays reasoning).
  *
  *     fe_conv_t *conv;
  *     fe_conv_from_json(messages, tools, FE_JSON_VLLM, &conv, &err);
  *     fe_prompt_t p;
- *     fe_prompt_chat(eng, conv->msgs, conv->n_msgs, conv->tools, &opts, &p, &err);
+ *     fe_prompt_chat(eng, conv->msgs, conv->n_msgs, conv->tools, &opts, NULL, &p, &err);
  *     engine_request_t req = {.prompt = p.ids, .n_prompt = p.n_ids};
  *     fe_reply_t *reply;
  *     fe_reply_submit(eng, &req, &(fe_reply_opts_t){.split_reasoning = true,
@@ -41,6 +41,7 @@
 
 #include "chat.h"
 #include "engine.h"
+#include "toolcall.h"
 
 // ---------------------------------------------------------------------------------------------
 // Conversations from OpenAI JSON
@@ -89,10 +90,11 @@ enum {
     FE_E_ENCODE = -3,      /* the tokenizer failed (the server's fault, not the request's) */
 };
 
-/* Renders msgs with the model's chat format and encodes the result. Returns 0 or FE_E_*; on
- * failure nothing is owned. */
+/* Renders msgs with the model's chat format, appends `then` (text the reply is made to start
+ * with, such as a tool call's opening; NULL for none) and encodes the result. Returns 0 or
+ * FE_E_*; on failure nothing is owned. */
 int fe_prompt_chat(engine_t *eng, const chat_msg_t *msgs, size_t n_msgs, const cJSON *tools,
-                   const chat_opts_t *opts, fe_prompt_t *out, err_t *err);
+                   const chat_opts_t *opts, const char *then, fe_prompt_t *out, err_t *err);
 
 /* Encodes len bytes of text (U+0000 included). Returns 0 or FE_E_*. */
 int fe_prompt_text(engine_t *eng, const char *text, size_t len, fe_prompt_t *out, err_t *err);
@@ -107,6 +109,11 @@ typedef struct fe_reply fe_reply_t;
 typedef struct fe_reply_opts {
     bool split_reasoning;       /* split reasoning from content (a chat with a reasoning model) */
     bool prompt_ends_reasoning; /* fe_prompt_t.ends_reasoning: all output is content */
+    tc_format_t tool_calls;     /* parse tool calls out of the content (TC_NONE: do not) */
+    const cJSON *tools;         /* the request's tools (names checked, parameter types) */
+    /* What the prompt made the reply start with (tc_call_prefix), read by the tool-call parser
+     * before the output; NULL for none. Copied. */
+    const char *call_prefix;
 } fe_reply_opts_t;
 
 /* One event of a reply. Every pointer is valid until the next poll/wait or the release. */
@@ -123,6 +130,11 @@ typedef struct fe_delta {
     const char *content;
     size_t content_len;
     int reasoning_tokens; /* the choice's tokens before its content started, so far */
+    /* With a tool-call parser: the calls' pieces found in this delta's content (content above is
+     * then what is not a call), and how many calls the choice has begun so far. */
+    const tc_event_t *tool_events;
+    int n_tool_events;
+    int tool_calls;
 } fe_delta_t;
 
 /* Submits the request (engine_submit: its ENGINE_E_* codes and messages) and opens a reply on

@@ -506,6 +506,19 @@ static void py_number(jbuf_t *b, const cJSON *item, bool json) {
     jb_lit(b, buf);
 }
 
+void jb_py_number_text(jbuf_t *b, const char *spelling, size_t n) {
+    char small[64], *text = n < sizeof small ? small : malloc(n + 1);
+    if (!text) {
+        b->oom = true;
+        return;
+    }
+    memcpy(text, spelling, n);
+    text[n] = '\0';
+    cJSON item = {.type = cJSON_Number, .valuestring = text};
+    py_number(b, &item, true);
+    if (text != small) free(text);
+}
+
 void jb_py_float(jbuf_t *b, double v, bool json) {
     char buf[64];
     py_float_repr(v, buf, sizeof buf, json);

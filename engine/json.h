@@ -105,6 +105,8 @@ void jb_py_dumps(jbuf_t *b, const cJSON *item);
 void jb_py_string(jbuf_t *b, const char *s, size_t n);
 /* str() of a scalar (Jinja's `string` filter): strings as they are, True/False/None. */
 void jb_py_str(jbuf_t *b, const cJSON *item);
+/* json.dumps(json.loads(spelling)) of a valid JSON number's spelling. */
+void jb_py_number_text(jbuf_t *b, const char *spelling, size_t n);
 /* repr(float) as json.dumps writes it (Infinity, NaN), or as str() does (inf, nan). */
 void jb_py_float(jbuf_t *b, double v, bool json);
 

@@ -26,6 +26,7 @@
 #include <stdint.h>
 
 #include "engine.h"
+#include "toolcall.h"
 #include "json.h"
 #include "metrics.h"
 
@@ -35,8 +36,13 @@ typedef struct oai_config {
     const char *const *model_names; /* accepted "model" values; [0] is the one reported */
     int n_model_names;
     bool reasoning_qwen3; /* --reasoning-parser qwen3 */
-    metrics_t *metrics;   /* finished requests are recorded here (may be NULL) */
-    uint64_t id_seed;     /* response ids are derived from it and a counter */
+    /* tools: the parser of tool calls (--tool-call-parser, else the one the model's chat
+     * template teaches it), and whether tool_choice "auto" parses calls
+     * (--enable-auto-tool-choice; "required" and named choices always do) */
+    tc_format_t tool_parser;
+    bool auto_tool_choice;
+    metrics_t *metrics; /* finished requests are recorded here (may be NULL) */
+    uint64_t id_seed;   /* response ids are derived from it and a counter */
     atomic_uint_least64_t n_ids;
 } oai_config_t;
 

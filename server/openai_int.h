@@ -13,8 +13,9 @@
 #include "frontend.h"
 #include "openai.h"
 
-#define MAX_PROMPTS       1024 /* prompts in one /v1/completions request */
-#define COMPLETIONS_DEF_N 16   /* /v1/completions' schema default for max_tokens */
+#define MAX_PROMPTS       1024           /* prompts in one /v1/completions request */
+#define COMPLETIONS_DEF_N 16             /* /v1/completions' schema default for max_tokens */
+#define TOOL_CALL_CLOSE   "</tool_call>" /* a named tool choice stops here */
 
 /* One choice of the answer: index = prompt * n + the engine's choice. */
 typedef struct choice {
@@ -30,7 +31,17 @@ typedef struct choice {
     int32_t stop_token;
     char *error;
     bool echoed;
+    int tool_calls; /* calls this choice made (streaming: the reply's count) */
+    jbuf_t calls;   /* not streaming: the message's ,"tool_calls":[...] */
 } choice_t;
+
+/* What tool_choice asks for (vLLM's ChatCompletionRequest). */
+typedef enum tool_choice {
+    TOOL_CHOICE_NONE,     /* tools rendered, no calls parsed */
+    TOOL_CHOICE_AUTO,     /* calls parsed if the model makes them */
+    TOOL_CHOICE_REQUIRED, /* the reply starts with a call (to any function) */
+    TOOL_CHOICE_NAMED,    /* the reply is a call of the named function */
+} tool_choice_t;
 
 struct oai_req {
     oai_config_t *cfg;
@@ -45,6 +56,11 @@ struct oai_req {
     int logprobs;       /* top alternatives, or -1 */
     bool echo;
     bool thinking_disabled; /* the prompt leaves no think block (chat_prompt_ends_reasoning) */
+    /* tools */
+    tool_choice_t tool_choice;
+    tc_format_t tool_parser; /* TC_NONE: no calls parsed */
+    cJSON *tools;            /* the request's tools (a copy: the body is gone by then) */
+    char *call_prefix;       /* required / named: what the prompt made the reply start with */
     int n;
     int max_tokens_param;    /* as given, or -1 */
     bool max_tokens_default; /* completions without the field: 16 (clamped to the context) */

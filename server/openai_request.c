@@ -544,9 +544,62 @@ static int check_tools(const cJSON *tools, oai_error_t *e) {
     return 0;
 }
 
+/* tool_choice as vLLM reads it: absent with tools is "auto"; "none", "auto", "required" or
+ * {"type": "function", "function": {"name": NAME}} naming one of the tools. */
+static int parse_tool_choice(const cJSON *o, const cJSON *tools, tool_choice_t *tc,
+                             const char **name, oai_error_t *e) {
+    static const char usage[] =
+        "Correct usage: `{\"type\": \"function\", \"function\": {\"name\": \"my_function\"}}`";
+    const cJSON *choice = field(o, "tool_choice");
+    *name = NULL;
+    *tc = tools ? TOOL_CHOICE_AUTO : TOOL_CHOICE_NONE;
+    if (!choice) return 0;
+    if (cJSON_IsString(choice) && !json_has_nul(choice) && !strcmp(choice->valuestring, "none")) {
+        *tc = TOOL_CHOICE_NONE;
+        return 0;
+    }
+    if (!tools)
+        return oai_error_set(e, 400, "tool_choice",
+                             "When using `tool_choice`, `tools` must be set.");
+    if (cJSON_IsString(choice) && !json_has_nul(choice) &&
+        (!strcmp(choice->valuestring, "auto") || !strcmp(choice->valuestring, "required"))) {
+        *tc = choice->valuestring[0] == 'a' ? TOOL_CHOICE_AUTO : TOOL_CHOICE_REQUIRED;
+        return 0;
+    }
+    if (!cJSON_IsObject(choice))
+        return oai_error_set(e, 400, "tool_choice",
+                             "Invalid value for `tool_choice`! Only named tools, \"none\", "
+                             "\"auto\" or \"required\" are supported.");
+    const cJSON *fn = field(choice, "function");
+    if (!cJSON_IsObject(fn))
+        return oai_error_set(e, 400, "tool_choice",
+                             "Invalid value for `function` in `tool_choice`! %s", usage);
+    const cJSON *nm = field(fn, "name");
+    if (!nm)
+        return oai_error_set(e, 400, "tool_choice",
+                             "Expected field `name` in `function` in `tool_choice`! %s", usage);
+    if (!cJSON_IsString(nm) || !nm->valuestring[0] || json_has_nul(nm))
+        return oai_error_set(e, 400, "tool_choice",
+                             "Invalid `name` in `function` in `tool_choice`! %s", usage);
+    for (const cJSON *t = tools->child; t; t = t->next) {
+        const cJSON *tn = field(field(t, "function"), "name");
+        if (cJSON_IsString(tn) && !strcmp(tn->valuestring, nm->valuestring)) {
+            *tc = TOOL_CHOICE_NAMED;
+            *name = nm->valuestring;
+            return 0;
+        }
+    }
+    return oai_error_set(e, 400, "tool_choice",
+                         "The tool specified in `tool_choice` does not match any of the "
+                         "specified `tools`");
+}
+
 /* A chat request's prompt (shared by /v1/chat/completions and the chat form of /tokenize): the
- * OpenAI fields checked, the messages rendered with the model's chat format and encoded. */
-static int chat_prompt(engine_t *eng, const cJSON *o, fe_prompt_t *prompt, oai_error_t *e) {
+ * OpenAI fields checked, the messages rendered with the model's chat format and encoded. With r
+ * (chat completions), what tool_choice asks for is set up: the calls to parse, and for
+ * "required" or a named tool the call's opening written into the prompt (thinking skipped). */
+static int chat_prompt(engine_t *eng, const cJSON *o, oai_req_t *r, fe_prompt_t *prompt,
+                       oai_error_t *e) {
     const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(o, "messages");
     if (!msgs) return oai_error_set(e, 400, "messages", "messages: Field required");
     if (!cJSON_IsArray(msgs))
@@ -560,14 +613,25 @@ static int chat_prompt(engine_t *eng, const cJSON *o, fe_prompt_t *prompt, oai_e
     if (tools && !tools->child)
         return oai_error_set(e, 400, "tools", "tools must not be an empty list");
     if (tools && check_tools(tools, e) < 0) return -1;
-    const cJSON *choice = field(o, "tool_choice");
-    if (choice && !tools)
-        return oai_error_set(e, 400, "tool_choice",
-                             "When using `tool_choice`, `tools` must be set.");
-    if (choice && !(cJSON_IsString(choice) && !json_has_nul(choice) &&
-                    (!strcmp(choice->valuestring, "none") || !strcmp(choice->valuestring, "auto"))))
-        return oai_error_set(e, 400, "tool_choice",
-                             "tool_choice: only \"none\" and \"auto\" are supported");
+    tool_choice_t tc;
+    const char *named;
+    if (parse_tool_choice(o, tools, &tc, &named, e) < 0) return -1;
+    char prefix[256] = "";
+    if (r) {
+        const oai_config_t *c = r->cfg;
+        if (tc == TOOL_CHOICE_AUTO && !(c->auto_tool_choice && c->tool_parser != TC_NONE))
+            return oai_error_set(e, 400, "tool_choice",
+                                 "\"auto\" tool choice requires --enable-auto-tool-choice and "
+                                 "--tool-call-parser to be set");
+        r->tool_choice = tc;
+        r->tool_parser = tc == TOOL_CHOICE_NONE ? TC_NONE : c->tool_parser;
+        if ((tc == TOOL_CHOICE_REQUIRED || tc == TOOL_CHOICE_NAMED) &&
+            (tc_call_prefix(c->tool_parser, named, prefix, sizeof prefix) < 0 ||
+             !(r->call_prefix = strdup(prefix))))
+            return oai_error_set(e, 400, "tool_choice", "the tool's name is too long");
+        if (tools && !(r->tools = cJSON_Duplicate(tools, true)))
+            return oai_error_set(e, 500, NULL, "out of memory");
+    }
 
     chat_opts_t opts = {.add_generation_prompt = true};
     bool cont = false;
@@ -588,6 +652,8 @@ static int chat_prompt(engine_t *eng, const cJSON *o, fe_prompt_t *prompt, oai_e
     if (kw && get_bool(kw, "enable_thinking", &think, e) < 0) return -1;
     if (kw && field(kw, "enable_thinking"))
         opts.enable_thinking = think ? CHAT_THINK_ON : CHAT_THINK_OFF;
+    /* the call comes first: no think block is left open before it */
+    if (prefix[0]) opts.enable_thinking = CHAT_THINK_OFF;
 
     fe_conv_t *conv;
     err_t err;
@@ -602,7 +668,8 @@ static int chat_prompt(engine_t *eng, const cJSON *o, fe_prompt_t *prompt, oai_e
             fe_conv_free(conv);
             return -1;
         }
-    int rc = fe_prompt_chat(eng, conv->msgs, conv->n_msgs, conv->tools, &opts, prompt, &err);
+    int rc = fe_prompt_chat(eng, conv->msgs, conv->n_msgs, conv->tools, &opts,
+                            prefix[0] ? prefix : NULL, prompt, &err);
     fe_conv_free(conv);
     if (rc < 0)
         return prompt_error(
@@ -728,7 +795,7 @@ int oai_parse(oai_config_t *c, oai_endpoint_t ep, const char *body, size_t len, 
         if (get_bool(o, "include_reasoning", &r->include_reasoning, e) < 0) goto fail;
         r->reasoning = c->reasoning_qwen3;
         fe_prompt_t prompt;
-        if (chat_prompt(c->eng, o, &prompt, e) < 0) goto fail;
+        if (chat_prompt(c->eng, o, r, &prompt, e) < 0) goto fail;
         r->thinking_disabled = prompt.ends_reasoning;
         if (alloc_prompts(r, 1, e) < 0) {
             fe_prompt_free(&prompt);
@@ -769,6 +836,13 @@ int oai_parse(oai_config_t *c, oai_endpoint_t ep, const char *body, size_t len, 
     }
     r->sp.logprobs = r->logprobs;
     r->n = r->sp.n;
+    if (r->tool_choice == TOOL_CHOICE_NAMED) { /* one call, then the reply is over */
+        err_t err;
+        if (sampling_params_add_stop(&r->sp, TOOL_CALL_CLOSE, &err) < 0) {
+            oai_error_set(e, 400, "stop", "%s", err.msg);
+            goto fail;
+        }
+    }
     make_prefix(r);
     if (r->prefix.oom) {
         oai_error_set(e, 500, NULL, "out of memory");
@@ -813,7 +887,7 @@ int oai_tokenize(oai_config_t *c, const char *body, size_t len, jbuf_t *out, oai
     } else if (!cJSON_GetObjectItemCaseSensitive(o, "messages")) {
         oai_error_set(e, 400, "prompt", "prompt or messages: Field required");
         goto out;
-    } else if (chat_prompt(c->eng, o, &prompt, e) < 0) {
+    } else if (chat_prompt(c->eng, o, NULL, &prompt, e) < 0) {
         goto out;
     }
     err_t err;

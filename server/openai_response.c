@@ -34,7 +34,10 @@ int oai_submit(oai_req_t *r, void (*wake)(void *ctx), void *ctx, oai_error_t *e)
     for (int k = 0; k < n_choices; k++)
         r->choices[k].stop_token = -1;
     fe_reply_opts_t ro = {.split_reasoning = r->reasoning,
-                          .prompt_ends_reasoning = r->thinking_disabled};
+                          .prompt_ends_reasoning = r->thinking_disabled,
+                          .tool_calls = r->tool_parser,
+                          .tools = r->tools,
+                          .call_prefix = r->call_prefix};
     int mml = oai_max_model_len(r->cfg->eng);
     for (int p = 0; p < r->n_prompts; p++) {
         engine_request_t q = {.prompt = r->prompts[p],
@@ -166,8 +169,20 @@ static const char *finish_name(engine_finish_reason_t reason) {
 
 /* stop_reason: the stop string, or a stop token other than the tokenizer's own EOS (vLLM adds
  * generation_config's extra EOS ids to stop_token_ids, so those report their id), else null. */
+/* The finish as the API names it: "tool_calls" when a reply that chose its tools (auto or
+ * required) made calls and stopped by itself; a named tool choice reports "stop" (vLLM). */
+static const char *finish_of(const oai_req_t *r, const choice_t *ch) {
+    if (ch->tool_calls > 0 && ch->reason == ENGINE_FINISH_STOP &&
+        (r->tool_choice == TOOL_CHOICE_AUTO || r->tool_choice == TOOL_CHOICE_REQUIRED))
+        return "tool_calls";
+    return finish_name(ch->reason);
+}
+
 static void stop_reason(const oai_req_t *r, const choice_t *ch, jbuf_t *b) {
-    if (ch->stop_str)
+    if (ch->stop_str && r->tool_choice == TOOL_CHOICE_NAMED &&
+        !strcmp(ch->stop_str, TOOL_CALL_CLOSE))
+        jb_lit(b, "null"); /* the stop a named tool choice adds is not the client's */
+    else if (ch->stop_str)
         jb_cstr(b, ch->stop_str);
     else if (ch->stop_token >= 0 && (!r->tok || ch->stop_token != tok_eos_id(r->tok)))
         jb_int(b, ch->stop_token);
@@ -223,8 +238,34 @@ static void finish_fields(oai_req_t *r, choice_t *ch, bool fin, jbuf_t *out) {
         if (r->ep == OAI_COMPLETIONS) jb_lit(out, ",\"stop_reason\":null");
         return;
     }
-    jb_printf(out, ",\"finish_reason\":\"%s\",\"stop_reason\":", finish_name(ch->reason));
+    jb_printf(out, ",\"finish_reason\":\"%s\",\"stop_reason\":", finish_of(r, ch));
     stop_reason(r, ch, out);
+}
+
+/* A delta's tool-call pieces as vLLM's delta.tool_calls: a call's first piece carries its index,
+ * id, type and name (and the arguments known by then), the next ones the arguments' next text. */
+static void tool_call_deltas(const fe_delta_t *d, jbuf_t *out) {
+    jb_lit(out, "\"tool_calls\":[");
+    for (int i = 0; i < d->n_tool_events;) {
+        const tc_event_t *e = &d->tool_events[i];
+        if (i) jb_raw(out, ",", 1);
+        if (e->kind == TC_EV_BEGIN) {
+            jb_lit(out, "{\"id\":");
+            jb_cstr(out, e->id);
+            jb_printf(out, ",\"type\":\"function\",\"index\":%d,\"function\":{\"name\":", e->index);
+            jb_str(out, e->text, e->len);
+            jb_lit(out, ",\"arguments\":\"");
+            i++;
+        } else {
+            jb_printf(out, "{\"index\":%d,\"function\":{\"arguments\":\"", e->index);
+        }
+        for (; i < d->n_tool_events && d->tool_events[i].kind == TC_EV_ARGS &&
+               d->tool_events[i].index == e->index;
+             i++)
+            jb_esc(out, d->tool_events[i].text, d->tool_events[i].len);
+        jb_lit(out, "\"}}");
+    }
+    jb_raw(out, "]", 1);
 }
 
 static void write_error_chunk(oai_req_t *r, const char *msg, jbuf_t *out) {
@@ -275,8 +316,10 @@ static void stream_delta(oai_req_t *r, int p, const fe_delta_t *d, jbuf_t *out) 
             ch->tokens = saved;
         }
         ch->reasoning_tokens = d->reasoning_tokens;
+        ch->tool_calls = d->tool_calls;
         bool has_r = r->include_reasoning && d->reasoning_len > 0;
-        if (!fin && !has_r && !d->content_len && !lp) return;
+        bool has_t = d->n_tool_events > 0;
+        if (!fin && !has_r && !d->content_len && !lp && !has_t) return;
         begin_chunk(r, out, index);
         jb_lit(out, "\"delta\":{");
         if (has_r) {
@@ -285,9 +328,13 @@ static void stream_delta(oai_req_t *r, int p, const fe_delta_t *d, jbuf_t *out) 
                 jb_str(out, d->reasoning, d->reasoning_len);
             }
         }
-        if (d->content_len || (!has_r && !fin)) {
+        if (d->content_len || (!has_r && !fin && !has_t)) {
             jb_lit(out, has_r ? ",\"content\":" : "\"content\":");
             jb_str(out, d->content, d->content_len);
+        }
+        if (has_t) {
+            if (has_r || d->content_len) jb_raw(out, ",", 1);
+            tool_call_deltas(d, out);
         }
         jb_lit(out, "},\"logprobs\":");
         if (lp) {
@@ -407,6 +454,49 @@ int oai_collect(oai_req_t *r) {
     return 1;
 }
 
+/* The tool calls of a whole reply's content (the call prefix the prompt gave it first): the
+ * message's "tool_calls" go into ch->calls, and the content is cut to what precedes the first
+ * call (null when nothing does). A reply whose calls do not parse stays content. */
+static int message_tool_calls(oai_req_t *r, choice_t *ch, chat_split_t *s, jbuf_t *out) {
+    jbuf_t text;
+    jb_init(&text);
+    if (r->call_prefix) jb_lit(&text, r->call_prefix);
+    jb_raw(&text, s->content ? s->content : "", s->content ? s->content_len : 0);
+    tc_result_t tr;
+    err_t err;
+    int rc = text.oom
+                 ? -1
+                 : tc_extract(r->tool_parser, text.p ? text.p : "", text.len, r->tools, &tr, &err);
+    if (rc < 0) {
+        jb_free(&text);
+        oai_error_t e;
+        oai_error_set(&e, 500, NULL, "out of memory");
+        out->len = 0;
+        oai_error_json(&e, out);
+        return -1;
+    }
+    if (tr.n_calls) {
+        /* content before the first call (none when the prompt opened the call) */
+        s->content_len = tr.content_len;
+        if (!s->content_len) s->content = NULL;
+        ch->tool_calls = tr.n_calls;
+        jb_lit(&ch->calls, ",\"tool_calls\":[");
+        for (int i = 0; i < tr.n_calls; i++) {
+            jb_lit(&ch->calls, i ? ",{\"id\":" : "{\"id\":");
+            jb_cstr(&ch->calls, tr.calls[i].id);
+            jb_lit(&ch->calls, ",\"type\":\"function\",\"function\":{\"name\":");
+            jb_cstr(&ch->calls, tr.calls[i].name);
+            jb_lit(&ch->calls, ",\"arguments\":");
+            jb_cstr(&ch->calls, tr.calls[i].arguments);
+            jb_lit(&ch->calls, "}}");
+        }
+        jb_raw(&ch->calls, "]", 1);
+    }
+    tc_result_free(&tr);
+    jb_free(&text);
+    return 0;
+}
+
 static void raw_or_empty(jbuf_t *out, const jbuf_t *b) {
     if (b->len) jb_raw(out, b->p, b->len);
     if (b->oom) out->oom = true;
@@ -434,23 +524,24 @@ void oai_response(oai_req_t *r, jbuf_t *out, int *status) {
         jb_printf(out, "%s{\"index\":%d,", k ? "," : "", k);
         if (r->ep == OAI_CHAT) {
             jb_lit(out, "\"message\":{\"role\":\"assistant\",\"content\":");
-            if (r->reasoning) {
-                chat_split_t s;
-                chat_reasoning_split(text, ch->text.len, r->thinking_disabled, &s);
-                if (s.content)
-                    jb_str(out, s.content, s.content_len);
+            chat_split_t s = {.content = text, .content_len = ch->text.len};
+            if (r->reasoning) chat_reasoning_split(text, ch->text.len, r->thinking_disabled, &s);
+            if (r->tool_parser != TC_NONE && message_tool_calls(r, ch, &s, out) < 0) {
+                *status = 500;
+                return;
+            }
+            if (s.content)
+                jb_str(out, s.content, s.content_len);
+            else
+                jb_lit(out, "null");
+            for (int j = 0; j < 2 && r->reasoning && r->include_reasoning; j++) {
+                jb_lit(out, j ? ",\"reasoning_content\":" : ",\"reasoning\":");
+                if (s.reasoning)
+                    jb_str(out, s.reasoning, s.reasoning_len);
                 else
                     jb_lit(out, "null");
-                for (int j = 0; j < 2 && r->include_reasoning; j++) {
-                    jb_lit(out, j ? ",\"reasoning_content\":" : ",\"reasoning\":");
-                    if (s.reasoning)
-                        jb_str(out, s.reasoning, s.reasoning_len);
-                    else
-                        jb_lit(out, "null");
-                }
-            } else {
-                jb_str(out, text, ch->text.len);
             }
+            if (ch->calls.len) jb_raw(out, ch->calls.p, ch->calls.len);
             jb_lit(out, "},\"logprobs\":");
             if (r->chat_logprobs) {
                 jb_lit(out, "{\"content\":[");
@@ -477,7 +568,7 @@ void oai_response(oai_req_t *r, jbuf_t *out, int *status) {
                 jb_lit(out, "null");
             }
         }
-        jb_printf(out, ",\"finish_reason\":\"%s\",\"stop_reason\":", finish_name(ch->reason));
+        jb_printf(out, ",\"finish_reason\":\"%s\",\"stop_reason\":", finish_of(r, ch));
         stop_reason(r, ch, out);
         jb_raw(out, "}", 1);
     }
@@ -504,6 +595,7 @@ void oai_destroy(oai_req_t *r) {
             jb_free(&ch->lp_vals);
             jb_free(&ch->lp_top);
             jb_free(&ch->lp_off);
+            jb_free(&ch->calls);
             free(ch->stop_str);
             free(ch->error);
         }
@@ -514,6 +606,8 @@ void oai_destroy(oai_req_t *r) {
     free(r->prompt_len);
     free(r->prompt_text);
     free(r->prompt_text_len);
+    cJSON_Delete(r->tools);
+    free(r->call_prefix);
     sampling_params_free(&r->sp);
     jb_free(&r->prefix);
     free(r);

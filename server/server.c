@@ -656,6 +656,13 @@ int http_start(engine_t *eng, const http_opts_t *o, http_server_t **out, err_t *
     s->oai.model_names = (const char *const *)s->names;
     s->oai.n_model_names = s->n_names;
     s->oai.reasoning_qwen3 = o->reasoning_qwen3;
+    s->oai.auto_tool_choice = o->auto_tool_choice;
+    int fmt = engine_chat_format(eng);
+    s->oai.tool_parser = fmt < 0 ? TC_NONE : tc_format_for_chat((chat_format_t)fmt);
+    if (o->tool_parser && tc_format_parse(o->tool_parser, &s->oai.tool_parser) < 0) {
+        err_set(err, "--tool-call-parser %s: unknown (hermes or qwen3_coder)", o->tool_parser);
+        goto fail;
+    }
     s->oai.metrics = s->metrics;
     s->oai.id_seed = random_seed();
     atomic_init(&s->oai.n_ids, 0);

@@ -48,6 +48,9 @@ typedef struct http_opts {
     const char *model_root;   /* the model path (/v1/models "root") */
     const char *version;      /* GET /version */
     bool reasoning_qwen3;     /* --reasoning-parser qwen3 */
+    bool auto_tool_choice;    /* --enable-auto-tool-choice: tool_choice "auto" parses calls */
+    const char *tool_parser;  /* --tool-call-parser hermes|qwen3_coder; NULL: the one the
+                                 model's chat template teaches it */
     unsigned threads;         /* HTTP threads; 0 = one per 4 cores, at least 1, at most 8 */
     unsigned max_connections; /* 0 = 4096 */
     size_t max_body;          /* request body limit in bytes, 413 beyond; 0 = 32 MiB */
@@ -60,7 +63,8 @@ typedef struct http_opts {
 void http_opts_init(http_opts_t *o);
 
 /* Binds the address and starts serving. The engine must outlive the server. Strings in o are
- * copied. Fails with a message naming the address when it cannot listen. */
+ * copied. Fails with a message naming the address when it cannot listen, or naming a
+ * --tool-call-parser it does not know. */
 int http_start(engine_t *eng, const http_opts_t *o, http_server_t **out, err_t *err);
 
 /* The port the server listens on (the chosen one when started with port 0). */

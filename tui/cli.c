@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "mdir.h"
+#include "toolcall.h"
 
 #ifndef TACHYON_VERSION
 #define TACHYON_VERSION "dev"
@@ -157,6 +158,14 @@ static int server_option(cli_server_t *sv, const char *name, const char *value) 
         }
         o->reasoning_qwen3 = true;
         sv->reasoning_given = true;
+    } else if (!strcmp(name, "tool-call-parser")) {
+        tc_format_t fmt;
+        if (tc_format_parse(value, &fmt) < 0) {
+            fprintf(stderr, "tachyon: --tool-call-parser: hermes or qwen3_coder, got \"%s\"\n",
+                    value);
+            return -1;
+        }
+        o->tool_parser = value;
     } else if (!strcmp(name, "http-threads")) {
         if (cli_parse_long(value, 1, 256, &v) < 0) goto bad_int;
         o->threads = (unsigned)v;
@@ -185,6 +194,7 @@ int cli_server_args(cli_server_t *sv, int *argc, char **argv) {
                                         "api-key",
                                         "served-model-name",
                                         "reasoning-parser",
+                                        "tool-call-parser",
                                         "http-threads",
                                         "max-connections",
                                         "http-timeout",
@@ -198,6 +208,10 @@ int cli_server_args(cli_server_t *sv, int *argc, char **argv) {
             while (i < *argc)
                 argv[out++] = argv[i++];
             break;
+        }
+        if (!strcmp(arg, "--enable-auto-tool-choice")) { /* a switch: no value */
+            sv->ho.auto_tool_choice = true;
+            continue;
         }
         const char *name = NULL;
         if (!strncmp(arg, "--", 2))

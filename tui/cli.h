@@ -68,6 +68,9 @@ typedef struct cli_server {
     "  --served-model-name NAME   the model's name in the API (repeatable; default the --model\n"  \
     "                             argument)\n"                                                     \
     "  --reasoning-parser qwen3   split <think> output into reasoning and content\n"               \
+    "  --enable-auto-tool-choice  tool_choice \"auto\" parses the model's tool calls\n"            \
+    "  --tool-call-parser NAME    hermes (Qwen3) or qwen3_coder (Qwen3.5); default: the one the\n" \
+    "                             model's chat template uses\n"                                    \
     "  --http-threads N           HTTP threads (default: one per 4 cores, at least 1)\n"           \
     "  --max-connections N        open connections at most (default 4096)\n"                       \
     "  --http-timeout S           idle connection timeout in seconds (default 60)\n"               \

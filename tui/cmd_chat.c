@@ -43,7 +43,8 @@ static int chat_turn(chat_state_t *st, const char *line) {
     chat_opts_t copts = {.add_generation_prompt = true,
                          .enable_thinking = st->think ? CHAT_THINK_DEFAULT : CHAT_THINK_OFF};
     fe_prompt_t prompt;
-    if (fe_prompt_chat(st->eng, st->history.msgs, st->history.n, NULL, &copts, &prompt, &err) < 0) {
+    if (fe_prompt_chat(st->eng, st->history.msgs, st->history.n, NULL, &copts, NULL, &prompt,
+                       &err) < 0) {
         fprintf(stderr, "tachyon: %s\n", err.msg);
         conversation_forget_last(&st->history);
         return 0;

@@ -41,7 +41,7 @@ static int encode_prompt(engine_t *eng, const char *text, bool chat, bool no_thi
                           .content = text};
         chat_opts_t opts = {.add_generation_prompt = true,
                             .enable_thinking = no_think ? CHAT_THINK_OFF : CHAT_THINK_DEFAULT};
-        rc = fe_prompt_chat(eng, &msg, 1, NULL, &opts, &p, &err);
+        rc = fe_prompt_chat(eng, &msg, 1, NULL, &opts, NULL, &p, &err);
     } else {
         rc = fe_prompt_text(eng, text, strlen(text), &p, &err);
     }

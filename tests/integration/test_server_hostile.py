@@ -116,7 +116,13 @@ for k, msgs in enumerate([[], [1], ["user"], [{"content": "x"}], [{"role": 5, "c
 case("messages missing", raw_post(CHAT, b'{"max_tokens": 2}'), 400)
 case("tools []", chat_with(tools=[]), 400)
 case("tool_choice without tools", chat_with(tool_choice="auto"), 400)
-case("tool_choice required", chat_with(tools=[{"type": "function", "function": {"name": "f"}}], tool_choice="required"), 400)
+F_TOOLS = [{"type": "function", "function": {"name": "f"}}]
+for k, choice in enumerate(["auto", "sometimes", 5, [], {}, {"type": "function"}, {"function": "f"},
+                            {"function": {}}, {"function": {"name": ""}}, {"function": {"name": 5}},
+                            {"function": {"name": "g"}}]):
+    # "auto" needs --enable-auto-tool-choice (this server has none); the rest is malformed
+    case("tool_choice %d" % k, chat_with(tools=F_TOOLS, tool_choice=choice), 400)
+case("tools without tool_choice: auto", chat_with(tools=F_TOOLS), 400)
 case("response_format json_object", chat_with(response_format={"type": "json_object"}), 400)
 case("response_format json_schema without schema", chat_with(response_format={"type": "json_schema"}), 400)
 case("logit_bias", chat_with(logit_bias={"1": 5}), 400)
@@ -378,7 +384,7 @@ def test_defect_regressions():
                                   "documents": [{"title": "t", "text": "x"}], "reasoning_effort": "low",
                                   "length_penalty": 1.0, "chat_template": None})
     assert code == 200, r
-    code, r = post_json(S, CHAT, {"messages": MSG, "max_tokens": 1,
+    code, r = post_json(S, CHAT, {"messages": MSG, "max_tokens": 1, "tool_choice": "none",
                                   "tools": [{"function": {"name": "f", "description": None}},
                                             {"type": "function", "function": {"name": "g", "parameters": {},
                                                                               "strict": False}}]})

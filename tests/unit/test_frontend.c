@@ -34,7 +34,7 @@ static void test_prompts(void **state) {
     };
     chat_opts_t opts = {.add_generation_prompt = true};
     fe_prompt_t p;
-    assert_int_equal(fe_prompt_chat(e, msgs, 2, NULL, &opts, &p, &err), 0);
+    assert_int_equal(fe_prompt_chat(e, msgs, 2, NULL, &opts, NULL, &p, &err), 0);
     char *text;
     size_t len;
     assert_int_equal(
@@ -50,7 +50,7 @@ static void test_prompts(void **state) {
     fe_prompt_free(&q);
     /* thinking off: the prompt closes the think block */
     opts.enable_thinking = CHAT_THINK_OFF;
-    assert_int_equal(fe_prompt_chat(e, msgs, 2, NULL, &opts, &p, &err), 0);
+    assert_int_equal(fe_prompt_chat(e, msgs, 2, NULL, &opts, NULL, &p, &err), 0);
     assert_true(p.ends_reasoning);
     fe_prompt_free(&p);
     /* U+0000 is text */
@@ -63,7 +63,7 @@ static void test_prompts(void **state) {
     opts.continue_final_message = true;
     opts.add_generation_prompt = false;
     chat_msg_t none = {.role = CHAT_ASSISTANT, .content_kind = CHAT_CONTENT_NONE};
-    assert_int_equal(fe_prompt_chat(e, &none, 1, NULL, &opts, &p, &err), FE_E_INPUT);
+    assert_int_equal(fe_prompt_chat(e, &none, 1, NULL, &opts, NULL, &p, &err), FE_E_INPUT);
     assert_non_null(strstr(err.msg, "continue_final_message"));
     assert_null(p.ids);
     engine_close(e);
@@ -113,7 +113,7 @@ static void test_reply_split(void **state) {
     chat_msg_t msg = {.role = CHAT_USER, .content_kind = CHAT_CONTENT_TEXT, .content = "Hi"};
     chat_opts_t opts = {.add_generation_prompt = true};
     fe_prompt_t p;
-    assert_int_equal(fe_prompt_chat(e, &msg, 1, NULL, &opts, &p, &err), 0);
+    assert_int_equal(fe_prompt_chat(e, &msg, 1, NULL, &opts, NULL, &p, &err), 0);
     /* the split of each choice is checked against the whole-text split of what it wrote,
      * whatever the babbling tiny model writes (seeded sampling: three different answers) */
     engine_request_t req = {.prompt = p.ids, .n_prompt = p.n_ids};
@@ -149,7 +149,7 @@ static void test_reply_split(void **state) {
 
     /* thinking off: content only */
     opts.enable_thinking = CHAT_THINK_OFF;
-    assert_int_equal(fe_prompt_chat(e, &msg, 1, NULL, &opts, &p, &err), 0);
+    assert_int_equal(fe_prompt_chat(e, &msg, 1, NULL, &opts, NULL, &p, &err), 0);
     req = (engine_request_t){.prompt = p.ids, .n_prompt = p.n_ids};
     sampling_params_init(&req.sampling);
     req.sampling.max_tokens = 12;
