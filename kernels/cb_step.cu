@@ -121,50 +121,20 @@ int cb_grow_arena(cuda_backend_t *be, size_t need, err_t *err) {
 // ---------------------------------------------------------------------------------------------
 // Batches
 
-/* What forward() must hold not to read or write out of bounds (as the CPU backend checks). */
+/* What forward() must hold not to read or write out of bounds: backend_check_bounds, then what
+ * pieces and the kernels need besides (positions >= 0, logit rows ascending). */
 static int check_batch(const cuda_backend_t *be, const be_batch_t *b, err_t *err) {
     if (!b) return err_set(err, "cuda backend: NULL batch");
     if (!be->kv_mem) return err_set(err, "cuda backend: forward before kv_reserve");
-    if (b->n_tokens < 0 || b->n_seqs < 0 || b->n_logits < 0 || b->n_logits > b->n_tokens)
-        return err_set(err, "cuda backend: batch of %d tokens, %d sequences, %d logit rows",
-                       b->n_tokens, b->n_seqs, b->n_logits);
-    if (b->n_tokens == 0) return 0;
-    if (!b->token_ids || !b->positions || !b->slot_mapping || !b->query_start || !b->context_len ||
-        !b->block_tables || (b->n_logits > 0 && !b->logit_rows) || b->block_table_stride < 1)
-        return err_set(err, "cuda backend: batch array missing");
-    if (b->query_start[0] != 0 || b->query_start[b->n_seqs] != b->n_tokens)
-        return err_set(err, "cuda backend: query_start does not span the %d tokens", b->n_tokens);
-    for (int s = 0; s < b->n_seqs; s++) {
-        int n_new = b->query_start[s + 1] - b->query_start[s], ctx = b->context_len[s];
-        if (n_new < 0 || ctx < n_new ||
-            ((int64_t)ctx + be->block_size - 1) / be->block_size > b->block_table_stride)
-            return err_set(err, "cuda backend: sequence %d: %d new tokens, context %d", s, n_new,
-                           ctx);
-        const int32_t *row = seq_row(b, s);
-        for (int i = 0; i * be->block_size < ctx; i++)
-            if (row[i] < 0 || row[i] >= be->num_blocks)
-                return err_set(err, "cuda backend: sequence %d: block %d out of range [0, %d)", s,
-                               row[i], be->num_blocks);
-    }
-    int64_t slots = (int64_t)be->num_blocks * be->block_size;
-    for (int t = 0; t < b->n_tokens; t++) {
-        if (b->token_ids[t] < 0 || b->token_ids[t] >= be->V)
-            return err_set(err, "cuda backend: token %d: id %d out of range [0, %d)", t,
-                           b->token_ids[t], be->V);
-        if (b->slot_mapping[t] < -1 || b->slot_mapping[t] >= slots)
-            return err_set(err, "cuda backend: token %d: slot %" PRId64 " out of range", t,
-                           b->slot_mapping[t]);
+    if (backend_check_bounds(b, be->num_blocks, be->block_size, be->V, err) < 0)
+        return err_prefix(err, "cuda backend");
+    for (int t = 0; t < b->n_tokens; t++)
         if (b->positions[t] < 0)
             return err_set(err, "cuda backend: token %d: position %d", t, b->positions[t]);
-    }
-    for (int i = 0; i < b->n_logits; i++) {
-        if (b->logit_rows[i] < 0 || b->logit_rows[i] >= b->n_tokens)
-            return err_set(err, "cuda backend: logit row %d out of range [0, %d)", b->logit_rows[i],
-                           b->n_tokens);
-        if (i > 0 && b->logit_rows[i] <= b->logit_rows[i - 1])
+    for (int i = 1; i < b->n_logits; i++)
+        if (b->logit_rows[i] <= b->logit_rows[i - 1])
             return err_set(err, "cuda backend: logit rows must ascend (row %d after %d)",
                            b->logit_rows[i], b->logit_rows[i - 1]);
-    }
     return 0;
 }
 

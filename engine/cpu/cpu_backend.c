@@ -59,7 +59,7 @@ typedef struct cpu_backend {
     float *norms;      /* f32 copies of every norm weight (tiny) */
     float *final_norm; /* [H], inside norms */
     float *inv_freq;   /* [D/2] */
-    int kmax;          /* widest GEMM input: max(H, nH*D, I) */
+    int kmax;          /* widest GEMM input: the most columns of any linear (H, nH*D, I) */
 
     /* KV pool, f32 [n_layers][num_blocks][block_size][n_kv_heads][head_dim] each */
     float *k_pool, *v_pool;
@@ -422,51 +422,6 @@ static int cpu_kv_reserve(backend_t *base, int num_blocks, int block_size, err_t
 /* ---------------------------------------------------------------------------------------------
  * forward */
 
-/* What must hold for forward() not to read or write out of bounds; cheap, checked every step
- * (backend_check_batch adds the semantic checks in debug builds). */
-static int check_bounds(const cpu_backend_t *be, const be_batch_t *b, const float *logits,
-                        err_t *err) {
-    if (!b) return err_set(err, "cpu backend: NULL batch");
-    if (!be->k_pool) return err_set(err, "cpu backend: forward before kv_reserve");
-    if (b->n_tokens < 0 || b->n_seqs < 0 || b->n_logits < 0 || b->n_logits > b->n_tokens)
-        return err_set(err, "cpu backend: batch of %d tokens, %d sequences, %d logit rows",
-                       b->n_tokens, b->n_seqs, b->n_logits);
-    if (b->n_tokens == 0) return 0;
-    if (!b->token_ids || !b->positions || !b->slot_mapping || !b->query_start || !b->context_len ||
-        !b->block_tables || (b->n_logits > 0 && (!b->logit_rows || !logits)))
-        return err_set(err, "cpu backend: batch array missing");
-    if (b->query_start[0] != 0 || b->query_start[b->n_seqs] != b->n_tokens)
-        return err_set(err, "cpu backend: query_start does not span the %d tokens", b->n_tokens);
-    for (int s = 0; s < b->n_seqs; s++) {
-        int n_new = b->query_start[s + 1] - b->query_start[s];
-        int ctx = b->context_len[s];
-        if (n_new < 0 || ctx < n_new ||
-            ((int64_t)ctx + be->block_size - 1) / be->block_size > b->block_table_stride)
-            return err_set(err, "cpu backend: sequence %d: %d new tokens, context %d", s, n_new,
-                           ctx);
-        const int32_t *row = b->block_tables + (int64_t)s * b->block_table_stride;
-        for (int i = 0; i * be->block_size < ctx; i++)
-            if (row[i] < 0 || row[i] >= be->num_blocks)
-                return err_set(err, "cpu backend: sequence %d: block %d out of range [0, %d)", s,
-                               row[i], be->num_blocks);
-    }
-    int64_t slots = (int64_t)be->num_blocks * be->block_size;
-    for (int t = 0; t < b->n_tokens; t++) {
-        if (b->token_ids[t] < 0 || b->token_ids[t] >= be->cfg->vocab_size)
-            return err_set(err, "cpu backend: token %d: id %d out of range [0, %d)", t,
-                           b->token_ids[t], be->cfg->vocab_size);
-        if (b->slot_mapping[t] < -1 || b->slot_mapping[t] >= slots)
-            return err_set(err,
-                           "cpu backend: token %d: slot %" PRId64 " out of range [0, %" PRId64 ")",
-                           t, b->slot_mapping[t], slots);
-    }
-    for (int i = 0; i < b->n_logits; i++)
-        if (b->logit_rows[i] < 0 || b->logit_rows[i] >= b->n_tokens)
-            return err_set(err, "cpu backend: logit row %d out of range [0, %d)", b->logit_rows[i],
-                           b->n_tokens);
-    return 0;
-}
-
 /* Checks the batch and sizes the buffers for it; maps each token to its sequence (attention's
  * work items are (token, head) pairs). */
 static int prepare(cpu_backend_t *be, const be_batch_t *b, const float *logits, err_t *err) {
@@ -474,7 +429,11 @@ static int prepare(cpu_backend_t *be, const be_batch_t *b, const float *logits, 
     if (be->k_pool && backend_check_batch(b, be->num_blocks, be->block_size, err) < 0)
         return err_prefix(err, "cpu backend");
 #endif
-    if (check_bounds(be, b, logits, err) < 0) return -1;
+    if (!b) return err_set(err, "cpu backend: NULL batch");
+    if (!be->k_pool) return err_set(err, "cpu backend: forward before kv_reserve");
+    if (backend_check_bounds(b, be->num_blocks, be->block_size, be->cfg->vocab_size, err) < 0)
+        return err_prefix(err, "cpu backend");
+    if (b->n_logits > 0 && !logits) return err_set(err, "cpu backend: batch array missing");
     if (b->n_tokens == 0) return 0;
     int64_t max_ctx = 0;
     for (int s = 0; s < b->n_seqs; s++)
