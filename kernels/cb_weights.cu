@@ -170,7 +170,9 @@ bool cb_fp8_possible(cuda_backend_t *be) {
         for (int t : {1, 256}) {
             err_t e = {{0}};
             if (gemm_fp8_check(be->gemm, shapes[i][0], shapes[i][1], t, GEMM_OUT_F32, &e) < 0) {
-                snprintf(why, n, "%s", e.msg);
+                size_t len = strnlen(e.msg, n - 1); /* n > 0: the caller's buffer */
+                memcpy(why, e.msg, len);
+                why[len] = '\0';
                 return false;
             }
         }
