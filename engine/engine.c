@@ -861,6 +861,7 @@ static void engine_free(engine_t *e) {
     backend_destroy(e->be);
     scripted_free(e->scripted);
     tok_destroy(e->tok);
+    mdir_close(e->tok_dir);
     weights_destroy(e->w);
     stats_destroy(e->stats);
     batch_free(&e->batch);
@@ -870,18 +871,34 @@ static void engine_free(engine_t *e) {
     free(e);
 }
 
-static int load_text(engine_t *e, err_t *err) {
+/* The tokenizer and chat template from `path` (opts.tokenizer) or the model's directory. */
+static int load_tokenizer(engine_t *e, const char *path, err_t *err) {
+    mdir_t *dir = weights_dir(e->w);
+    if (path) {
+        if (mdir_open(path, &e->tok_dir, err) < 0) return err_prefix(err, "--tokenizer");
+        if (!mdir_has(e->tok_dir, "tokenizer.json"))
+            return err_set(err, "--tokenizer %s: no tokenizer.json there", path);
+        dir = e->tok_dir;
+    }
+    if (!dir) return 0;
+    if (mdir_has(dir, "tokenizer.json") && tok_load(dir, &e->tok, err) < 0) return -1;
+    if (e->tok && tok_vocab_size(e->tok) > e->cfg->vocab_size)
+        return err_set(err, "%stokenizer has %d ids but the model's vocab_size is %d",
+                       path ? "--tokenizer: the " : "the ", (int)tok_vocab_size(e->tok),
+                       (int)e->cfg->vocab_size);
+    chat_format_t fmt;
+    err_t ignored;
+    if (chat_detect_dir(dir, &fmt, &ignored) == 0) e->chat_format = (int)fmt;
+    return 0;
+}
+
+static int load_text(engine_t *e, const char *tokenizer_path, err_t *err) {
     mdir_t *dir = weights_dir(e->w);
     e->chat_format = -1;
     memset(&e->gc, 0, sizeof e->gc);
     e->gc.bos_token_id = e->gc.pad_token_id = -1;
-    if (dir) {
-        if (mdir_has(dir, "tokenizer.json") && tok_load(dir, &e->tok, err) < 0) return -1;
-        if (genconfig_load(dir, &e->gc, err) < 0) return -1;
-        chat_format_t fmt;
-        err_t ignored;
-        if (chat_detect_dir(dir, &fmt, &ignored) == 0) e->chat_format = (int)fmt;
-    }
+    if (load_tokenizer(e, tokenizer_path, err) < 0) return -1;
+    if (dir && genconfig_load(dir, &e->gc, err) < 0) return -1;
     int primary = e->tok ? tok_eos_id(e->tok) : -1;
     if (primary < 0) primary = e->cfg->eos_token_id;
     e->n_stop_ids = genconfig_stop_ids(&e->gc, primary, e->stop_ids, GENCONFIG_MAX_EOS + 1);
@@ -911,7 +928,7 @@ int engine_open(const engine_opts_t *o, engine_t **out, err_t *err) {
     src.lazy_dummy = e->ops->makes_dummy_weights;
     if (weights_open(&src, &e->w, err) < 0) goto fail;
     e->cfg = weights_config(e->w);
-    if (load_text(e, err) < 0) goto fail;
+    if (load_text(e, o->tokenizer, err) < 0) goto fail;
 
     flag_values_t f = o->flags;
     backend_options_t bo = o->backend_opts;

@@ -65,13 +65,18 @@ typedef struct engine_opts {
     const char *backend;  /* "cpu" (default) or "cuda" */
     backend_options_t backend_opts;
     flag_values_t flags; /* every engine flag (flags.h); flags_init() gives defaults */
+    /* A directory whose tokenizer.json, tokenizer_config.json (and chat template) replace the
+     * model's own, as vLLM's --tokenizer (NULL: the model's). Its ids must fit the model's
+     * vocabulary; generation_config.json stays the model's. */
+    const char *tokenizer;
 } engine_opts_t;
 
 void engine_opts_init(engine_opts_t *o);
 
 /* Opens the model (weights, tokenizer, generation_config.json, chat format), creates the
  * backend, sizes the KV pool from the flags and starts the engine thread. A model without a
- * tokenizer (a dummy preset) still runs on token ids; text features then fail per request.
+ * tokenizer (a dummy preset, unless opts.tokenizer names one) still runs on token ids; text
+ * features then fail per request.
  * The caller owns *out. */
 int engine_open(const engine_opts_t *o, engine_t **out, err_t *err);
 

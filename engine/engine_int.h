@@ -78,6 +78,7 @@ struct engine {
     model_weights_t *w;
     const model_config_t *cfg;
     tokenizer_t *tok;
+    mdir_t *tok_dir; /* opts.tokenizer's directory (NULL: the model's own) */
     genconfig_t gc;
     int chat_format;
     const backend_ops_t *ops;

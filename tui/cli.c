@@ -53,6 +53,8 @@ static int model_option(cli_engine_t *ce, const char *name, const char *value) {
             return -1;
         }
         o->model.dummy_fp8 = !strcmp(value, "fp8");
+    } else if (!strcmp(name, "tokenizer")) {
+        o->tokenizer = value;
     } else if (!strcmp(name, "backend")) {
         o->backend = value;
         ce->backend_given = true;
@@ -70,7 +72,8 @@ static int model_option(cli_engine_t *ce, const char *name, const char *value) {
 }
 
 static bool model_option_takes_value(const char *name) {
-    static const char *const with_value[] = {"model", "load-format", "dtype", "backend", "threads"};
+    static const char *const with_value[] = {"model",     "load-format", "dtype",
+                                             "tokenizer", "backend",     "threads"};
     for (size_t i = 0; i < sizeof with_value / sizeof with_value[0]; i++)
         if (!strcmp(name, with_value[i])) return true;
     return false;

@@ -37,6 +37,8 @@ typedef struct cli_engine {
     "                             qwen3-14b, qwen3-32b\n"                                          \
     "  --load-format FMT          auto | safetensors | dummy (random weights, real shapes)\n"      \
     "  --dtype bf16|fp8           dummy weights' type (default bf16)\n"                            \
+    "  --tokenizer DIR            tokenizer and chat template from DIR instead of the model's\n"   \
+    "                             (a dummy preset has none; its ids must fit the vocabulary)\n"    \
     "  --backend NAME             cuda (the default on a Hopper GPU), cpu (elsewhere), or\n"       \
     "                             null (no model math)\n"                                          \
     "  --threads N                CPU backend threads (default: all cores)\n"                      \
