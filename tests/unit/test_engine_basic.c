@@ -22,6 +22,8 @@
 #include "engine.h"
 #include "engine_testutil.h"
 #include "rng.h"
+#include "testutil.h"
+#include "tokenizer.h"
 
 enum { MAXC = 4, WAIT_MS = 20000, TINY_VOCAB = 4096 };
 
@@ -827,6 +829,82 @@ static bool ascii_word(const char *s, size_t n) {
     return true;
 }
 
+/* --tokenizer (engine_opts.tokenizer): a dummy preset without a tokenizer takes the fixture's,
+ * chat template included, and its text decodes the preset's ids; a tokenizer whose ids do not fit
+ * the model's vocabulary, or a directory without tokenizer.json, is refused naming the problem. */
+static engine_t *open_with_tokenizer(const char *model, const char *tokenizer, err_t *err) {
+    engine_opts_t o;
+    engine_opts_init(&o);
+    o.model.model = model;
+    o.model.format = LOAD_DUMMY;
+    o.backend = "null";
+    o.tokenizer = tokenizer;
+    engine_t *eng = NULL;
+    return engine_open(&o, &eng, err) < 0 ? NULL : eng;
+}
+
+static void test_tokenizer_option(void **state) {
+    err_t err = {{0}};
+    engine_t *bare = open_with_tokenizer("tiny", NULL, &err);
+    assert_non_null(bare);
+    assert_null(engine_tokenizer(bare));
+    assert_int_equal(engine_chat_format(bare), -1);
+    engine_close(bare);
+
+    engine_t *e = open_with_tokenizer("tiny", tu_fixture("tiny-qwen3"), &err);
+    if (!e) fail_msg("%s", err.msg);
+    const tokenizer_t *tok = engine_tokenizer(e);
+    assert_non_null(tok);
+    assert_true(engine_chat_format(e) >= 0);
+    assert_int_equal(tok_token_to_id(tok, "<|im_end|>"), 2050);
+    const char *text = "Hello there";
+    int32_t *ids;
+    size_t n;
+    assert_int_equal(tok_encode(tok, text, strlen(text), &ids, &n, &err), 0);
+    got_t got = {0};
+    engine_stream_t *s = submit_text(e, ids, (int)n, NULL, false);
+    collect(s, &got);
+    engine_stream_release(s);
+    char *whole;
+    size_t whole_len;
+    assert_int_equal(
+        tok_decode(tok, got.ids[0], (size_t)got.n_ids[0], true, &whole, &whole_len, &err), 0);
+    assert_string_equal(got.text[0], whole); /* the stream decodes with the given tokenizer */
+    free(whole);
+    free(ids);
+    got_free(&got);
+    engine_close(e);
+
+    /* ids beyond the model's vocabulary: 5,000 tokens against the preset's 4,096 */
+    char *dir = tu_tmpdir();
+    size_t cap = 5000 * 24 + 512, len = 0;
+    char *json = malloc(cap);
+    assert_non_null(json);
+    len += (size_t)snprintf(json + len, cap - len,
+                            "{\"normalizer\": {\"type\": \"NFC\"}, \"decoder\": {\"type\": "
+                            "\"ByteLevel\"}, \"pre_tokenizer\": {\"type\": \"ByteLevel\"}, "
+                            "\"added_tokens\": [], \"model\": {\"type\": \"BPE\", \"merges\": [], "
+                            "\"vocab\": {");
+    for (int id = 0; id < 5000; id++)
+        len += (size_t)snprintf(json + len, cap - len, "%s\"t%d\": %d", id ? ", " : "", id, id);
+    snprintf(json + len, cap - len, "}}}");
+    tu_write_text(dir, "tokenizer.json", json);
+    free(json);
+    assert_null(open_with_tokenizer("tiny", dir, &err));
+    assert_non_null(strstr(err.msg, "--tokenizer: the tokenizer has 5000 ids but the model's "
+                                    "vocab_size is 4096"));
+    tu_rmrf(dir);
+    free(dir);
+
+    char *empty = tu_tmpdir();
+    assert_null(open_with_tokenizer("tiny", empty, &err));
+    assert_non_null(strstr(err.msg, "no tokenizer.json there"));
+    tu_rmrf(empty);
+    free(empty);
+    assert_null(open_with_tokenizer("tiny", "/nonexistent/tokenizer-dir", &err));
+    assert_non_null(strstr(err.msg, "--tokenizer"));
+}
+
 static void test_stop_string(void **state) {
     engine_t *e = open_embedded();
     const tokenizer_t *tok = engine_tokenizer(e);
@@ -948,7 +1026,7 @@ int main(void) {
         cmocka_unit_test(test_close_aborts),    cmocka_unit_test(test_rejections),
         cmocka_unit_test(test_wake_hook),       cmocka_unit_test(test_concurrent_readers),
         cmocka_unit_test(test_forward_error),   cmocka_unit_test(test_stop_string),
-        cmocka_unit_test(test_logprobs),
+        cmocka_unit_test(test_logprobs),        cmocka_unit_test(test_tokenizer_option),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
