@@ -79,7 +79,8 @@ enum MHD_Result srv_reply_json(req_t *r, unsigned status, jbuf_t *b) {
     return srv_reply(r, status, "application/json", b->p ? b->p : "", b->len, false);
 }
 
-static enum MHD_Result reply_error(req_t *r, const oai_error_t *e) {
+/* An error in vLLM's envelope; the connection is closed after it when `close` or draining. */
+static enum MHD_Result reply_error_close(req_t *r, const oai_error_t *e, bool close) {
     jbuf_t b;
     jb_init(&b);
     oai_error_json(e, &b);
@@ -87,9 +88,20 @@ static enum MHD_Result reply_error(req_t *r, const oai_error_t *e) {
         metrics_add(r->srv->metrics, METRIC_REJECTED_QUEUE, 1);
     enum MHD_Result rc = b.oom ? MHD_NO
                                : srv_reply(r, (unsigned)e->status, "application/json", b.p, b.len,
-                                           atomic_load(&r->srv->draining));
+                                           close || atomic_load(&r->srv->draining));
     jb_free(&b);
     return rc;
+}
+
+static enum MHD_Result reply_error(req_t *r, const oai_error_t *e) {
+    return reply_error_close(r, e, false);
+}
+
+/* A malformed head: the connection's later bytes cannot be trusted, so it closes. */
+static enum MHD_Result reply_bad_head(req_t *r, int status, const char *why) {
+    oai_error_t e;
+    oai_error_set(&e, status, NULL, "%s", why);
+    return reply_error_close(r, &e, true);
 }
 
 enum MHD_Result srv_fail(req_t *r, int status, const char *param, const char *fmt, ...) {
@@ -373,8 +385,12 @@ static enum MHD_Result not_found(req_t *r) {
 }
 
 /* The first call, with the headers: everything that can be refused before the body is. */
-static enum MHD_Result first_call(req_t *r, const char *url, const char *method) {
+static enum MHD_Result first_call(req_t *r, const char *url, const char *method,
+                                  const char *version) {
     http_server_t *s = r->srv;
+    const char *why;
+    int bad = srv_head_check(r->conn, method, version, &why);
+    if (bad) return reply_bad_head(r, bad, why);
     r->route = route_of(url, r);
     bool options = !strcmp(method, MHD_HTTP_METHOD_OPTIONS);
     if (r->route != R_NONE && !is_public(r->route) && !options && !authorized(s, r->conn)) {
@@ -382,6 +398,13 @@ static enum MHD_Result first_call(req_t *r, const char *url, const char *method)
         return srv_reply(r, 401, "application/json", body, sizeof body - 1, false);
     }
     if (r->route == R_NONE) return not_found(r);
+    /* without keys the API is open, but flags that can stop the engine only to this machine */
+    if ((r->route == R_FLAGS || r->route == R_FLAG) && s->n_keys == 0 &&
+        !srv_peer_is_loopback(r->conn)) {
+        static const char body[] = "{\"error\":\"Forbidden: /admin needs --api-key for clients "
+                                   "other than this machine\"}";
+        return srv_reply(r, 403, "application/json", body, sizeof body - 1, false);
+    }
     int m = !strcmp(method, MHD_HTTP_METHOD_GET)    ? 1
             : !strcmp(method, MHD_HTTP_METHOD_POST) ? 2
             : !strcmp(method, MHD_HTTP_METHOD_PUT)  ? 4
@@ -460,7 +483,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (!r) {
         if (!(r = req_create(s, c))) return MHD_NO;
         *req_cls = r;
-        return first_call(r, url, method);
+        return first_call(r, url, method, version);
     }
     if (r->responded && !r->gen && !r->flag_running) {
         *upload_size = 0; /* refused early: the rest of the body is dropped */
@@ -685,6 +708,14 @@ int http_start(engine_t *eng, const http_opts_t *o, http_server_t **out, err_t *
         {MHD_OPTION_CONNECTION_TIMEOUT, o->timeout_s ? o->timeout_s : 60, NULL},
         {MHD_OPTION_CONNECTION_MEMORY_LIMIT, MEMORY_LIMIT, NULL},
         {MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)on_completed, s},
+        {MHD_OPTION_UNESCAPE_CALLBACK, (intptr_t)srv_unescape, NULL},
+#if MHD_VERSION < 0x00097701
+        /* HTTP/1.1 without Host refused; request_head.c checks line ends and folding */
+        {MHD_OPTION_STRICT_FOR_CLIENT, 1, NULL},
+#else
+        /* no bare LF, no folded lines, Host required */
+        {MHD_OPTION_CLIENT_DISCIPLINE_LVL, 1, NULL},
+#endif
         {threads > 1 ? MHD_OPTION_THREAD_POOL_SIZE : MHD_OPTION_END, threads, NULL},
         {MHD_OPTION_END, 0, NULL},
     };

@@ -62,6 +62,11 @@ typedef struct http_opts {
 
 void http_opts_init(http_opts_t *o);
 
+/* True for a listen address only this machine can reach (127.0.0.0/8, ::1, "localhost"). Without
+ * an API key the server answers /admin only to loopback clients (403 otherwise); a caller binding
+ * another address without a key should warn that the API is open. */
+bool http_host_is_loopback(const char *host);
+
 /* Binds the address and starts serving. The engine must outlive the server. Strings in o are
  * copied. Fails with a message naming the address when it cannot listen, or naming a
  * --tool-call-parser it does not know. */

@@ -117,6 +117,25 @@ void srv_list_remove(http_server_t *s, req_t *r);
 void srv_resume_locked(req_t *r);
 
 // ---------------------------------------------------------------------------------------------
+// The request head (request_head.c)
+
+/* libmicrohttpd's unescape callback: %HH decoded as it does, except %00, left as written so that
+ * a path never ends early ("/admin/flags%00.json" is no route). */
+size_t srv_unescape(void *cls, struct MHD_Connection *c, char *s);
+
+/* Checks the head of a request on its first call (method and version as the access handler got
+ * them): 0 when it is well formed, else the status to answer (400, 501; the connection is then
+ * closed) with *why saying what was wrong: a line not ending in CR LF, a folded header line, a
+ * header name that is not a token, two different Content-Length values or a list of them,
+ * Content-Length with Transfer-Encoding, a transfer coding other than chunked. */
+int srv_head_check(struct MHD_Connection *c, const char *method, const char *version,
+                   const char **why);
+
+/* Loopback addresses: 127.0.0.0/8, ::1, ::ffff:127.0.0.0/104. */
+bool srv_addr_is_loopback(const struct sockaddr *sa);
+bool srv_peer_is_loopback(struct MHD_Connection *c);
+
+// ---------------------------------------------------------------------------------------------
 // Endpoints (endpoints.c)
 
 enum MHD_Result srv_models(req_t *r);     /* GET /v1/models */
