@@ -105,3 +105,40 @@ int backend_check_batch(const be_batch_t *b, int num_blocks, int block_size, err
                            b->logit_rows[i], b->n_tokens);
     return 0;
 }
+
+int backend_check_bounds(const be_batch_t *b, int num_blocks, int block_size, int vocab_size,
+                         err_t *err) {
+    if (b->n_tokens < 0 || b->n_seqs < 0 || b->n_logits < 0 || b->n_logits > b->n_tokens)
+        return err_set(err, "batch of %d tokens, %d sequences, %d logit rows", b->n_tokens,
+                       b->n_seqs, b->n_logits);
+    if (b->n_tokens == 0) return 0;
+    if (!b->token_ids || !b->positions || !b->slot_mapping || !b->query_start || !b->context_len ||
+        !b->block_tables || (b->n_logits > 0 && !b->logit_rows))
+        return err_set(err, "batch array missing");
+    if (b->query_start[0] != 0 || b->query_start[b->n_seqs] != b->n_tokens)
+        return err_set(err, "query_start does not span the %d tokens", b->n_tokens);
+    for (int s = 0; s < b->n_seqs; s++) {
+        int n_new = b->query_start[s + 1] - b->query_start[s], ctx = b->context_len[s];
+        if (n_new < 0 || ctx < n_new ||
+            ((int64_t)ctx + block_size - 1) / block_size > b->block_table_stride)
+            return err_set(err, "sequence %d: %d new tokens, context %d", s, n_new, ctx);
+        const int32_t *row = b->block_tables + (int64_t)s * b->block_table_stride;
+        for (int i = 0; i * block_size < ctx; i++)
+            if (row[i] < 0 || row[i] >= num_blocks)
+                return err_set(err, "sequence %d: block %d out of range [0, %d)", s, row[i],
+                               num_blocks);
+    }
+    int64_t slots = (int64_t)num_blocks * block_size;
+    for (int t = 0; t < b->n_tokens; t++) {
+        if (b->token_ids[t] < 0 || b->token_ids[t] >= vocab_size)
+            return err_set(err, "token %d: id %d out of range [0, %d)", t, b->token_ids[t],
+                           vocab_size);
+        if (b->slot_mapping[t] < -1 || b->slot_mapping[t] >= slots)
+            return err_set(err, "token %d: slot %" PRId64 " out of range [0, %" PRId64 ")", t,
+                           b->slot_mapping[t], slots);
+    }
+    for (int i = 0; i < b->n_logits; i++)
+        if (b->logit_rows[i] < 0 || b->logit_rows[i] >= b->n_tokens)
+            return err_set(err, "logit row %d out of range [0, %d)", b->logit_rows[i], b->n_tokens);
+    return 0;
+}

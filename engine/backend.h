@@ -128,6 +128,15 @@ static inline int backend_forward(backend_t *be, const be_batch_t *b, float *log
  * call it in debug builds; tests call it directly. */
 int backend_check_batch(const be_batch_t *b, int num_blocks, int block_size, err_t *err);
 
+/* What must hold for a forward pass not to read or write out of bounds, cheap enough for every
+ * step: counts, the arrays present, query_start spanning the tokens, every sequence's context
+ * within its block-table row and its blocks in the pool, token ids in [0, vocab_size), slots in
+ * [-1, num_blocks * block_size), logit rows in range. b must not be NULL. Backends call it in
+ * forward (backend_check_batch adds the semantic checks in debug builds); the message names no
+ * backend: the caller prefixes it. */
+int backend_check_bounds(const be_batch_t *b, int num_blocks, int block_size, int vocab_size,
+                         err_t *err);
+
 extern const backend_ops_t cpu_backend_ops;
 
 /* "null": no model computation at all. Samples a token that depends only on the row's last token

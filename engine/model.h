@@ -1,9 +1,11 @@
 /*
  * model: what a model is (config.json -> model_config_t) and the table of architectures.
  *
- * The architecture table maps config.json's `model_type` to the code that reads its
- * architecture-specific fields and to the list of tensors its checkpoints hold (weights.h).
- * Qwen3 dense is implemented; Qwen3-MoE and Qwen3.5 slot in as new rows.
+ * The architecture table maps config.json's `model_type` to the architecture's home in
+ * engine/arch/ (one file each): the code that reads its fields, the tensors its checkpoints hold
+ * (weights.h) and what each of its layers is (model_layer_t: an attention kind and an MLP kind,
+ * on which both backends dispatch). Qwen3 dense is implemented; Qwen3-MoE and Qwen3.5 come as
+ * new files and new rows.
  *
  *     model_config_t cfg;
  *     if (model_config_load(dir, &cfg, &err) < 0) ...          // from config.json
@@ -21,13 +23,34 @@
 
 typedef struct model_arch model_arch_t;
 
+/* The layer kinds the backends implement. A layer is one token mixer (attn_kind_t) then one MLP
+ * (mlp_kind_t), each a pre-norm residual block: h += block(rmsnorm(h)). New kinds come with the
+ * architectures that need them (Qwen3.5: gated full attention and Gated DeltaNet linear
+ * attention; Qwen3-MoE: the sparse MoE MLP); each backend then implements them in its dispatch
+ * (a switch per kind, so the compiler names every backend a new kind is missing from). */
+typedef enum attn_kind {
+    ATTN_FULL, /* causal softmax attention over the paged KV cache: GQA, q/k RMSNorm, NeoX RoPE */
+} attn_kind_t;
+
+typedef enum mlp_kind {
+    MLP_DENSE, /* SwiGLU: down(silu(gate(x)) * up(x)) */
+} mlp_kind_t;
+
+typedef struct model_layer {
+    attn_kind_t attn;
+    mlp_kind_t mlp;
+} model_layer_t;
+
+/* More than any Qwen model has (94); the description is kept in the config, by value. */
+#define MODEL_MAX_LAYERS 256
+
 typedef struct model_config {
     const model_arch_t *arch;
-    char model_type[32];   /* config.json model_type, e.g. "qwen3" */
-    char source[256];      /* where it came from: "DIR/config.json" or "preset qwen3-14b" */
-    int hidden_size;       /* H */
+    char model_type[32]; /* config.json model_type, e.g. "qwen3" */
+    char source[256];    /* where it came from: "DIR/config.json" or "preset qwen3-14b" */
+    int hidden_size;     /* H */
     int n_layers;
-    int n_heads;           /* query heads */
+    int n_heads; /* query heads */
     int n_kv_heads;
     int head_dim;          /* D, explicit in Qwen3 config (not H / n_heads) */
     int intermediate_size; /* I */
@@ -41,7 +64,9 @@ typedef struct model_config {
     dtype_t torch_dtype;
     /* quantization_config with quant_method fp8 and weight_block_size */
     bool fp8;
-    int fp8_block_n, fp8_block_k; /* 128, 128 */
+    int fp8_block_n, fp8_block_k;          /* 128, 128 */
+    model_layer_t layer[MODEL_MAX_LAYERS]; /* [n_layers] what each layer is (the architecture's
+                                              description) */
 } model_config_t;
 
 /* Parses a config.json text; `file` names it in messages. Refuses an unknown model_type, a
@@ -51,9 +76,10 @@ int model_config_parse(const char *json_text, const char *file, model_config_t *
 /* Reads and parses config.json of a model directory. */
 int model_config_load(mdir_t *dir, model_config_t *cfg, err_t *err);
 
-/* Built-in configs of real models, for --load-format dummy: "qwen3-0.6b", "qwen3-14b",
- * "qwen3-32b" (the Hugging Face config.json values) and "tiny". With fp8, the preset gets the
- * quantization_config of the -FP8 checkpoints (block 128x128). */
+/* Built-in configs of real models, for --load-format dummy: "qwen3-0.6b", "qwen3-8b",
+ * "qwen3-14b", "qwen3-32b" (the Hugging Face config.json texts, parsed as config.json is) and
+ * "tiny". With fp8, the preset gets the quantization_config of the -FP8 checkpoints (block
+ * 128x128). */
 int model_config_preset(const char *name, bool fp8, model_config_t *cfg, err_t *err);
 
 /* NULL-terminated list of preset names, for help and completion. */

@@ -1,9 +1,18 @@
 /*
- * model_arch: the architecture table's row type, shared by model.c (config parsing) and
- * weights.c (tensor binding). Internal to the engine.
+ * model_arch: what an architecture provides, and the config readers its parser uses. Shared by
+ * model.c (the table, generic config parsing), weights.c (tensor binding) and the architectures'
+ * homes in engine/arch/. Internal to the engine.
  *
- * Adding an architecture (Qwen3-MoE, Qwen3.5) means: a config parser for its fields, a list of
- * the tensors its checkpoints hold, and one row in model.c's table.
+ * Adding an architecture (Qwen3-MoE, Qwen3.5) means: a file engine/arch/NAME.c defining a
+ * model_arch_t (a parser for its config fields that also fills the layer description, and the
+ * list of tensors its checkpoints hold), its declaration below and one row in model.c's table;
+ * new tensor slots in weights.h and new layer kinds in model.h when it has any.
+ *
+ *     static int parse(const cJSON *json, const char *file, model_config_t *cfg, err_t *err) {
+ *         if (model_json_int(json, file, "hidden_size", -1, 1, &cfg->hidden_size, err) < 0) ...
+ *         for (int l = 0; l < cfg->n_layers; l++) cfg->layer[l] = (model_layer_t){...};
+ *     }
+ *     const model_arch_t model_arch_x = {"x", parse, x_tensors, N_X_TENSORS};
  */
 #ifndef TACHYON_MODEL_ARCH_H
 #define TACHYON_MODEL_ARCH_H
@@ -25,29 +34,36 @@ typedef enum wdim {
 } wdim_t;
 
 typedef enum wkind {
-    WK_VECTOR, /* a norm weight: float, never quantized */
-    WK_EMBED,  /* an embedding table: float, never quantized */
-    WK_LINEAR, /* a projection: float, or F8_E4M3 with .weight_scale_inv when the config is fp8 */
+    WK_VECTOR,  /* a norm weight: float, never quantized */
+    WK_EMBED,   /* an embedding table: float, never quantized */
+    WK_LINEAR,  /* a projection: float, or F8_E4M3 with .weight_scale_inv when the config is fp8 */
+    WK_LM_HEAD, /* the output projection: a linear, absent when tie_word_embeddings (the
+                   embedding serves); BF16 in dummy FP8 weights, as real -FP8 checkpoints keep
+                   it */
 } wkind_t;
 
 /* One tensor of a checkpoint. `name` is a printf pattern taking the layer index for per-layer
  * tensors, without the ".weight" suffix. */
 typedef struct wspec {
     bool per_layer;
-    int slot; /* gslot_t or lslot_t */
+    int slot; /* gslot_t or lslot_t (weights.h) */
     const char *name;
     wkind_t kind;
     wdim_t rows, cols;
 } wspec_t;
 
 struct model_arch {
-    const char *model_type;        /* config.json model_type */
-    const char *hf_architecture;   /* config.json architectures[0] */
-    /* Reads the architecture's fields from the config object; `file` names it in messages. */
+    const char *model_type; /* config.json model_type */
+    /* Reads the architecture's fields from the config object (`file` names it in messages) and
+     * describes its layers: cfg->layer[0 .. n_layers). The generic fields (torch_dtype,
+     * quantization_config, bos / eos ids) are read before. */
     int (*parse)(const cJSON *json, const char *file, model_config_t *cfg, err_t *err);
-    const wspec_t *tensors;
+    const wspec_t *tensors; /* the order is part of the dummy weights' values (weights.c) */
     int n_tensors;
 };
+
+/* The architectures (engine/arch/). */
+extern const model_arch_t model_arch_qwen3;
 
 /* The architecture of that model_type, or NULL. */
 const model_arch_t *model_arch_find(const char *model_type);
@@ -57,5 +73,21 @@ int64_t model_dim(const model_config_t *cfg, wdim_t dim);
 
 /* How a dimension is explained in messages: "num_attention_heads 8 x head_dim 128". */
 void model_dim_explain(const model_config_t *cfg, wdim_t dim, char *buf, size_t size);
+
+/* Config readers for the architectures' parsers; each fails with a message naming `file` and
+ * the field. An integer field with `def` < 0 is required, others take `def` when absent or null;
+ * a double must be positive. */
+int model_json_int(const cJSON *json, const char *file, const char *key, int def, int min, int *out,
+                   err_t *err);
+int model_json_double(const cJSON *json, const char *file, const char *key, double def, double *out,
+                      err_t *err);
+int model_json_bool(const cJSON *json, const char *file, const char *key, bool def, bool *out,
+                    err_t *err);
+/* A string field, or NULL when absent or not a string. */
+const char *model_json_string(const cJSON *json, const char *key);
+
+/* rope_theta (or rope_parameters.rope_theta) into cfg->rope_theta; any RoPE scaling is refused,
+ * since running a model with its scaling ignored would silently produce wrong output. */
+int model_json_rope(const cJSON *json, const char *file, model_config_t *cfg, err_t *err);
 
 #endif

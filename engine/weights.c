@@ -208,7 +208,7 @@ static int bind_one(model_weights_t *w, mdir_t *dir, const wspec_t *s, int layer
     snprintf(scale_name, sizeof scale_name, "%s.weight_scale_inv", base);
     const st_tensor_t *sc = st_find(w->st, scale_name);
     if (t->dtype == DT_F8_E4M3) {
-        if (s->kind != WK_LINEAR)
+        if (s->kind != WK_LINEAR && s->kind != WK_LM_HEAD)
             return err_set(err, "%s/%s: tensor '%s' is F8_E4M3 but only projections can be FP8",
                            WHERE(t));
         if (!cfg->fp8)
@@ -223,7 +223,8 @@ static int bind_one(model_weights_t *w, mdir_t *dir, const wspec_t *s, int layer
     }
     if (t->dtype != DT_BF16 && t->dtype != DT_F16 && t->dtype != DT_F32)
         return err_set(err, "%s/%s: tensor '%s' has dtype %s; expected BF16, F16, F32%s", WHERE(t),
-                       dtype_name(t->dtype), s->kind == WK_LINEAR ? " or F8_E4M3" : "");
+                       dtype_name(t->dtype),
+                       s->kind == WK_LINEAR || s->kind == WK_LM_HEAD ? " or F8_E4M3" : "");
     if (sc)
         return err_set(err, "%s/%s: tensor '%s' has a weight_scale_inv but dtype %s (not F8_E4M3)",
                        WHERE(t), dtype_name(t->dtype));
@@ -238,7 +239,7 @@ int weights_load(mdir_t *dir, const model_config_t *cfg, model_weights_t **out, 
     const model_arch_t *a = cfg->arch;
     for (int i = 0; i < a->n_tensors; i++) {
         const wspec_t *s = &a->tensors[i];
-        if (!s->per_layer && s->slot == G_LM_HEAD && cfg->tie_word_embeddings) continue;
+        if (s->kind == WK_LM_HEAD && cfg->tie_word_embeddings) continue;
         for (int l = 0; l < (s->per_layer ? cfg->n_layers : 1); l++)
             if (bind_one(w, dir, s, l, err) < 0) goto fail;
     }
@@ -271,7 +272,7 @@ static int make_dummy(model_weights_t *w, const wspec_t *s, uint64_t stream, uin
     int64_t rows = model_dim(cfg, s->rows), cols = model_dim(cfg, s->cols);
     size_t n = (size_t)(rows * cols);
     /* Real -FP8 checkpoints keep lm_head in BF16 (HF always skips it when quantizing). */
-    bool fp8 = cfg->fp8 && s->kind == WK_LINEAR && !(!s->per_layer && s->slot == G_LM_HEAD);
+    bool fp8 = cfg->fp8 && s->kind == WK_LINEAR;
     *out = (wtensor_t){.dtype = fp8 ? DT_F8_E4M3 : DT_BF16, .rows = rows, .cols = cols};
     if (fp8) {
         /* Every block's amax is (about) the half width, so one scale fits all blocks. */
@@ -316,7 +317,7 @@ static int dummy(const model_config_t *cfg, uint64_t seed, bool lazy, model_weig
     const model_arch_t *a = cfg->arch;
     for (int i = 0; i < a->n_tensors; i++) {
         const wspec_t *s = &a->tensors[i];
-        if (!s->per_layer && s->slot == G_LM_HEAD && cfg->tie_word_embeddings) continue;
+        if (s->kind == WK_LM_HEAD && cfg->tie_word_embeddings) continue;
         for (int l = 0; l < (s->per_layer ? cfg->n_layers : 1); l++) {
             uint64_t stream = (uint64_t)i << 32 | (uint64_t)l;
             if (make_dummy(w, s, stream, seed, lazy, slot_of(w, s, l), err) < 0) {

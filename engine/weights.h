@@ -1,8 +1,8 @@
 /*
  * weights: the tensors of a model bound to its layers, from a checkpoint or made up (dummy).
  *
- * Binding is table-driven: each architecture lists the tensors it needs (name pattern, shape in
- * terms of the config, kind); the binder finds each one in the safetensors set, checks dtype and
+ * Binding is table-driven: each architecture (engine/arch/) lists the tensors it needs (name
+ * pattern, slot, shape in terms of the config, kind); the binder finds each one in the safetensors set, checks dtype and
  * shape and records where its bytes are. A Linear is block-FP8 when its `.weight` is F8_E4M3
  * and `.weight_scale_inv` exists ([ceil(N/128), ceil(K/128)] in F32, BF16 or F16, converted to
  * f32 at load; the only copy the loader makes). Weight data is never copied: it points into the
@@ -32,7 +32,9 @@ typedef enum gslot {
     G_COUNT
 } gslot_t;
 
-/* Per-layer tensors (Qwen3 dense). */
+/* Per-layer tensors, by role. A layer holds the slots of its layer kinds (model_layer_t): the
+ * two norms of every layer, then those of ATTN_FULL (q..k_norm) and of MLP_DENSE (gate..down).
+ * An architecture with new kinds adds their slots here. */
 typedef enum lslot {
     L_ATTN_NORM, /* [H] input_layernorm */
     L_Q,         /* [nH*D, H] */

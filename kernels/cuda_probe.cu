@@ -3,16 +3,6 @@
 #include <cstdio>
 #include <cuda_runtime.h>
 
-// ---------------------------------------------------------------------------------------------
-// Kernels
-
-__global__ void probe_write(int *out, int value) {
-    *out = value;
-}
-
-// ---------------------------------------------------------------------------------------------
-// Entry points
-
 extern "C" int cuda_probe_devices(char *buf, size_t size) {
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
@@ -28,13 +18,4 @@ extern "C" int cuda_probe_devices(char *buf, size_t size) {
                               p.major, p.minor, p.totalGlobalMem / 1073741824.0);
     }
     return count;
-}
-
-extern "C" int cuda_probe_kernel(void) {
-    int *dev = nullptr, host = 0;
-    if (cudaMalloc(&dev, sizeof *dev) != cudaSuccess) return -1;
-    probe_write<<<1, 1>>>(dev, 42);
-    cudaError_t e = cudaMemcpy(&host, dev, sizeof host, cudaMemcpyDeviceToHost);
-    cudaFree(dev);
-    return e == cudaSuccess && host == 42 ? 0 : -1;
 }

@@ -1,8 +1,8 @@
 /*
  * ops: the CUDA kernels of one Qwen3 forward step and the GPU sampler, as C-callable launchers.
  *
- * The backend (cuda_backend.cu) owns every buffer; these functions only enqueue kernels on the
- * given stream. None of them synchronizes the host, allocates memory or reads device data on
+ * The backend (cuda_backend.cu, cb_*.cu) owns every buffer; these functions only enqueue kernels on
+ * the given stream. None of them synchronizes the host, allocates memory or reads device data on
  * the host, so all of them can be captured in a CUDA graph: per-step metadata (positions, slot
  * mapping, block tables, ...) is read through device pointers, and every grid size depends only
  * on host integers the caller passes (capacities under graphs, actual sizes otherwise).

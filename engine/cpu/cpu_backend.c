@@ -1,8 +1,26 @@
 /*
- * The CPU backend: Qwen3 dense forward in f32 over one varlen batch (models.md 1.3), the
- * reference numerics of the project. GEMMs split output rows over the thread pool; attention
- * splits (token, head) pairs. Every output element is computed by one thread in a fixed order,
- * so results are bit-identical for any thread count and batch composition.
+ * The CPU backend: a model's forward pass in f32 over one varlen batch, the reference numerics
+ * of the project (Qwen3: models.md 1.3). One step, T tokens of many sequences (be_batch_t), runs
+ * the layers as the model describes them (model_config_t.layer; Qwen3: ATTN_FULL + MLP_DENSE):
+ *
+ *     h = embed[token_ids]                                         [T, H]
+ *     for each layer l:
+ *         full_attention (ATTN_FULL):
+ *             x = rmsnorm(h, attn_norm)                            [T, H]
+ *             q, k, v = x Wq^T, x Wk^T, x Wv^T                     [T, nH*D], [T, nKV*D] x 2
+ *             q, k = rope(rmsnorm(q, q_norm)), rope(rmsnorm(k, k_norm))      per head of D
+ *             kv_cache[slot_mapping] = k, v
+ *             att = softmax(q k^T / sqrt(D) + causal) v            per sequence, over its blocks;
+ *                                                                  GQA: nH / nKV heads per kv head
+ *             h += att Wo^T
+ *         dense_mlp (MLP_DENSE):
+ *             x = rmsnorm(h, mlp_norm)
+ *             h += (silu(x Wg^T) * x Wu^T) Wd^T                    [T, I] inside
+ *     logits = rmsnorm(h[logit_rows], final_norm) Wlm^T            [n_logits, V]
+ *
+ * GEMMs split output rows over the thread pool; attention splits (token, head) pairs. Every
+ * output element is computed by one thread in a fixed order, so results are bit-identical for
+ * any thread count and batch composition.
  */
 #include <inttypes.h>
 #include <math.h>
@@ -22,10 +40,11 @@
  * microseconds (far more on a loaded machine), the time of ~1e5 multiply-adds. */
 #define PARALLEL_MIN_MACS (1 << 19)
 
+/* A layer's weights by slot (weights.h), those of its kinds bound: the checkpoint's tensors, and
+ * for its norm vectors f32 copies. */
 typedef struct cpu_layer {
-    const float *attn_norm, *mlp_norm; /* [H] */
-    const float *q_norm, *k_norm;      /* [D] */
-    const wtensor_t *wq, *wk, *wv, *wo, *wg, *wu, *wd;
+    const wtensor_t *w[L_COUNT];
+    const float *norm[L_COUNT]; /* [cols] f32, vector slots only */
 } cpu_layer_t;
 
 typedef struct cpu_backend {
@@ -40,7 +59,7 @@ typedef struct cpu_backend {
     float *norms;      /* f32 copies of every norm weight (tiny) */
     float *final_norm; /* [H], inside norms */
     float *inv_freq;   /* [D/2] */
-    int kmax;          /* widest GEMM input: max(H, nH*D, I) */
+    int kmax;          /* widest GEMM input: the most columns of any linear (H, nH*D, I) */
 
     /* KV pool, f32 [n_layers][num_blocks][block_size][n_kv_heads][head_dim] each */
     float *k_pool, *v_pool;
@@ -231,6 +250,40 @@ static int check_tensor(const wtensor_t *t, const char *what, int layer, int64_t
     }
 }
 
+/* A tensor a layer kind reads, with the shape it computes with. */
+typedef struct need {
+    lslot_t slot;
+    const char *name;
+    int64_t rows, cols;
+} need_t;
+
+/* The tensors layer l reads, by its kinds (at most L_COUNT); returns how many. */
+static int layer_needs(const model_config_t *c, int l, need_t *need) {
+    int64_t H = c->hidden_size, D = c->head_dim, I = c->intermediate_size;
+    int64_t qd = model_q_dim(c), kvd = model_kv_dim(c);
+    int n = 0;
+    need[n++] = (need_t){L_ATTN_NORM, "input_layernorm", 1, H};
+    switch (c->layer[l].attn) {
+        case ATTN_FULL:
+            need[n++] = (need_t){L_Q, "q_proj", qd, H};
+            need[n++] = (need_t){L_K, "k_proj", kvd, H};
+            need[n++] = (need_t){L_V, "v_proj", kvd, H};
+            need[n++] = (need_t){L_O, "o_proj", H, qd};
+            need[n++] = (need_t){L_Q_NORM, "q_norm", 1, D};
+            need[n++] = (need_t){L_K_NORM, "k_norm", 1, D};
+            break;
+    }
+    need[n++] = (need_t){L_MLP_NORM, "post_attention_layernorm", 1, H};
+    switch (c->layer[l].mlp) {
+        case MLP_DENSE:
+            need[n++] = (need_t){L_GATE, "gate_proj", I, H};
+            need[n++] = (need_t){L_UP, "up_proj", I, H};
+            need[n++] = (need_t){L_DOWN, "down_proj", H, I};
+            break;
+    }
+    return n;
+}
+
 /* Copies a norm weight to f32 (the only weights the backend copies: a few KiB). */
 static float *take_norm(const wtensor_t *t, float **cursor) {
     float *dst = *cursor;
@@ -243,9 +296,6 @@ static int cpu_create(const backend_options_t *opts, const model_weights_t *w, b
                       err_t *err) {
     *out = NULL;
     const model_config_t *c = weights_config(w);
-    if (strcmp(c->model_type, "qwen3") != 0)
-        return err_set(err, "cpu backend: model type %s is not supported (qwen3 only)",
-                       c->model_type);
     if (c->hidden_size < 1 || c->n_layers < 1 || c->n_heads < 1 || c->n_kv_heads < 1 ||
         c->head_dim < 2 || c->head_dim % 2 != 0 || c->n_heads % c->n_kv_heads != 0 ||
         c->intermediate_size < 1 || c->vocab_size < 1)
@@ -258,8 +308,7 @@ static int cpu_create(const backend_options_t *opts, const model_weights_t *w, b
         n_threads = online < 1 ? 1 : online > MAX_THREADS ? MAX_THREADS : (int)online;
     }
 
-    int64_t H = c->hidden_size, D = c->head_dim, I = c->intermediate_size;
-    int64_t qd = model_q_dim(c), kvd = model_kv_dim(c), V = c->vocab_size;
+    int64_t H = c->hidden_size, V = c->vocab_size;
     const wtensor_t *embed = weights_global(w, G_EMBED);
     const wtensor_t *lm_head = weights_global(w, G_LM_HEAD);
     const wtensor_t *final_norm = weights_global(w, G_FINAL_NORM);
@@ -267,30 +316,16 @@ static int cpu_create(const backend_options_t *opts, const model_weights_t *w, b
         check_tensor(lm_head, "lm_head", -1, V, H, err) < 0 ||
         check_tensor(final_norm, "norm", -1, 1, H, err) < 0)
         return -1;
+    size_t norm_floats = (size_t)H;
+    int64_t kmax = H; /* the widest GEMM input */
     for (int l = 0; l < c->n_layers; l++) {
-        static const struct {
-            lslot_t slot;
-            const char *name;
-        } names[] = {{L_ATTN_NORM, "input_layernorm"},
-                     {L_Q, "q_proj"},
-                     {L_K, "k_proj"},
-                     {L_V, "v_proj"},
-                     {L_O, "o_proj"},
-                     {L_Q_NORM, "q_norm"},
-                     {L_K_NORM, "k_norm"},
-                     {L_MLP_NORM, "post_attention_layernorm"},
-                     {L_GATE, "gate_proj"},
-                     {L_UP, "up_proj"},
-                     {L_DOWN, "down_proj"}};
-        int64_t shapes[L_COUNT][2] = {
-            [L_ATTN_NORM] = {1, H}, [L_Q] = {qd, H},     [L_K] = {kvd, H},    [L_V] = {kvd, H},
-            [L_O] = {H, qd},        [L_Q_NORM] = {1, D}, [L_K_NORM] = {1, D}, [L_MLP_NORM] = {1, H},
-            [L_GATE] = {I, H},      [L_UP] = {I, H},     [L_DOWN] = {H, I}};
-        for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-            lslot_t s = names[i].slot;
-            if (check_tensor(weights_layer(w, l, s), names[i].name, l, shapes[s][0], shapes[s][1],
-                             err) < 0)
+        need_t need[L_COUNT];
+        for (int i = 0, n = layer_needs(c, l, need); i < n; i++) {
+            const need_t *d = &need[i];
+            if (check_tensor(weights_layer(w, l, d->slot), d->name, l, d->rows, d->cols, err) < 0)
                 return -1;
+            if (d->rows == 1) norm_floats += (size_t)d->cols;
+            if (d->rows > 1 && d->cols > kmax) kmax = d->cols;
         }
     }
 
@@ -302,13 +337,11 @@ static int cpu_create(const backend_options_t *opts, const model_weights_t *w, b
     be->emulate_fp8 = opts && opts->emulate_fp8_activations;
     be->embed = embed;
     be->lm_head = lm_head;
-    be->kmax = (int)(H > qd ? H : qd);
-    if (I > be->kmax) be->kmax = (int)I;
+    be->kmax = (int)kmax;
 
-    size_t norm_floats = (size_t)c->n_layers * (size_t)(2 * H + 2 * D) + (size_t)H;
     be->layers = calloc((size_t)c->n_layers, sizeof *be->layers);
     be->norms = alloc_floats(norm_floats);
-    be->inv_freq = alloc_floats((size_t)D / 2);
+    be->inv_freq = alloc_floats((size_t)c->head_dim / 2);
     be->wbuf = calloc((size_t)n_threads, sizeof *be->wbuf);
     be->scores = calloc((size_t)n_threads, sizeof *be->scores);
     if (!be->layers || !be->norms || !be->inv_freq || !be->wbuf || !be->scores) {
@@ -325,17 +358,12 @@ static int cpu_create(const backend_options_t *opts, const model_weights_t *w, b
     float *cursor = be->norms;
     for (int l = 0; l < c->n_layers; l++) {
         cpu_layer_t *L = &be->layers[l];
-        L->attn_norm = take_norm(weights_layer(w, l, L_ATTN_NORM), &cursor);
-        L->mlp_norm = take_norm(weights_layer(w, l, L_MLP_NORM), &cursor);
-        L->q_norm = take_norm(weights_layer(w, l, L_Q_NORM), &cursor);
-        L->k_norm = take_norm(weights_layer(w, l, L_K_NORM), &cursor);
-        L->wq = weights_layer(w, l, L_Q);
-        L->wk = weights_layer(w, l, L_K);
-        L->wv = weights_layer(w, l, L_V);
-        L->wo = weights_layer(w, l, L_O);
-        L->wg = weights_layer(w, l, L_GATE);
-        L->wu = weights_layer(w, l, L_UP);
-        L->wd = weights_layer(w, l, L_DOWN);
+        need_t need[L_COUNT];
+        for (int i = 0, n = layer_needs(c, l, need); i < n; i++) {
+            lslot_t s = need[i].slot;
+            L->w[s] = weights_layer(w, l, s);
+            if (need[i].rows == 1) L->norm[s] = take_norm(L->w[s], &cursor);
+        }
     }
     be->final_norm = take_norm(final_norm, &cursor);
     cpu_rope_inv_freq(c->head_dim, c->rope_theta, be->inv_freq);
@@ -394,76 +422,58 @@ static int cpu_kv_reserve(backend_t *base, int num_blocks, int block_size, err_t
 /* ---------------------------------------------------------------------------------------------
  * forward */
 
-/* What must hold for forward() not to read or write out of bounds; cheap, checked every step
- * (backend_check_batch adds the semantic checks in debug builds). */
-static int check_bounds(const cpu_backend_t *be, const be_batch_t *b, const float *logits,
-                        err_t *err) {
+/* Checks the batch and sizes the buffers for it; maps each token to its sequence (attention's
+ * work items are (token, head) pairs). */
+static int prepare(cpu_backend_t *be, const be_batch_t *b, const float *logits, err_t *err) {
+#ifndef NDEBUG
+    if (be->k_pool && backend_check_batch(b, be->num_blocks, be->block_size, err) < 0)
+        return err_prefix(err, "cpu backend");
+#endif
     if (!b) return err_set(err, "cpu backend: NULL batch");
     if (!be->k_pool) return err_set(err, "cpu backend: forward before kv_reserve");
-    if (b->n_tokens < 0 || b->n_seqs < 0 || b->n_logits < 0 || b->n_logits > b->n_tokens)
-        return err_set(err, "cpu backend: batch of %d tokens, %d sequences, %d logit rows",
-                       b->n_tokens, b->n_seqs, b->n_logits);
+    if (backend_check_bounds(b, be->num_blocks, be->block_size, be->cfg->vocab_size, err) < 0)
+        return err_prefix(err, "cpu backend");
+    if (b->n_logits > 0 && !logits) return err_set(err, "cpu backend: batch array missing");
     if (b->n_tokens == 0) return 0;
-    if (!b->token_ids || !b->positions || !b->slot_mapping || !b->query_start || !b->context_len ||
-        !b->block_tables || (b->n_logits > 0 && (!b->logit_rows || !logits)))
-        return err_set(err, "cpu backend: batch array missing");
-    if (b->query_start[0] != 0 || b->query_start[b->n_seqs] != b->n_tokens)
-        return err_set(err, "cpu backend: query_start does not span the %d tokens", b->n_tokens);
-    for (int s = 0; s < b->n_seqs; s++) {
-        int n_new = b->query_start[s + 1] - b->query_start[s];
-        int ctx = b->context_len[s];
-        if (n_new < 0 || ctx < n_new ||
-            ((int64_t)ctx + be->block_size - 1) / be->block_size > b->block_table_stride)
-            return err_set(err, "cpu backend: sequence %d: %d new tokens, context %d", s, n_new,
-                           ctx);
-        const int32_t *row = b->block_tables + (int64_t)s * b->block_table_stride;
-        for (int i = 0; i * be->block_size < ctx; i++)
-            if (row[i] < 0 || row[i] >= be->num_blocks)
-                return err_set(err, "cpu backend: sequence %d: block %d out of range [0, %d)", s,
-                               row[i], be->num_blocks);
-    }
-    int64_t slots = (int64_t)be->num_blocks * be->block_size;
-    for (int t = 0; t < b->n_tokens; t++) {
-        if (b->token_ids[t] < 0 || b->token_ids[t] >= be->cfg->vocab_size)
-            return err_set(err, "cpu backend: token %d: id %d out of range [0, %d)", t,
-                           b->token_ids[t], be->cfg->vocab_size);
-        if (b->slot_mapping[t] < -1 || b->slot_mapping[t] >= slots)
-            return err_set(err,
-                           "cpu backend: token %d: slot %" PRId64 " out of range [0, %" PRId64 ")",
-                           t, b->slot_mapping[t], slots);
-    }
-    for (int i = 0; i < b->n_logits; i++)
-        if (b->logit_rows[i] < 0 || b->logit_rows[i] >= b->n_tokens)
-            return err_set(err, "cpu backend: logit row %d out of range [0, %d)", b->logit_rows[i],
-                           b->n_tokens);
+    int64_t max_ctx = 0;
+    for (int s = 0; s < b->n_seqs; s++)
+        if (b->context_len[s] > max_ctx) max_ctx = b->context_len[s];
+    if (ensure_tokens(be, b->n_tokens, err) < 0 || ensure_context(be, max_ctx, err) < 0) return -1;
+    be->max_ctx = max_ctx;
+    for (int s = 0; s < b->n_seqs; s++)
+        for (int t = b->query_start[s]; t < b->query_start[s + 1]; t++)
+            be->tok_seq[t] = s;
     return 0;
 }
 
-static void attention_block(cpu_backend_t *be, const be_batch_t *b, int layer) {
+/* ATTN_FULL: h += attention of layer `layer` (the pseudocode at the top). */
+static void full_attention(cpu_backend_t *be, const be_batch_t *b, int layer) {
     const model_config_t *c = be->cfg;
     const cpu_layer_t *L = &be->layers[layer];
     int T = b->n_tokens, D = c->head_dim, half = D / 2;
     int qd = model_q_dim(c), kvd = model_kv_dim(c), H = c->hidden_size;
 
+    /* x = rmsnorm(h, attn_norm); q, k, v = x Wq^T, x Wk^T, x Wv^T */
     for (int t = 0; t < T; t++)
-        cpu_rmsnorm(be->h + (int64_t)t * H, L->attn_norm, H, c->rms_norm_eps,
+        cpu_rmsnorm(be->h + (int64_t)t * H, L->norm[L_ATTN_NORM], H, c->rms_norm_eps,
                     be->xn + (int64_t)t * H);
-    gemm(be, be->xn, T, L->wq, be->q, qd);
-    gemm(be, be->xn, T, L->wk, be->k, kvd);
-    gemm(be, be->xn, T, L->wv, be->v, kvd);
+    gemm(be, be->xn, T, L->w[L_Q], be->q, qd);
+    gemm(be, be->xn, T, L->w[L_K], be->k, kvd);
+    gemm(be, be->xn, T, L->w[L_V], be->v, kvd);
 
+    /* q, k = rope(rmsnorm(q, q_norm)), rope(rmsnorm(k, k_norm)); kv_cache[slot_mapping] = k, v */
     float *k_layer = be->k_pool + (size_t)layer * be->layer_floats;
     float *v_layer = be->v_pool + (size_t)layer * be->layer_floats;
     for (int t = 0; t < T; t++) {
         const float *cs = be->rope_cos + (int64_t)t * half, *sn = be->rope_sin + (int64_t)t * half;
         for (int h = 0; h < c->n_heads; h++) {
             float *x = be->q + (int64_t)t * qd + (int64_t)h * D;
-            cpu_rmsnorm(x, L->q_norm, D, c->rms_norm_eps, x);
+            cpu_rmsnorm(x, L->norm[L_Q_NORM], D, c->rms_norm_eps, x);
             cpu_rope_apply(x, D, cs, sn);
         }
         for (int h = 0; h < c->n_kv_heads; h++) {
             float *x = be->k + (int64_t)t * kvd + (int64_t)h * D;
-            cpu_rmsnorm(x, L->k_norm, D, c->rms_norm_eps, x);
+            cpu_rmsnorm(x, L->norm[L_K_NORM], D, c->rms_norm_eps, x);
             cpu_rope_apply(x, D, cs, sn);
         }
         int64_t slot = b->slot_mapping[t];
@@ -473,6 +483,7 @@ static void attention_block(cpu_backend_t *be, const be_batch_t *b, int layer) {
         }
     }
 
+    /* att = softmax(q k^T / sqrt(D) + causal) v */
     cpu_attn_t a = {
         .q = be->q,
         .out = be->att,
@@ -494,28 +505,31 @@ static void attention_block(cpu_backend_t *be, const be_batch_t *b, int layer) {
     if (items * be->max_ctx * D < PARALLEL_MIN_MACS) grain = items;
     cpu_pool_run(be->pool, items, grain, attn_items, &job);
 
-    gemm(be, be->att, T, L->wo, be->xn, H);
+    /* h += att Wo^T */
+    gemm(be, be->att, T, L->w[L_O], be->xn, H);
     int64_t n = (int64_t)T * H;
     for (int64_t i = 0; i < n; i++)
         be->h[i] += be->xn[i];
 }
 
-static void mlp_block(cpu_backend_t *be, int T, int layer) {
+/* MLP_DENSE: h += the SwiGLU MLP of layer `layer` over the batch's T tokens. */
+static void dense_mlp(cpu_backend_t *be, int T, int layer) {
     const model_config_t *c = be->cfg;
     const cpu_layer_t *L = &be->layers[layer];
     int H = c->hidden_size, I = c->intermediate_size;
 
+    /* x = rmsnorm(h, mlp_norm); h += (silu(x Wg^T) * x Wu^T) Wd^T */
     for (int t = 0; t < T; t++)
-        cpu_rmsnorm(be->h + (int64_t)t * H, L->mlp_norm, H, c->rms_norm_eps,
+        cpu_rmsnorm(be->h + (int64_t)t * H, L->norm[L_MLP_NORM], H, c->rms_norm_eps,
                     be->xn + (int64_t)t * H);
-    gemm(be, be->xn, T, L->wg, be->gate, I);
-    gemm(be, be->xn, T, L->wu, be->up, I);
+    gemm(be, be->xn, T, L->w[L_GATE], be->gate, I);
+    gemm(be, be->xn, T, L->w[L_UP], be->up, I);
     int64_t n = (int64_t)T * I;
     for (int64_t i = 0; i < n; i++) {
         float g = be->gate[i];
         be->gate[i] = g / (1.0f + expf(-g)) * be->up[i];
     }
-    gemm(be, be->gate, T, L->wd, be->xn, H);
+    gemm(be, be->gate, T, L->w[L_DOWN], be->xn, H);
     n = (int64_t)T * H;
     for (int64_t i = 0; i < n; i++)
         be->h[i] += be->xn[i];
@@ -524,32 +538,28 @@ static void mlp_block(cpu_backend_t *be, int T, int layer) {
 static int cpu_forward(backend_t *base, const be_batch_t *b, float *logits, err_t *err) {
     cpu_backend_t *be = (cpu_backend_t *)base;
     const model_config_t *c = be->cfg;
-#ifndef NDEBUG
-    if (be->k_pool && backend_check_batch(b, be->num_blocks, be->block_size, err) < 0)
-        return err_prefix(err, "cpu backend");
-#endif
-    if (check_bounds(be, b, logits, err) < 0) return -1;
-    int T = b->n_tokens;
+    if (prepare(be, b, logits, err) < 0) return -1;
+    int T = b->n_tokens, H = c->hidden_size, half = c->head_dim / 2;
     if (T == 0) return 0;
-    int64_t max_ctx = 0;
-    for (int s = 0; s < b->n_seqs; s++)
-        if (b->context_len[s] > max_ctx) max_ctx = b->context_len[s];
-    if (ensure_tokens(be, T, err) < 0 || ensure_context(be, max_ctx, err) < 0) return -1;
-    be->max_ctx = max_ctx;
-
-    int H = c->hidden_size, half = c->head_dim / 2;
-    for (int s = 0; s < b->n_seqs; s++)
-        for (int t = b->query_start[s]; t < b->query_start[s + 1]; t++)
-            be->tok_seq[t] = s;
+    /* h = embed[token_ids], and each position's RoPE angles */
     for (int t = 0; t < T; t++) {
         cpu_dequant_rows(be->embed, b->token_ids[t], 1, be->h + (int64_t)t * H);
         cpu_rope_cos_sin(b->positions[t], be->inv_freq, half, be->rope_cos + (int64_t)t * half,
                          be->rope_sin + (int64_t)t * half);
     }
     for (int l = 0; l < c->n_layers; l++) {
-        attention_block(be, b, l);
-        mlp_block(be, T, l);
+        switch (c->layer[l].attn) {
+            case ATTN_FULL:
+                full_attention(be, b, l);
+                break;
+        }
+        switch (c->layer[l].mlp) {
+            case MLP_DENSE:
+                dense_mlp(be, T, l);
+                break;
+        }
     }
+    /* logits = rmsnorm(h[logit_rows], final_norm) Wlm^T */
     for (int i = 0; i < b->n_logits; i++)
         cpu_rmsnorm(be->h + (int64_t)b->logit_rows[i] * H, be->final_norm, H, c->rms_norm_eps,
                     be->xn + (int64_t)i * H);

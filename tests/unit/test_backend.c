@@ -1,6 +1,7 @@
 /*
  * backend: the table of named backends, and backend_check_batch on a valid two-sequence batch
- * and on each way a batch can point outside the pool or disagree with itself.
+ * and on each way a batch can point outside the pool or disagree with itself; backend_check_bounds
+ * (what every forward checks) on the same batch and each way it can point outside the pool.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -142,11 +143,54 @@ static void test_check_offsets(void **state) {
     expect_error(&f, "missing");
 }
 
+static void expect_bounds_error(const fixture_t *f, const char *needle) {
+    err_t err = {{0}};
+    assert_int_equal(backend_check_bounds(&f->b, 8, 4, 10, &err), -1);
+    if (!strstr(err.msg, needle)) fail_msg("message '%s' lacks '%s'", err.msg, needle);
+}
+
+static void test_bounds(void **state) {
+    fixture_t f;
+    fixture_init(&f);
+    err_t err;
+    assert_int_equal(backend_check_bounds(&f.b, 8, 4, 10, &err), 0);
+    f.pos[1] = 7; /* wrong, but inside the pool: only backend_check_batch sees it */
+    f.slots[2] = 1 * 4 + 2;
+    assert_int_equal(backend_check_bounds(&f.b, 8, 4, 10, &err), 0);
+    be_batch_t empty = {0};
+    assert_int_equal(backend_check_bounds(&empty, 8, 4, 10, &err), 0);
+
+    fixture_init(&f);
+    f.b.n_logits = 5;
+    expect_bounds_error(&f, "batch of 4 tokens, 2 sequences, 5 logit rows");
+    fixture_init(&f);
+    f.b.block_tables = NULL;
+    expect_bounds_error(&f, "batch array missing");
+    fixture_init(&f);
+    f.qs[2] = 3;
+    expect_bounds_error(&f, "query_start does not span the 4 tokens");
+    fixture_init(&f);
+    f.ctx[0] = 13; /* needs 4 blocks, the table holds 3 */
+    expect_bounds_error(&f, "sequence 0: 3 new tokens, context 13");
+    fixture_init(&f);
+    f.tables[0][1] = 8;
+    expect_bounds_error(&f, "sequence 0: block 8 out of range [0, 8)");
+    fixture_init(&f);
+    f.ids[2] = 10;
+    expect_bounds_error(&f, "token 2: id 10 out of range [0, 10)");
+    fixture_init(&f);
+    f.slots[3] = 32;
+    expect_bounds_error(&f, "token 3: slot 32 out of range [0, 32)");
+    fixture_init(&f);
+    f.rows[1] = 4;
+    expect_bounds_error(&f, "logit row 4 out of range [0, 4)");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_table),         cmocka_unit_test(test_check_valid),
         cmocka_unit_test(test_check_slots),   cmocka_unit_test(test_check_blocks),
-        cmocka_unit_test(test_check_offsets),
+        cmocka_unit_test(test_check_offsets), cmocka_unit_test(test_bounds),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

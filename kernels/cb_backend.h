@@ -1,0 +1,216 @@
+/*
+ * cb_backend: the cuda backend's state and what its files share. Private to kernels/:
+ *
+ *     cuda_backend.cu   the backend_ops_t table: create / destroy, the KV pool, device sampling
+ *     cb_weights.cu     the weights on the device: layout by layer kind, upload, FP8 or BF16
+ *     cb_layers.cu      the layer stack of one step (run_stack), with linear() as the one
+ *                       FP8 / BF16 dispatch point
+ *     cb_step.cu        a step: batch checks, metadata staging, pieces, CUDA graphs (forward)
+ *
+ * Device layout: one weight arena (QKV and gate/up fused by concatenating rows; the intermediate
+ * size padded to a multiple of 128 with zero rows / columns so FP8 scale blocks never straddle
+ * the gate|up seam), one activation arena sized for max-num-batched-tokens, logits for
+ * max-num-seqs rows, one KV allocation for every layer.
+ */
+#ifndef TACHYON_CB_BACKEND_H
+#define TACHYON_CB_BACKEND_H
+
+#include "cb_engine.h"
+
+#include <cuda_runtime.h>
+
+#include "gemm.h"
+#include "memplan.h"
+#include "ops.h"
+
+#define GEMM_WORKSPACE     (32ull << 20)  /* bytes: what cuBLASLt asks for at most on Hopper */
+#define RESERVE_BYTES      (512ull << 20) /* graphs, cuBLASLt internals, context growth */
+#define DEFAULT_MAX_TOKENS 8192
+#define DEFAULT_MAX_SEQS   1024
+#define MAX_GRAPH_SIZE     512
+#define SPLIT_MAX_SEQS     64 /* decode batches up to this many sequences may split their keys */
+#define MAX_SPLITS         32
+#define ALIGN              256 /* bytes: cuBLASLt's default pointer alignment preference */
+#define MAX_GRAPHS         64
+
+/* GEMM outputs (QKV, o_proj, gate_up, down) in f32: the kernels that read them (q/k norm + RoPE,
+ * residual add + norm, SwiGLU + FP8 quantization) then see the CPU reference's f32 values, not
+ * bf16-rounded ones, which matters most before an FP8 quantization (a rounding step can move a
+ * value across an e4m3 boundary). Costs 2 extra bytes per output element (about 5% of a large
+ * prefill GEMM's time, nothing at decode). */
+#define GEMM_OUT_F32   true
+#define GEMM_OUT       OPS_F32
+#define GEMM_OUT_BYTES 4
+
+static inline size_t align_up(size_t n) {
+    return (n + ALIGN - 1) / ALIGN * ALIGN;
+}
+
+/* A byte layout inside one allocation; with base NULL it only measures. */
+typedef struct wlayout {
+    char *base;
+    size_t off;
+} wlayout_t;
+
+static inline void *take(wlayout_t *a, size_t bytes) {
+    void *p = a->base ? a->base + a->off : NULL;
+    a->off += align_up(bytes);
+    return p;
+}
+
+/* A linear on the device, as the path the backend runs needs it: w8 (e4m3 + 128x128 block
+ * scales) when fp8, else w16 (bf16). linear() in cb_layers.cu picks. */
+typedef struct cb_linear {
+    gemm_w8_t w8;
+    gemm_w16_t w16;
+} cb_linear_t;
+
+/* A layer's device weights, those of its kinds set (cb_weights.cu: layer_spec). */
+typedef struct cb_layer {
+    float *attn_norm, *mlp_norm; /* [H] f32 */
+    /* ATTN_FULL */
+    float *q_norm, *k_norm; /* [D] f32 */
+    cb_linear_t qkv;        /* [nH*D + 2 * nKV*D, H]: q | k | v rows */
+    cb_linear_t o;          /* [H, nH*D] */
+    /* MLP_DENSE */
+    cb_linear_t gate_up; /* [2 * I_pad, H]: gate rows, zero rows to I_pad, up rows, zero rows */
+    cb_linear_t down;    /* [H, I_pad]: zero columns from I */
+} cb_layer_t;
+
+typedef struct cb_graph {
+    int size;   /* sequences (= tokens) of the decode batch it runs */
+    int stride; /* block-table stride it was captured with; 0 = not captured */
+    cudaGraphExec_t exec;
+} cb_graph_t;
+
+/* Sizes of one run of the stack: T tokens of n_seqs sequences (host values baked into the
+ * launches, so a graph captured with them replays for any batch of that shape). */
+typedef struct run_args {
+    int T, n_seqs, n_logits;
+    int max_q, max_ctx;
+    bool decode;
+    int splits;
+    const int32_t *rows; /* device logit rows, or NULL: rows 0..n_logits-1 */
+    float *logits;       /* [n_logits, V] f32 device */
+    int stride;          /* block-table stride */
+} run_args_t;
+
+typedef struct cuda_backend {
+    backend_t base;
+    const model_config_t *cfg;
+    const model_weights_t *w;
+    int device;
+    char device_name[256];
+    int sm_major, sm_minor, num_sms;
+    bool fp8;          /* linears in FP8 (else BF16) */
+    char fp8_why[200]; /* why the BF16 fallback was taken for an FP8 checkpoint */
+    int H, D, nH, nKV, qd, kvd, qkv_n, I, I_pad, V, L;
+    float eps;
+    cudaStream_t stream;
+    gemm_ctx_t *gemm;
+    memplan_t plan;
+
+    /* weights */
+    void *wmem;
+    cb_layer_t *layers;
+    uint16_t *embed;    /* [V, H] bf16 */
+    gemm_w16_t lm_head; /* [V, H] bf16 (the embedding when tied) */
+    float *final_norm;  /* [H] f32 */
+    float *inv_freq;    /* [D/2] f32 */
+
+    /* capacities */
+    int cap_t; /* tokens per piece, a multiple of 4 */
+    int cap_s; /* sequences per piece */
+    int cap_l; /* logit rows per piece */
+    int kmax;  /* widest GEMM input: max(H, qd, I_pad) */
+
+    /* activations (one arena) */
+    void *amem;
+    float *resid;  /* [cap_t, H] f32 residual stream (h) */
+    uint8_t *xq;   /* [cap_t, kmax] e4m3 GEMM input (FP8 path) */
+    float *xs;     /* [kmax / 128, cap_t] f32 its scales, transposed */
+    uint16_t *x16; /* [cap_t, kmax] bf16 GEMM input (BF16 path) */
+    void *qkv;     /* [cap_t, qkv_n] GEMM_OUT */
+    uint16_t *q;   /* [cap_t, qd] bf16 after q-norm and RoPE */
+    uint16_t *att; /* [cap_t, qd] bf16 attention output */
+    void *o_out;   /* [cap_t, H] GEMM_OUT */
+    void *gu;      /* [cap_t, 2 * I_pad] GEMM_OUT */
+    void *d_out;   /* [cap_t, H] GEMM_OUT */
+    uint16_t *xf;  /* [cap_l, H] bf16 final-norm rows */
+    float *logits; /* [cap_l, V] f32 */
+    void *attn_ws; /* split-KV partials for SPLIT_MAX_SEQS sequences */
+    void *counts;  /* sampler occurrence counts [cap_l, V] int32, kept zero */
+
+    /* step metadata: device buffers and their pinned staging, same layout */
+    void *meta_d, *meta_h;
+    size_t meta_bytes;
+    int32_t *ids_d, *pos_d, *qs_d, *ctx_d, *lrows_d;
+    int64_t *slots_d;
+    int32_t *ids_h, *pos_h, *qs_h, *ctx_h, *lrows_h;
+    int64_t *slots_h;
+    int32_t *tables_d, *tables_h; /* [cap_tables] block tables, the batch's stride */
+    size_t cap_tables;
+    bool staging_busy; /* a copy from the staging may still be in flight */
+
+    /* sampling */
+    ops_sample_row_t *srows_d, *srows_h; /* [cap_l] */
+    sampler_result_t *sres_d, *sres_h;   /* [cap_l] */
+    int32_t *arena_d, *arena_h;
+    size_t cap_arena;
+    int logits_rows; /* rows of the last forward's logits left on the device; -1: none */
+
+    /* KV */
+    ops_kv_dtype_t kv_dtype;      /* of the current pool */
+    ops_kv_dtype_t kv_dtype_next; /* the kv-cache-dtype flag: the next kv_reserve's */
+    void *kv_mem;
+    int num_blocks, block_size;
+    size_t pool_bytes; /* one layer's K (or V) pool */
+
+    /* graphs */
+    bool graphs;       /* the cuda-graphs flag */
+    int max_seqs_live; /* the max-num-seqs flag (graph sizes stop there) */
+    cb_graph_t graph[MAX_GRAPHS];
+    int n_graphs;
+    long replays;
+    int captured;
+} cuda_backend_t;
+
+/* cuda_backend.cu: cudaMalloc, with the memory plan's message when the device is full. */
+int cb_alloc_dev(cuda_backend_t *be, void **p, size_t bytes, const char *what, err_t *err);
+
+/* cb_weights.cu */
+
+/* Checks the weights the way the CPU backend does: present, the config's shapes, float or
+ * block-FP8 (128x128) dtypes. */
+int cb_check_weights(const cuda_backend_t *be, err_t *err);
+/* Whether the checkpoint can run as FP8 block-scaled GEMMs; why not in be->fp8_why. */
+bool cb_fp8_possible(cuda_backend_t *be);
+/* Lays the weights out from base (NULL: only measures); returns the arena's bytes. */
+size_t cb_layout_weights(cuda_backend_t *be, char *base);
+/* Copies (or generates, for lazy dummy weights) every tensor into the laid-out arena, which
+ * must be zero. */
+int cb_upload_weights(cuda_backend_t *be, err_t *err);
+
+/* cb_layers.cu */
+
+/* The activation arena's and the logits' layouts from base (NULL: only measures); bytes. */
+size_t cb_layout_activations(cuda_backend_t *be, char *base);
+size_t cb_layout_logits(cuda_backend_t *be, char *base);
+/* Enqueues the forward pass of one piece whose metadata is on the device. */
+int cb_run_stack(cuda_backend_t *be, const run_args_t *r, err_t *err);
+
+/* cb_step.cu */
+
+/* The step metadata's layout from base (NULL: only measures), device or host names; bytes. */
+size_t cb_layout_meta(cuda_backend_t *be, char *base, bool host);
+/* Grows the block tables' device buffer and staging (int32 elements) to at least need. */
+int cb_grow_tables(cuda_backend_t *be, size_t need, err_t *err);
+/* Grows the sampler's token-list arena and staging (int32 elements) to at least need. */
+int cb_grow_arena(cuda_backend_t *be, size_t need, err_t *err);
+/* Sets the capture sizes for the current flags and capacities (graphs are captured lazily). */
+void cb_plan_graphs(cuda_backend_t *be);
+void cb_drop_graphs(cuda_backend_t *be);
+/* backend_ops_t.forward */
+int cb_forward(backend_t *base, const be_batch_t *b, float *logits, err_t *err);
+
+#endif

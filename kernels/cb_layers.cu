@@ -1,0 +1,227 @@
+/*
+ * The cuda backend's layer stack: the forward pass of one piece of a step over the device
+ * buffers, the layers run as the model describes them (model_config_t.layer), step for step as
+ * the CPU reference (engine/cpu/cpu_backend.c, whose pseudocode uses the same names):
+ *
+ *     h = embed[token_ids]                                   ops_embed
+ *     for each layer l:
+ *         full_attention (ATTN_FULL):
+ *             x = rmsnorm(h += out, attn_norm)               the input of the QKV linear
+ *             qkv = x [Wq|Wk|Wv]^T                           linear
+ *             q, k = rope(rmsnorm(q, q_norm)), rope(rmsnorm(k, k_norm)); kv_cache[slot] = k, v
+ *                                                            ops_qk_norm_rope_kv
+ *             att = softmax(q k^T / sqrt(D) + causal) v      ops_attention_prefill / _decode
+ *             out = att Wo^T                                 linear
+ *         dense_mlp (MLP_DENSE):
+ *             x = rmsnorm(h += out, mlp_norm)                the input of the gate|up linear
+ *             gu = x [Wg|Wu]^T                               linear
+ *             out = (silu(g) * u) Wd^T                       linear
+ *     logits = rmsnorm(h += out, final_norm)[logit_rows] Wlm^T      bf16 GEMM, f32 logits
+ *
+ * where the CPU adds each block's output to h at the block's end, this stack leaves it in `out`
+ * and the next norm adds it (one kernel instead of two passes over h).
+ *
+ * linear() is the one place the FP8 / BF16 choice is made: the op that makes a linear's input
+ * (a residual add + RMSNorm, SwiGLU, or the bf16 attention output as it is) writes it in the
+ * form the weights' path reads (e4m3 with per-token-group scales, or bf16), fused, then the
+ * GEMM runs.
+ */
+#include "cb_backend.h"
+
+#include <cmath>
+
+// ---------------------------------------------------------------------------------------------
+// Workspaces
+
+size_t cb_layout_activations(cuda_backend_t *be, char *base) {
+    wlayout_t a = {base, 0};
+    size_t T = (size_t)be->cap_t, H = (size_t)be->H, K = (size_t)be->kmax;
+    be->resid = (float *)take(&a, T * H * 4);
+    if (be->fp8) {
+        be->xq = (uint8_t *)take(&a, T * K);
+        be->xs = (float *)take(&a, (K + 127) / 128 * T * 4);
+    } else {
+        be->x16 = (uint16_t *)take(&a, T * K * 2);
+    }
+    be->qkv = take(&a, T * (size_t)be->qkv_n * GEMM_OUT_BYTES);
+    be->q = (uint16_t *)take(&a, T * (size_t)be->qd * 2);
+    be->att = (uint16_t *)take(&a, T * (size_t)be->qd * 2);
+    be->o_out = take(&a, T * H * GEMM_OUT_BYTES);
+    be->gu = take(&a, T * 2 * (size_t)be->I_pad * GEMM_OUT_BYTES);
+    be->d_out = take(&a, T * H * GEMM_OUT_BYTES);
+    return a.off;
+}
+
+size_t cb_layout_logits(cuda_backend_t *be, char *base) {
+    wlayout_t a = {base, 0};
+    be->xf = (uint16_t *)take(&a, (size_t)be->cap_l * (size_t)be->H * 2);
+    be->logits = (float *)take(&a, (size_t)be->cap_l * (size_t)be->V * 4);
+    be->counts = take(&a, ops_sample_workspace_bytes(be->cap_l, be->V));
+    return a.off;
+}
+
+// ---------------------------------------------------------------------------------------------
+// linear(): the FP8 / BF16 dispatch
+
+/* What a linear reads, and the op that makes it. */
+typedef struct lin_in {
+    enum { IN_RMSNORM, IN_SWIGLU, IN_BF16 } op;
+    const void *src;   /* IN_RMSNORM: the output to add to h first, GEMM_OUT [T, H], or NULL;
+                          IN_SWIGLU: gate | up, GEMM_OUT [T, 2k]; IN_BF16: bf16 [T, k] */
+    const float *norm; /* IN_RMSNORM: [H] f32 */
+} lin_in_t;
+
+static lin_in_t rmsnorm_of_h(const void *add, const float *norm) {
+    return lin_in_t{lin_in_t::IN_RMSNORM, add, norm};
+}
+static lin_in_t swiglu_of(const void *gu) {
+    return lin_in_t{lin_in_t::IN_SWIGLU, gu, NULL};
+}
+static lin_in_t bf16_of(const void *x) {
+    return lin_in_t{lin_in_t::IN_BF16, x, NULL};
+}
+
+/* out[T, w.n] (GEMM_OUT) = in[T, w.k] W^T: makes the input in the form the weights' path reads
+ * (e4m3 + transposed scales into xq / xs, or bf16 into x16), then runs the GEMM. */
+static int linear(cuda_backend_t *be, const lin_in_t &in, const cb_linear_t *w, int T, void *out,
+                  err_t *err) {
+    cudaStream_t st = be->stream;
+    const int Tp = ops_pad_tokens(T), H = be->H;
+    int rc = 0;
+    if (be->fp8) {
+        const int k = w->w8.k;
+        switch (in.op) {
+            case lin_in_t::IN_RMSNORM:
+                rc = ops_add_rmsnorm_fp8(be->resid, in.src, GEMM_OUT, NULL, T, Tp, H, in.norm,
+                                         be->eps, be->xq, be->xs, st, err);
+                break;
+            case lin_in_t::IN_SWIGLU:
+                rc = ops_silu_mul_fp8(in.src, GEMM_OUT, 2 * (int64_t)k, T, k, Tp, k, be->xq, be->xs,
+                                      st, err);
+                break;
+            case lin_in_t::IN_BF16:
+                rc = ops_quant_fp8(in.src, OPS_BF16, k, T, k, Tp, k, be->xq, be->xs, st, err);
+                break;
+        }
+        if (rc < 0) return -1;
+        return gemm_fp8(be->gemm, &w->w8, be->xq, be->xs, T, out, GEMM_OUT_F32, err);
+    }
+    const int k = w->w16.k;
+    const uint16_t *x = be->x16;
+    switch (in.op) {
+        case lin_in_t::IN_RMSNORM:
+            rc = ops_add_rmsnorm_bf16(be->resid, in.src, GEMM_OUT, NULL, T, H, in.norm, be->eps,
+                                      be->x16, st, err);
+            break;
+        case lin_in_t::IN_SWIGLU:
+            rc = ops_silu_mul_bf16(in.src, GEMM_OUT, 2 * (int64_t)k, T, k, be->x16, st, err);
+            break;
+        case lin_in_t::IN_BF16:
+            x = (const uint16_t *)in.src;
+            break;
+    }
+    if (rc < 0) return -1;
+    return gemm_bf16(be->gemm, &w->w16, x, T, out, GEMM_OUT_F32, err);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The layer kinds
+
+/* ATTN_FULL over layer l; `out` is the previous block's output (NULL before the first). Leaves
+ * its own output in be->o_out. */
+static int full_attention(cuda_backend_t *be, const run_args_t *r, int l, const void *out,
+                          err_t *err) {
+    const cb_layer_t *y = &be->layers[l];
+    const int T = r->T;
+    void *kc = (char *)be->kv_mem + (size_t)(2 * l) * be->pool_bytes;
+    void *vc = (char *)be->kv_mem + (size_t)(2 * l + 1) * be->pool_bytes;
+
+    /* x = rmsnorm(h += out, attn_norm); qkv = x [Wq|Wk|Wv]^T */
+    if (linear(be, rmsnorm_of_h(out, y->attn_norm), &y->qkv, T, be->qkv, err) < 0) return -1;
+
+    /* q, k = rope(rmsnorm(q, q_norm)), rope(rmsnorm(k, k_norm)); kv_cache[slot] = k, v */
+    ops_qkv_args_t qa = {};
+    qa.qkv = be->qkv;
+    qa.qkv_dtype = GEMM_OUT;
+    qa.ld_qkv = be->qkv_n;
+    qa.T = T;
+    qa.n_heads = be->nH;
+    qa.n_kv_heads = be->nKV;
+    qa.head_dim = be->D;
+    qa.q_norm = y->q_norm;
+    qa.k_norm = y->k_norm;
+    qa.eps = be->eps;
+    qa.inv_freq = be->inv_freq;
+    qa.positions = be->pos_d;
+    qa.slot_mapping = be->slots_d;
+    qa.q_out = be->q;
+    qa.k_cache = kc;
+    qa.v_cache = vc;
+    qa.kv_dtype = be->kv_dtype;
+    qa.kv_scale = 1.0f;
+    qa.block_size = be->block_size;
+    if (ops_qk_norm_rope_kv(&qa, be->stream, err) < 0) return -1;
+
+    /* att = softmax(q k^T / sqrt(D) + causal) v */
+    ops_attn_args_t at = {};
+    at.q = be->q;
+    at.out = be->att;
+    at.k_cache = kc;
+    at.v_cache = vc;
+    at.kv_dtype = be->kv_dtype;
+    at.kv_scale = 1.0f;
+    at.n_seqs = r->n_seqs;
+    at.n_tokens = T;
+    at.n_heads = be->nH;
+    at.n_kv_heads = be->nKV;
+    at.head_dim = be->D;
+    at.block_size = be->block_size;
+    at.query_start = be->qs_d;
+    at.context_len = be->ctx_d;
+    at.block_tables = be->tables_d;
+    at.block_table_stride = r->stride;
+    at.scale = (float)(1.0 / sqrt((double)be->D));
+    int rc = r->decode ? ops_attention_decode(&at, r->splits, be->attn_ws, be->stream, err)
+                       : ops_attention_prefill(&at, r->max_q, be->stream, err);
+    if (rc < 0) return -1;
+
+    /* out = att Wo^T */
+    return linear(be, bf16_of(be->att), &y->o, T, be->o_out, err);
+}
+
+/* MLP_DENSE over layer l; `out` is the previous block's output. Leaves its own in be->d_out. */
+static int dense_mlp(cuda_backend_t *be, const run_args_t *r, int l, const void *out, err_t *err) {
+    const cb_layer_t *y = &be->layers[l];
+    /* x = rmsnorm(h += out, mlp_norm); gu = x [Wg|Wu]^T; out = (silu(g) * u) Wd^T */
+    if (linear(be, rmsnorm_of_h(out, y->mlp_norm), &y->gate_up, r->T, be->gu, err) < 0) return -1;
+    return linear(be, swiglu_of(be->gu), &y->down, r->T, be->d_out, err);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The stack
+
+int cb_run_stack(cuda_backend_t *be, const run_args_t *r, err_t *err) {
+    /* h = embed[token_ids] */
+    if (ops_embed(be->embed, be->ids_d, r->T, be->H, be->resid, be->stream, err) < 0) return -1;
+    const void *out = NULL; /* the last block's output, not yet added to h */
+    for (int l = 0; l < be->L; l++) {
+        switch (be->cfg->layer[l].attn) {
+            case ATTN_FULL:
+                if (full_attention(be, r, l, out, err) < 0) return -1;
+                out = be->o_out;
+                break;
+        }
+        switch (be->cfg->layer[l].mlp) {
+            case MLP_DENSE:
+                if (dense_mlp(be, r, l, out, err) < 0) return -1;
+                out = be->d_out;
+                break;
+        }
+    }
+    if (r->n_logits == 0) return 0;
+    /* logits = rmsnorm(h += out, final_norm)[logit_rows] Wlm^T */
+    if (ops_add_rmsnorm_bf16(be->resid, out, GEMM_OUT, r->rows, r->n_logits, be->H, be->final_norm,
+                             be->eps, be->xf, be->stream, err) < 0)
+        return -1;
+    return gemm_bf16(be->gemm, &be->lm_head, be->xf, r->n_logits, r->logits, true, err);
+}

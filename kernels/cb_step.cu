@@ -1,0 +1,372 @@
+/*
+ * The cuda backend's steps: a batch checked, cut into pieces that fit the workspace, each
+ * piece's metadata staged and copied to the device, then run by the layer stack (cb_layers.cu)
+ * kernel by kernel or, for pure decode batches with graphs on, replayed from a CUDA graph.
+ *
+ * Every step's metadata goes through pinned staging with one asynchronous copy into fixed device
+ * buffers, so captured CUDA graphs (pure decode batches, padded to vLLM's capture sizes) replay
+ * against the same addresses. Batches larger than the workspace run as consecutive pieces of
+ * whole or split sequences: a sequence cut between pieces sees its earlier tokens through the KV
+ * cache, as chunked prefill.
+ */
+#include "cb_backend.h"
+
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+
+#include "cuda_check.h"
+
+/* One piece of a step: tokens [t0, t1) of the batch, the sequences overlapping them, their logit
+ * rows (global indices [l0, l1)). */
+typedef struct piece {
+    int t0, t1, s0, s1, l0, l1;
+    int max_q, max_ctx;
+    bool decode; /* every sequence has exactly one new token */
+} piece_t;
+
+// ---------------------------------------------------------------------------------------------
+// Graphs and buffers
+
+static const int32_t *seq_row(const be_batch_t *b, int s) {
+    return b->block_tables + (int64_t)s * b->block_table_stride;
+}
+
+/* vLLM's capture sizes: 1, 2, 4, 8..248 step 8, 256..512 step 16. */
+static int capture_sizes(int max_size, int *out, int cap) {
+    int n = 0;
+    for (int s = 1; n < cap; s = s < 4 ? s * 2 : s < 256 ? s + 8 : s + 16) {
+        if (s > MAX_GRAPH_SIZE) break;
+        out[n++] = s;
+        if (s >= max_size) break;
+    }
+    return n;
+}
+
+void cb_drop_graphs(cuda_backend_t *be) {
+    for (int i = 0; i < be->n_graphs; i++)
+        if (be->graph[i].stride) {
+            cudaGraphExecDestroy(be->graph[i].exec);
+            be->graph[i].stride = 0;
+        }
+}
+
+void cb_plan_graphs(cuda_backend_t *be) {
+    cb_drop_graphs(be);
+    int max_size = be->max_seqs_live;
+    if (max_size > be->cap_s) max_size = be->cap_s;
+    if (max_size > be->cap_l) max_size = be->cap_l;
+    if (max_size > be->cap_t) max_size = be->cap_t;
+    int sizes[MAX_GRAPHS];
+    be->n_graphs = capture_sizes(max_size, sizes, MAX_GRAPHS);
+    for (int i = 0; i < be->n_graphs; i++) {
+        be->graph[i].size = sizes[i];
+        be->graph[i].stride = 0;
+        be->graph[i].exec = NULL;
+    }
+    /* the largest size may exceed a capacity: keep only sizes that fit */
+    while (be->n_graphs > 0 && (be->graph[be->n_graphs - 1].size > be->cap_s ||
+                                be->graph[be->n_graphs - 1].size > be->cap_l ||
+                                be->graph[be->n_graphs - 1].size > be->cap_t))
+        be->n_graphs--;
+}
+
+size_t cb_layout_meta(cuda_backend_t *be, char *base, bool host) {
+    wlayout_t a = {base, 0};
+    size_t T = (size_t)be->cap_t, S = (size_t)be->cap_s, Lr = (size_t)be->cap_l;
+    int32_t *ids = (int32_t *)take(&a, T * 4), *pos = (int32_t *)take(&a, T * 4);
+    int64_t *slots = (int64_t *)take(&a, T * 8);
+    int32_t *qs = (int32_t *)take(&a, (S + 1) * 4), *ctx = (int32_t *)take(&a, S * 4);
+    int32_t *lrows = (int32_t *)take(&a, Lr * 4);
+    if (host) {
+        be->ids_h = ids, be->pos_h = pos, be->slots_h = slots, be->qs_h = qs, be->ctx_h = ctx;
+        be->lrows_h = lrows;
+    } else {
+        be->ids_d = ids, be->pos_d = pos, be->slots_d = slots, be->qs_d = qs, be->ctx_d = ctx;
+        be->lrows_d = lrows;
+    }
+    return a.off;
+}
+
+/* Grows a device buffer and its pinned host staging copy (int32 elements, contents dropped) to at
+ * least need, doubling; captured graphs are dropped first when they read the old device address. */
+static int grow_mirrored(cuda_backend_t *be, int32_t **d, int32_t **h, size_t *cap_io, size_t need,
+                         bool in_graphs, const char *what, err_t *err) {
+    if (need <= *cap_io) return 0;
+    size_t cap = *cap_io ? *cap_io : 1 << 16;
+    while (cap < need)
+        cap *= 2;
+    CUDA_CHECK(cudaStreamSynchronize(be->stream), err);
+    if (in_graphs) cb_drop_graphs(be);
+    cudaFree(*d);
+    cudaFreeHost(*h);
+    *d = *h = NULL;
+    *cap_io = 0;
+    if (cb_alloc_dev(be, (void **)d, cap * 4, what, err) < 0) return -1;
+    CUDA_CHECK(cudaMallocHost((void **)h, cap * 4), err);
+    *cap_io = cap;
+    return 0;
+}
+
+int cb_grow_tables(cuda_backend_t *be, size_t need, err_t *err) {
+    return grow_mirrored(be, &be->tables_d, &be->tables_h, &be->cap_tables, need, true,
+                         "block tables", err);
+}
+
+int cb_grow_arena(cuda_backend_t *be, size_t need, err_t *err) {
+    return grow_mirrored(be, &be->arena_d, &be->arena_h, &be->cap_arena, need, false,
+                         "sampler token lists", err);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Batches
+
+/* What forward() must hold not to read or write out of bounds: backend_check_bounds, then what
+ * pieces and the kernels need besides (positions >= 0, logit rows ascending). */
+static int check_batch(const cuda_backend_t *be, const be_batch_t *b, err_t *err) {
+    if (!b) return err_set(err, "cuda backend: NULL batch");
+    if (!be->kv_mem) return err_set(err, "cuda backend: forward before kv_reserve");
+    if (backend_check_bounds(b, be->num_blocks, be->block_size, be->V, err) < 0)
+        return err_prefix(err, "cuda backend");
+    for (int t = 0; t < b->n_tokens; t++)
+        if (b->positions[t] < 0)
+            return err_set(err, "cuda backend: token %d: position %d", t, b->positions[t]);
+    for (int i = 1; i < b->n_logits; i++)
+        if (b->logit_rows[i] <= b->logit_rows[i - 1])
+            return err_set(err, "cuda backend: logit rows must ascend (row %d after %d)",
+                           b->logit_rows[i], b->logit_rows[i - 1]);
+    return 0;
+}
+
+/* The next piece starting at token t0 (sequence *s containing it, logit index l). */
+static piece_t next_piece(const cuda_backend_t *be, const be_batch_t *b, int t0, int s, int l) {
+    piece_t p = {};
+    p.t0 = t0;
+    p.s0 = s;
+    p.l0 = l;
+    int t1 = b->n_tokens - t0 > be->cap_t ? t0 + be->cap_t : b->n_tokens;
+    if (b->n_seqs - s > be->cap_s && b->query_start[s + be->cap_s] < t1)
+        t1 = b->query_start[s + be->cap_s];
+    int l1 = l;
+    while (l1 < b->n_logits && b->logit_rows[l1] < t1)
+        l1++;
+    if (l1 - l > be->cap_l) {
+        l1 = l + be->cap_l;
+        t1 = b->logit_rows[l1];
+    }
+    p.t1 = t1;
+    p.l1 = l1;
+    /* Sequences with no new tokens at a piece boundary are left out: they attend nothing and
+     * own no logit row. */
+    int s1 = s;
+    while (s1 < b->n_seqs && b->query_start[s1] < t1)
+        s1++;
+    p.s1 = s1;
+    p.decode = true;
+    for (int j = p.s0; j < p.s1; j++) {
+        int q0 = b->query_start[j] > t0 ? b->query_start[j] : t0;
+        int q1 = b->query_start[j + 1] < t1 ? b->query_start[j + 1] : t1;
+        int ctx = b->context_len[j] - (b->query_start[j + 1] - q1);
+        if (q1 - q0 > p.max_q) p.max_q = q1 - q0;
+        if (ctx > p.max_ctx) p.max_ctx = ctx;
+        if (q1 - q0 != 1) p.decode = false;
+    }
+    return p;
+}
+
+/* Fills the staging with the piece's metadata (padded to `pad_seqs` decode sequences when
+ * larger) and copies it to the device. */
+static int stage_piece(cuda_backend_t *be, const be_batch_t *b, const piece_t *p, int pad_seqs,
+                       err_t *err) {
+    int nt = p->t1 - p->t0, ns = p->s1 - p->s0, nl = p->l1 - p->l0, stride = b->block_table_stride;
+    int rows = pad_seqs > ns ? pad_seqs : ns;
+    if (cb_grow_tables(be, (size_t)rows * (size_t)stride, err) < 0) return -1;
+    if (be->staging_busy) CUDA_CHECK(cudaStreamSynchronize(be->stream), err);
+    memcpy(be->ids_h, b->token_ids + p->t0, (size_t)nt * 4);
+    memcpy(be->pos_h, b->positions + p->t0, (size_t)nt * 4);
+    memcpy(be->slots_h, b->slot_mapping + p->t0, (size_t)nt * 8);
+    for (int j = 0; j < ns; j++) {
+        int s = p->s0 + j;
+        int q0 = b->query_start[s] > p->t0 ? b->query_start[s] : p->t0;
+        int q1 = b->query_start[s + 1] < p->t1 ? b->query_start[s + 1] : p->t1;
+        be->qs_h[j] = q0 - p->t0;
+        be->ctx_h[j] = b->context_len[s] - (b->query_start[s + 1] - q1);
+    }
+    be->qs_h[ns] = nt;
+    memcpy(be->tables_h, seq_row(b, p->s0), (size_t)ns * (size_t)stride * 4);
+    for (int i = 0; i < nl; i++)
+        be->lrows_h[i] = b->logit_rows[p->l0 + i] - p->t0;
+    /* decode padding: one token each at position 0, never written, reading block 0's first slot */
+    for (int j = ns; j < rows; j++) {
+        be->ids_h[j] = 0;
+        be->pos_h[j] = 0;
+        be->slots_h[j] = -1;
+        be->qs_h[j + 1] = j + 1;
+        be->ctx_h[j] = 1;
+        be->lrows_h[j] = j;
+        memset(be->tables_h + (size_t)j * stride, 0, (size_t)stride * 4);
+    }
+    CUDA_CHECK(
+        cudaMemcpyAsync(be->meta_d, be->meta_h, be->meta_bytes, cudaMemcpyHostToDevice, be->stream),
+        err);
+    CUDA_CHECK(cudaMemcpyAsync(be->tables_d, be->tables_h, (size_t)rows * (size_t)stride * 4,
+                               cudaMemcpyHostToDevice, be->stream),
+               err);
+    be->staging_busy = true;
+    return 0;
+}
+
+/* The graph for a decode batch of n sequences (captured now if needed), or NULL. */
+static cb_graph_t *graph_for(cuda_backend_t *be, int n, int stride, err_t *err, bool *failed) {
+    *failed = false;
+    cb_graph_t *g = NULL;
+    for (int i = 0; i < be->n_graphs; i++)
+        if (be->graph[i].size >= n) {
+            g = &be->graph[i];
+            break;
+        }
+    if (!g) return NULL;
+    if (g->stride == stride) return g;
+    if (g->stride) {
+        cudaGraphExecDestroy(g->exec);
+        g->stride = 0;
+    }
+    int S = g->size;
+    run_args_t r = {};
+    r.T = S;
+    r.n_seqs = S;
+    r.n_logits = S;
+    r.max_q = 1;
+    r.decode = true;
+    r.splits = S <= SPLIT_MAX_SEQS
+                   ? ops_attention_decode_splits(S, be->nKV, be->cfg->max_position_embeddings,
+                                                 be->num_sms, MAX_SPLITS)
+                   : 1;
+    r.rows = NULL;
+    r.logits = be->logits;
+    r.stride = stride;
+    cudaGraph_t graph;
+    cudaError_t e = cudaStreamBeginCapture(be->stream, cudaStreamCaptureModeThreadLocal);
+    if (e != cudaSuccess) {
+        err_set(err, "%s:%d: cudaStreamBeginCapture: %s", __FILE__, __LINE__,
+                cudaGetErrorString(e));
+        *failed = true;
+        return NULL;
+    }
+    int rc = cb_run_stack(be, &r, err);
+    e = cudaStreamEndCapture(be->stream, &graph);
+    if (rc < 0 || e != cudaSuccess) {
+        if (rc == 0)
+            err_set(err, "%s:%d: cudaStreamEndCapture: %s", __FILE__, __LINE__,
+                    cudaGetErrorString(e));
+        if (e == cudaSuccess) cudaGraphDestroy(graph);
+        cudaGetLastError();
+        *failed = true;
+        return NULL;
+    }
+    e = cudaGraphInstantiate(&g->exec, graph, 0);
+    cudaGraphDestroy(graph);
+    if (e != cudaSuccess) {
+        err_set(err, "%s:%d: cudaGraphInstantiate (decode batch %d): %s", __FILE__, __LINE__, S,
+                cudaGetErrorString(e));
+        *failed = true;
+        return NULL;
+    }
+    g->stride = stride;
+    be->captured++;
+    return g;
+}
+
+static int forward_piece(cuda_backend_t *be, const be_batch_t *b, const piece_t *p, float *host,
+                         bool resident, err_t *err) {
+    int ns = p->s1 - p->s0, nl = p->l1 - p->l0;
+    float *dst = be->logits + (resident ? (size_t)p->l0 * (size_t)be->V : 0);
+    bool whole_decode = p->decode && nl == ns && p->t1 - p->t0 == ns && p->l0 == 0 && p->t0 == 0 &&
+                        p->t1 == b->n_tokens;
+    for (int i = 0; whole_decode && i < nl; i++)
+        if (b->logit_rows[i] != i) whole_decode = false;
+    if (be->graphs && whole_decode) {
+        bool failed;
+        int S = 0;
+        for (int i = 0; i < be->n_graphs; i++)
+            if (be->graph[i].size >= ns) {
+                S = be->graph[i].size;
+                break;
+            }
+        if (S) {
+            if (stage_piece(be, b, p, S, err) < 0) return -1;
+            cb_graph_t *g = graph_for(be, ns, b->block_table_stride, err, &failed);
+            if (failed) {
+                /* a capture problem must not fail the step: run eagerly from now on */
+                fprintf(stderr, "tachyon: cuda: CUDA graph capture failed (%s); graphs off\n",
+                        err->msg);
+                be->graphs = false;
+                err->msg[0] = 0;
+                g = NULL;
+            }
+            if (g) {
+                CUDA_CHECK(cudaGraphLaunch(g->exec, be->stream), err);
+                be->replays++;
+                goto logits;
+            }
+        }
+    }
+    {
+        if (stage_piece(be, b, p, 0, err) < 0) return -1;
+        run_args_t r = {};
+        r.T = p->t1 - p->t0;
+        r.n_seqs = ns;
+        r.n_logits = nl;
+        r.max_q = p->max_q;
+        r.max_ctx = p->max_ctx;
+        r.decode = p->decode;
+        r.splits =
+            p->decode && ns <= SPLIT_MAX_SEQS
+                ? ops_attention_decode_splits(ns, be->nKV, p->max_ctx, be->num_sms, MAX_SPLITS)
+                : 1;
+        r.rows = be->lrows_d;
+        r.logits = dst;
+        r.stride = b->block_table_stride;
+        if (cb_run_stack(be, &r, err) < 0) return -1;
+    }
+logits:
+    if (host && nl > 0)
+        CUDA_CHECK(cudaMemcpyAsync(host + (size_t)p->l0 * (size_t)be->V, dst,
+                                   (size_t)nl * (size_t)be->V * 4, cudaMemcpyDeviceToHost,
+                                   be->stream),
+                   err);
+    return 0;
+}
+
+int cb_forward(backend_t *base, const be_batch_t *b, float *logits, err_t *err) {
+    cuda_backend_t *be = (cuda_backend_t *)base;
+    be->logits_rows = -1;
+    if (check_batch(be, b, err) < 0) return -1;
+    if (b->n_tokens == 0) return 0;
+    CUDA_CHECK(cudaSetDevice(be->device), err);
+    bool resident = b->n_logits <= be->cap_l;
+    if (!logits && !resident)
+        return err_set(err,
+                       "cuda backend: %d logit rows in one step; device sampling takes at most %d "
+                       "(max-num-seqs)",
+                       b->n_logits, be->cap_l);
+    int t0 = 0, s = 0, l = 0;
+    while (t0 < b->n_tokens) {
+        while (b->query_start[s + 1] <= t0)
+            s++;
+        piece_t p = next_piece(be, b, t0, s, l);
+        if (forward_piece(be, b, &p, logits, resident, err) < 0) {
+            cudaStreamSynchronize(be->stream);
+            be->staging_busy = false;
+            return -1;
+        }
+        t0 = p.t1;
+        l = p.l1;
+    }
+    if (logits || !be->base.ops->sample) {
+        CUDA_CHECK(cudaStreamSynchronize(be->stream), err);
+        be->staging_busy = false;
+    }
+    be->logits_rows = resident ? b->n_logits : -1;
+    return 0;
+}

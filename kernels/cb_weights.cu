@@ -1,0 +1,413 @@
+/*
+ * The cuda backend's weights on the device: what each layer holds by its kinds (layer_spec: the
+ * norms, and the device linears with the checkpoint projections each stacks), their layout in
+ * one arena, the upload (bytes as they are, FP8 with its block scales or BF16, converted on the
+ * host otherwise, or generated on the device for lazy dummy weights), the checks, and the choice
+ * between the FP8 and the BF16 path.
+ */
+#include "cb_backend.h"
+
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <initializer_list>
+
+#include "cb_internal.h"
+#include "cuda_check.h"
+#include "dummy_weights.h"
+
+// ---------------------------------------------------------------------------------------------
+// What a layer holds
+
+/* A checkpoint projection inside a device linear: rows [row0, row0 + rows) of it. */
+typedef struct part {
+    lslot_t slot;
+    int64_t row0, rows, cols;
+} part_t;
+
+/* A device linear [n, k]: checkpoint projections stacked by rows, the rest zero. */
+typedef struct lin_spec {
+    cb_linear_t *w;
+    int64_t n, k;
+    int n_parts;
+    part_t part[3];
+} lin_spec_t;
+
+/* A norm vector, f32 on the device. */
+typedef struct vec_spec {
+    float **dst;
+    lslot_t slot;
+    int64_t len;
+} vec_spec_t;
+
+typedef struct layer_spec {
+    vec_spec_t vec[4];
+    int n_vec;
+    lin_spec_t lin[4];
+    int n_lin;
+} layer_spec_t;
+
+/* What layer l holds on the device, by its kinds. Offsets use the current I_pad. */
+static void layer_spec(const cuda_backend_t *be, int l, layer_spec_t *s) {
+    cb_layer_t *y = &be->layers[l];
+    int64_t H = be->H, D = be->D, qd = be->qd, kvd = be->kvd, I = be->I, Ip = be->I_pad;
+    s->n_vec = s->n_lin = 0;
+    s->vec[s->n_vec++] = vec_spec_t{&y->attn_norm, L_ATTN_NORM, H};
+    s->vec[s->n_vec++] = vec_spec_t{&y->mlp_norm, L_MLP_NORM, H};
+    switch (be->cfg->layer[l].attn) {
+        case ATTN_FULL:
+            s->vec[s->n_vec++] = vec_spec_t{&y->q_norm, L_Q_NORM, D};
+            s->vec[s->n_vec++] = vec_spec_t{&y->k_norm, L_K_NORM, D};
+            s->lin[s->n_lin++] =
+                lin_spec_t{&y->qkv,
+                           be->qkv_n,
+                           H,
+                           3,
+                           {{L_Q, 0, qd, H}, {L_K, qd, kvd, H}, {L_V, qd + kvd, kvd, H}}};
+            s->lin[s->n_lin++] = lin_spec_t{&y->o, H, qd, 1, {{L_O, 0, H, qd}}};
+            break;
+    }
+    switch (be->cfg->layer[l].mlp) {
+        case MLP_DENSE:
+            s->lin[s->n_lin++] =
+                lin_spec_t{&y->gate_up, 2 * Ip, H, 2, {{L_GATE, 0, I, H}, {L_UP, Ip, I, H}}};
+            s->lin[s->n_lin++] = lin_spec_t{&y->down, H, Ip, 1, {{L_DOWN, 0, H, I}}};
+            break;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Checks and the FP8 / BF16 choice
+
+static int check_tensor(const wtensor_t *t, int l, lslot_t slot, int64_t rows, int64_t cols,
+                        err_t *err) {
+    if (!t || (!t->data && !t->dummy) || t->rows != rows || t->cols != cols)
+        return err_set(err, "cuda backend: layer %d tensor %d missing or misshapen", l, slot);
+    if (t->dtype == DT_F8_E4M3 &&
+        (!t->scale_inv || t->block_n != 128 || t->block_k != 128 ||
+         t->scale_rows != (t->rows + 127) / 128 || t->scale_cols != (t->cols + 127) / 128))
+        return err_set(err, "cuda backend: layer %d tensor %d: FP8 without 128x128 scales", l,
+                       slot);
+    if (t->dtype != DT_F8_E4M3 && t->dtype != DT_BF16 && t->dtype != DT_F16 && t->dtype != DT_F32)
+        return err_set(err, "cuda backend: layer %d tensor %d has dtype %s", l, slot,
+                       dtype_name(t->dtype));
+    return 0;
+}
+
+int cb_check_weights(const cuda_backend_t *be, err_t *err) {
+    const model_weights_t *w = be->w;
+    for (int l = 0; l < be->L; l++) {
+        layer_spec_t s;
+        layer_spec(be, l, &s);
+        for (int i = 0; i < s.n_vec; i++)
+            if (check_tensor(weights_layer(w, l, s.vec[i].slot), l, s.vec[i].slot, 1, s.vec[i].len,
+                             err) < 0)
+                return -1;
+        for (int i = 0; i < s.n_lin; i++)
+            for (int j = 0; j < s.lin[i].n_parts; j++) {
+                const part_t *p = &s.lin[i].part[j];
+                if (check_tensor(weights_layer(w, l, p->slot), l, p->slot, p->rows, p->cols, err) <
+                    0)
+                    return -1;
+            }
+    }
+    const wtensor_t *g[] = {weights_global(w, G_EMBED), weights_global(w, G_LM_HEAD)};
+    for (const wtensor_t *t : g)
+        if (!t || (!t->data && !t->dummy) || t->rows != be->V || t->cols != be->H)
+            return err_set(err, "cuda backend: embedding or lm_head missing or misshapen");
+    const wtensor_t *fn = weights_global(w, G_FINAL_NORM);
+    if (!fn || !fn->data || fn->cols != be->H)
+        return err_set(err, "cuda backend: final norm missing");
+    return 0;
+}
+
+bool cb_fp8_possible(cuda_backend_t *be) {
+    const model_config_t *c = be->cfg;
+    char *why = be->fp8_why;
+    size_t n = sizeof be->fp8_why;
+    if (c->fp8_block_n != 128 || c->fp8_block_k != 128) {
+        snprintf(why, n, "FP8 blocks are %dx%d, cuBLASLt takes 128x128", c->fp8_block_n,
+                 c->fp8_block_k);
+        return false;
+    }
+    if (be->H % 128 || be->qd % 128 || be->kvd % 128) {
+        snprintf(why, n,
+                 "hidden %d / q %d / kv %d not multiples of 128 (scale blocks would straddle "
+                 "the fused QKV)",
+                 be->H, be->qd, be->kvd);
+        return false;
+    }
+    /* every projection FP8; the distinct device shapes, in order */
+    enum { MAX_SHAPES = 16 };
+    int shapes[MAX_SHAPES][2], n_shapes = 0;
+    for (int l = 0; l < be->L; l++) {
+        layer_spec_t s;
+        layer_spec(be, l, &s);
+        for (int i = 0; i < s.n_lin; i++) {
+            for (int j = 0; j < s.lin[i].n_parts; j++) {
+                const wtensor_t *t = weights_layer(be->w, l, s.lin[i].part[j].slot);
+                if (t->dtype != DT_F8_E4M3) {
+                    snprintf(why, n, "layer %d has a %s projection", l, dtype_name(t->dtype));
+                    return false;
+                }
+            }
+            int k = 0;
+            while (k < n_shapes && !(shapes[k][0] == s.lin[i].n && shapes[k][1] == s.lin[i].k))
+                k++;
+            if (k < n_shapes) continue;
+            if (n_shapes == MAX_SHAPES) {
+                snprintf(why, n, "more than %d distinct linear shapes", MAX_SHAPES);
+                return false;
+            }
+            shapes[n_shapes][0] = (int)s.lin[i].n;
+            shapes[n_shapes++][1] = (int)s.lin[i].k;
+        }
+    }
+    for (int i = 0; i < n_shapes; i++)
+        if (!gemm_fp8_shape_ok(shapes[i][0], shapes[i][1], why, n)) return false;
+    /* cuBLASLt must have an algorithm for every shape, at decode and at prefill sizes */
+    for (int i = 0; i < n_shapes; i++)
+        for (int t : {1, 256}) {
+            err_t e = {{0}};
+            if (gemm_fp8_check(be->gemm, shapes[i][0], shapes[i][1], t, GEMM_OUT_F32, &e) < 0) {
+                size_t len = strnlen(e.msg, n - 1); /* n > 0: the caller's buffer */
+                memcpy(why, e.msg, len);
+                why[len] = '\0';
+                return false;
+            }
+        }
+    return true;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Layout
+
+size_t cb_layout_weights(cuda_backend_t *be, char *base) {
+    wlayout_t a = {base, 0};
+    int64_t H = be->H;
+    for (int l = 0; l < be->L; l++) {
+        layer_spec_t s;
+        layer_spec(be, l, &s);
+        for (int i = 0; i < s.n_vec; i++)
+            *s.vec[i].dst = (float *)take(&a, (size_t)s.vec[i].len * 4);
+        for (int i = 0; i < s.n_lin; i++) {
+            const lin_spec_t *e = &s.lin[i];
+            if (be->fp8) {
+                gemm_w8_t *g = &e->w->w8;
+                g->n = (int)e->n;
+                g->k = (int)e->k;
+                g->data = (const uint8_t *)take(&a, (size_t)(e->n * e->k));
+                g->scale = (const float *)take(&a, (size_t)((e->n + 127) / 128) *
+                                                       (size_t)gemm_w8_scale_ld((int)e->k) * 4);
+            } else {
+                gemm_w16_t *g = &e->w->w16;
+                g->n = (int)e->n;
+                g->k = (int)e->k;
+                g->data = (const uint16_t *)take(&a, (size_t)(e->n * e->k) * 2);
+            }
+        }
+    }
+    be->embed = (uint16_t *)take(&a, (size_t)be->V * (size_t)H * 2);
+    be->lm_head.data = be->embed;
+    be->lm_head.n = be->V;
+    be->lm_head.k = (int)H;
+    if (!be->cfg->tie_word_embeddings)
+        be->lm_head.data = (const uint16_t *)take(&a, (size_t)be->V * (size_t)H * 2);
+    be->final_norm = (float *)take(&a, (size_t)H * 4);
+    be->inv_freq = (float *)take(&a, (size_t)be->D / 2 * 4);
+    return a.off;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Upload
+
+/* What a tensor becomes on the device. */
+typedef enum { UP_BF16, UP_FP8 } up_kind_t;
+
+/* Host staging for conversions, bytes. */
+#define CONVERT_CHUNK (32ull << 20)
+
+/* Copies rows [0, t->rows) of t to dst (row stride ld elements) as kind; columns cols..ld-1 are
+ * left as they are (zero: the arena is cleared first). FP8 to FP8 and BF16 to BF16 copy bytes
+ * (or generate dummy values on the device); any other pair converts on the host through f32. */
+static int upload_rows(cuda_backend_t *be, void *dst, int64_t ld, up_kind_t kind,
+                       const wtensor_t *t, void *stage, err_t *err) {
+    size_t esize = kind == UP_FP8 ? 1 : 2;
+    bool same =
+        (kind == UP_FP8 && t->dtype == DT_F8_E4M3) || (kind == UP_BF16 && t->dtype == DT_BF16);
+    if (same && t->dummy)
+        return dummy_fill(dst, kind == UP_FP8, t->rows, t->cols, ld, t->dummy_seed, t->dummy_stream,
+                          be->stream, err);
+    if (same) {
+        CUDA_CHECK(cudaMemcpy2DAsync(dst, (size_t)ld * esize, t->data, (size_t)t->cols * esize,
+                                     (size_t)t->cols * esize, (size_t)t->rows,
+                                     cudaMemcpyHostToDevice, be->stream),
+                   err);
+        /* pageable source: the copy has been staged when the call returns */
+        return 0;
+    }
+    if (kind == UP_FP8)
+        return err_set(err, "cuda backend: cannot upload a %s tensor as FP8", dtype_name(t->dtype));
+    /* to BF16 through f32: rows in chunks of the staging buffer */
+    int64_t rows_per = (int64_t)(CONVERT_CHUNK / ((size_t)t->cols * (2 + 4)));
+    if (rows_per < 1)
+        return err_set(err, "cuda backend: a weight row of %" PRId64 " is too wide", t->cols);
+    uint16_t *bf = (uint16_t *)stage;
+    float *row = (float *)((char *)stage + (size_t)rows_per * (size_t)t->cols * 2);
+    for (int64_t r0 = 0; r0 < t->rows; r0 += rows_per) {
+        int64_t n = t->rows - r0 < rows_per ? t->rows - r0 : rows_per;
+        CUDA_CHECK(cudaStreamSynchronize(be->stream), err); /* the staging is free again */
+        for (int64_t r = 0; r < n; r++) {
+            wtensor_row_f32(t, r0 + r, row);
+            for (int64_t c = 0; c < t->cols; c++)
+                bf[r * t->cols + c] = dtype_f32_to_bf16(row[c]);
+        }
+        CUDA_CHECK(cudaMemcpy2DAsync((char *)dst + (size_t)r0 * (size_t)ld * 2, (size_t)ld * 2, bf,
+                                     (size_t)t->cols * 2, (size_t)t->cols * 2, (size_t)n,
+                                     cudaMemcpyHostToDevice, be->stream),
+                   err);
+    }
+    return 0;
+}
+
+/* Copies t's block scales into rows [row0, row0 + t->scale_rows) of a [*, ld] f32 scale array
+ * (the K-major BLK128x128 layout; columns past scale_cols stay zero). */
+static int upload_scales(cuda_backend_t *be, float *dst, int64_t row0, int64_t ld,
+                         const wtensor_t *t, err_t *err) {
+    CUDA_CHECK(cudaMemcpy2DAsync(dst + row0 * ld, (size_t)ld * 4, t->scale_inv,
+                                 (size_t)t->scale_cols * 4, (size_t)t->scale_cols * 4,
+                                 (size_t)t->scale_rows, cudaMemcpyHostToDevice, be->stream),
+               err);
+    return 0;
+}
+
+/* Norm vector to f32 on the device (the checkpoint's bf16 values convert exactly). */
+static int upload_norm(cuda_backend_t *be, float *dst, const wtensor_t *t, float *stage,
+                       err_t *err) {
+    CUDA_CHECK(cudaStreamSynchronize(be->stream), err);
+    wtensor_row_f32(t, 0, stage);
+    CUDA_CHECK(cudaMemcpy(dst, stage, (size_t)t->cols * 4, cudaMemcpyHostToDevice), err);
+    return 0;
+}
+
+/* One checkpoint projection into its rows of a device linear. */
+static int upload_part(cuda_backend_t *be, const lin_spec_t *e, const part_t *p, const wtensor_t *t,
+                       void *stage, err_t *err) {
+    if (be->fp8) {
+        gemm_w8_t *g = &e->w->w8;
+        int64_t ld = g->k, sld = gemm_w8_scale_ld(g->k);
+        if (upload_rows(be, (uint8_t *)g->data + p->row0 * ld, ld, UP_FP8, t, stage, err) < 0)
+            return -1;
+        return upload_scales(be, (float *)g->scale, p->row0 / 128, sld, t, err);
+    }
+    gemm_w16_t *g = &e->w->w16;
+    return upload_rows(be, (uint16_t *)g->data + p->row0 * g->k, g->k, UP_BF16, t, stage, err);
+}
+
+int cb_upload_weights(cuda_backend_t *be, err_t *err) {
+    const model_weights_t *w = be->w;
+    void *stage = NULL;
+    CUDA_CHECK(cudaMallocHost(&stage, CONVERT_CHUNK), err);
+    int rc = -1;
+    float *fstage = (float *)stage;
+    int64_t H = be->H;
+    for (int l = 0; l < be->L; l++) {
+        layer_spec_t s;
+        layer_spec(be, l, &s);
+        for (int i = 0; i < s.n_vec; i++)
+            if (upload_norm(be, *s.vec[i].dst, weights_layer(w, l, s.vec[i].slot), fstage, err) < 0)
+                goto out;
+        for (int i = 0; i < s.n_lin; i++)
+            for (int j = 0; j < s.lin[i].n_parts; j++) {
+                const part_t *p = &s.lin[i].part[j];
+                if (upload_part(be, &s.lin[i], p, weights_layer(w, l, p->slot), stage, err) < 0)
+                    goto out;
+            }
+    }
+    if (upload_rows(be, be->embed, H, UP_BF16, weights_global(w, G_EMBED), stage, err) < 0)
+        goto out;
+    if (!be->cfg->tie_word_embeddings && upload_rows(be, (void *)be->lm_head.data, H, UP_BF16,
+                                                     weights_global(w, G_LM_HEAD), stage, err) < 0)
+        goto out;
+    if (upload_norm(be, be->final_norm, weights_global(w, G_FINAL_NORM), fstage, err) < 0) goto out;
+    CUDA_CHECK(cudaStreamSynchronize(be->stream), err);
+    cpu_rope_inv_freq(be->D, be->cfg->rope_theta, fstage);
+    if (cudaMemcpy(be->inv_freq, fstage, (size_t)be->D / 2 * 4, cudaMemcpyHostToDevice) !=
+        cudaSuccess) {
+        err_set(err, "cuda backend: uploading the RoPE frequencies failed");
+        goto out;
+    }
+    {
+        cudaError_t e = cudaStreamSynchronize(be->stream);
+        if (e != cudaSuccess) {
+            err_set(err, "cuda backend: uploading the weights failed: %s", cudaGetErrorString(e));
+            goto out;
+        }
+    }
+    rc = 0;
+out:
+    cudaStreamSynchronize(be->stream);
+    cudaFreeHost(stage);
+    return rc;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Test hook (cb_internal.h)
+
+extern "C" int cuda_backend_weight_value(const backend_t *base, int layer, int slot, int64_t row,
+                                         int64_t col, float *out, err_t *err) {
+    const cuda_backend_t *be = (const cuda_backend_t *)base;
+    const void *data;
+    const float *scale = NULL;
+    int64_t ld, r = row, sld = 0;
+    if (layer < 0) {
+        if (slot != G_EMBED && slot != G_LM_HEAD)
+            return err_set(err, "cuda backend: no device copy of global tensor %d", slot);
+        data = slot == G_EMBED ? be->embed : be->lm_head.data;
+        ld = be->H;
+        if (row < 0 || row >= be->V || col < 0 || col >= be->H)
+            return err_set(err, "cuda backend: element (%" PRId64 ", %" PRId64 ") out of range",
+                           row, col);
+    } else {
+        if (layer >= be->L) return err_set(err, "cuda backend: layer %d out of range", layer);
+        layer_spec_t s;
+        layer_spec(be, layer, &s);
+        const lin_spec_t *e = NULL;
+        for (int i = 0; i < s.n_lin && !e; i++)
+            for (int j = 0; j < s.lin[i].n_parts; j++)
+                if (s.lin[i].part[j].slot == slot) {
+                    e = &s.lin[i];
+                    r += s.lin[i].part[j].row0;
+                }
+        if (!e) return err_set(err, "cuda backend: slot %d is not a projection", slot);
+        const wtensor_t *t = weights_layer(be->w, layer, (lslot_t)slot);
+        if (row < 0 || row >= t->rows || col < 0 || col >= t->cols)
+            return err_set(err, "cuda backend: element (%" PRId64 ", %" PRId64 ") out of range",
+                           row, col);
+        if (be->fp8) {
+            data = e->w->w8.data;
+            ld = e->w->w8.k;
+            scale = e->w->w8.scale;
+            sld = gemm_w8_scale_ld(e->w->w8.k);
+        } else {
+            data = e->w->w16.data;
+            ld = e->w->w16.k;
+        }
+    }
+    CUDA_CHECK(cudaSetDevice(be->device), err);
+    if (scale) {
+        uint8_t q;
+        float s;
+        CUDA_CHECK(cudaMemcpy(&q, (const uint8_t *)data + r * ld + col, 1, cudaMemcpyDeviceToHost),
+                   err);
+        CUDA_CHECK(cudaMemcpy(&s, scale + (r / 128) * sld + col / 128, 4, cudaMemcpyDeviceToHost),
+                   err);
+        *out = dtype_e4m3_to_f32(q) * s;
+    } else {
+        uint16_t v;
+        CUDA_CHECK(cudaMemcpy(&v, (const uint16_t *)data + r * ld + col, 2, cudaMemcpyDeviceToHost),
+                   err);
+        *out = dtype_bf16_to_f32(v);
+    }
+    return 0;
+}
