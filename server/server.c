@@ -12,6 +12,7 @@
 #include "server.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <microhttpd.h>
 #include <netdb.h>
 #include <pthread.h>
@@ -765,9 +766,41 @@ static bool wait_idle(http_server_t *s, double seconds) {
     return idle;
 }
 
+/* Connections the kernel accepted before the listening socket is closed would otherwise wait,
+ * unanswered, until the process exits: each is handed to libmicrohttpd, whose first call answers
+ * it 503 (draining) and closes it. Then the socket is closed, so later ones are refused at once
+ * and a load balancer moves on. */
+static void close_listener(http_server_t *s) {
+    int fd = s->quiesced_fd;
+    if (fd == MHD_INVALID_SOCKET) return;
+    for (;;) {
+        struct sockaddr_storage ss;
+        socklen_t sl = sizeof ss;
+        int c = accept4(fd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (c < 0) {
+            if (errno == EINTR || errno == ECONNABORTED) continue;
+            break; /* EAGAIN: the backlog is empty */
+        }
+        if (MHD_add_connection(s->d, c, (struct sockaddr *)&ss, sl) != MHD_YES) close(c);
+    }
+    close(fd);
+    s->quiesced_fd = MHD_INVALID_SOCKET;
+}
+
 void http_drain(http_server_t *s) {
     if (!s->d || atomic_exchange(&s->draining, true)) return;
     s->quiesced_fd = MHD_quiesce_daemon(s->d);
+    if (s->quiesced_fd != MHD_INVALID_SOCKET) {
+        /* quiesce leaves it blocking; the backlog is taken without waiting */
+        int fl = fcntl(s->quiesced_fd, F_GETFL);
+        if (fl >= 0) fcntl(s->quiesced_fd, F_SETFL, fl | O_NONBLOCK);
+    }
+    close_listener(s);
+}
+
+int http_wait_idle(http_server_t *s, double seconds) {
+    wait_idle(s, seconds);
+    return http_in_flight(s);
 }
 
 void http_shutdown(http_server_t *s, double grace_s) {
@@ -798,8 +831,6 @@ void http_shutdown(http_server_t *s, double grace_s) {
     pthread_mutex_unlock(&s->mu);
     MHD_stop_daemon(s->d);
     s->d = NULL;
-    if (s->quiesced_fd != MHD_INVALID_SOCKET) close(s->quiesced_fd);
-    s->quiesced_fd = MHD_INVALID_SOCKET;
 }
 
 void http_destroy(http_server_t *s) {

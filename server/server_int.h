@@ -44,7 +44,7 @@ struct http_server {
     engine_t *eng;
     struct MHD_Daemon *d;
     int listen_fd, port;
-    MHD_socket quiesced_fd; /* handed back by MHD_quiesce_daemon, closed after the stop */
+    MHD_socket quiesced_fd; /* handed back by MHD_quiesce_daemon, closed by http_drain */
     /* options, owned copies */
     char *host, *root, *version;
     char **keys;

@@ -193,8 +193,8 @@ int cmd_serve(int argc, char **argv) {
     http_drain(srv);
     int seen = atomic_load(&signals);
     double end = engine_now() + shutdown_s;
-    while (http_in_flight(srv) > 0 && engine_now() < end && atomic_load(&signals) == seen)
-        wait_signal(50);
+    while (http_wait_idle(srv, 0.05) > 0 && engine_now() < end && atomic_load(&signals) == seen)
+        ;
     http_shutdown(srv, 0);
     http_destroy(srv);
     cli_engine_close(&ce);
