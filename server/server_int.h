@@ -21,6 +21,9 @@
 #define LISTEN_BACKLOG 4096
 #define DEFAULT_BODY   (32u << 20)
 #define MAX_FLAG_VALUE 256
+/* bodies above this are parsed, tokenized and rendered by a worker, not the HTTP thread: a
+ * 9 MiB prompt takes seconds, during which nothing else on that thread would be answered */
+#define WORK_OFFLOAD_BODY (64 * 1024)
 
 typedef enum route {
     R_NONE,
@@ -39,6 +42,7 @@ typedef enum route {
 } route_t;
 
 typedef struct req req_t;
+typedef struct srv_workers srv_workers_t;
 
 struct http_server {
     engine_t *eng;
@@ -56,6 +60,7 @@ struct http_server {
     long long started;
     oai_config_t oai;
     metrics_t *metrics;
+    srv_workers_t *workers;
     atomic_bool draining, stopping, shut;
     /* live generation requests, for the watcher and shutdown */
     pthread_mutex_t mu;
@@ -92,6 +97,13 @@ struct req {
     err_t flag_err;
     pthread_cond_t flag_cv;
     char flag_value[MAX_FLAG_VALUE];
+    /* work off the HTTP thread (workers.c): `working` under mu while a worker has the request
+     * (its connection suspended); the results are the worker's until it clears it */
+    bool working, worked;
+    int work_rc;
+    oai_error_t work_err;
+    jbuf_t work_out;
+    req_t *work_next; /* the pool's queue */
     /* the live list, under srv->mu */
     req_t *prev, *next;
     bool listed;
@@ -115,6 +127,16 @@ void srv_list_remove(http_server_t *s, req_t *r);
 
 /* Resumes a suspended connection (the caller holds r->mu and has set its reason). */
 void srv_resume_locked(req_t *r);
+
+// ---------------------------------------------------------------------------------------------
+// Workers (workers.c): a pool that runs srv_work_run(r) for queued requests, in order
+
+srv_workers_t *srv_workers_create(int n_threads);
+void srv_workers_push(srv_workers_t *w, req_t *r);
+/* Runs what is queued, then joins the threads. NULL is a no-op. */
+void srv_workers_destroy(srv_workers_t *w);
+/* The job (server.c): parses or tokenizes the body, then resumes the connection. */
+void srv_work_run(req_t *r);
 
 // ---------------------------------------------------------------------------------------------
 // The request head (request_head.c)
