@@ -581,7 +581,17 @@ int flags_parse_arg(const char *arg, const char *next, flag_values_t *v, int *us
     }
     int n_used = 1;
     const char *text = eq ? eq + 1 : NULL;
-    if (!text && f->type == FLAG_BOOL) text = "true";
+    if (!text && f->type == FLAG_BOOL) {
+        /* --help writes "--enable-prefix-caching BOOL": a boolean word after a bare boolean flag
+         * is its value; anything else is left to the caller and the flag means true */
+        bool b;
+        if (next && parse_bool(next, &b) == 0) {
+            text = next;
+            n_used = 2;
+        } else {
+            text = "true";
+        }
+    }
     if (!text) {
         if (!next) return err_set(err, "--%s needs a value", f->name);
         text = next;

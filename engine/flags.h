@@ -111,8 +111,9 @@ void flags_format(const flag_def_t *f, const flag_values_t *v, char *buf, size_t
 
 /* Tries one command-line argument of the table's flags, so that any subcommand can loop over
  * argv with it around its own options:
- *     --name value   --name=value   --bool-name (true)   --no-bool-name (false)
- * `next` is the following argv entry (NULL at the end). A bare boolean never takes `next`.
+ *     --name value   --name=value   --bool-name [BOOL]   --no-bool-name (false)
+ * `next` is the following argv entry (NULL at the end). A boolean takes `next` only when it is
+ * a boolean word (true/false, on/off, yes/no, 1/0); otherwise it is true and `next` is left.
  * Returns 1 and sets *used to the argv entries consumed (1 or 2), 0 when arg is not a flag of
  * the table (v and *used untouched), or -1 with err set on a bad value or a missing one. */
 int flags_parse_arg(const char *arg, const char *next, flag_values_t *v, int *used, err_t *err);

@@ -271,7 +271,7 @@ void fe_prompt_free(fe_prompt_t *p) {
 
 typedef struct fe_choice {
     chat_reasoning_t *rs; /* with split_reasoning */
-    bool content_started;
+    bool think_started, think_ended;
     int reasoning_tokens;
     tc_parser_t *tools; /* with a tool-call parser */
     bool primed;        /* the call prefix went into the parser */
@@ -281,8 +281,9 @@ struct fe_reply {
     engine_stream_t *stream;
     fe_reply_opts_t opts;
     int n_choices;
-    fe_choice_t *choices; /* [n_choices] */
-    engine_event_t ev;    /* the last delta's event, cleared at the next poll */
+    fe_choice_t *choices;           /* [n_choices] */
+    engine_event_t ev;              /* the last delta's event, cleared at the next poll */
+    int32_t think_start, think_end; /* <think> and </think> ids (-1 when the vocab has none) */
     bool have_ev;
     jbuf_t reasoning; /* a finish's reasoning: what the splitter returned and its held tail */
     char *call_prefix;
@@ -312,6 +313,9 @@ int fe_reply_submit(engine_t *eng, const engine_request_t *req, const fe_reply_o
         return ENGINE_E_NOMEM;
     }
     r->opts.call_prefix = NULL;
+    const tokenizer_t *tok = engine_tokenizer(eng);
+    r->think_start = tok ? tok_token_to_id(tok, "<think>") : -1;
+    r->think_end = tok ? tok_token_to_id(tok, "</think>") : -1;
     for (int c = 0; c < n; c++)
         if ((opts->split_reasoning &&
              chat_reasoning_create(opts->prompt_ends_reasoning, &r->choices[c].rs, err) < 0) ||
@@ -395,6 +399,26 @@ static int parse_tools(fe_reply_t *r, fe_choice_t *c, fe_delta_t *d) {
     return 1;
 }
 
+/* Reasoning tokens as vLLM's BaseThinkingReasoningParser.count_reasoning_tokens counts the output
+ * ids: those after the first generated <think> (from the first token when thinking is on and the
+ * model opens no <think>: the prompt did) up to the first </think>, the tags themselves not
+ * included; none with thinking off and no <think> generated. Counted as ids arrive, so a stream's
+ * usage is right at every chunk. */
+static void count_reasoning(fe_reply_t *r, fe_choice_t *c, const engine_event_t *ev) {
+    bool thinking = !r->opts.prompt_ends_reasoning;
+    for (int i = 0; i < ev->n_tokens && !c->think_ended; i++) {
+        int32_t id = ev->token_ids[i];
+        if (id == r->think_end) {
+            c->think_ended = true;
+        } else if (id == r->think_start && !c->think_started) {
+            c->think_started = true;
+            c->reasoning_tokens = 0; /* what came before the tag is not reasoning */
+        } else if (c->think_started || thinking) {
+            c->reasoning_tokens++;
+        }
+    }
+}
+
 /* The delta of the event just taken. -2 when out of memory. */
 static int make_delta(fe_reply_t *r, fe_delta_t *d) {
     const engine_event_t *ev = &r->ev;
@@ -428,9 +452,7 @@ static int make_delta(fe_reply_t *r, fe_delta_t *d) {
             d->reasoning_len = r->reasoning.len;
         }
     }
-    /* tokens count as reasoning until content starts (the token that ends it included) */
-    if (!c->content_started) c->reasoning_tokens += ev->n_tokens;
-    if (s.content) c->content_started = true;
+    count_reasoning(r, c, ev);
     d->reasoning_tokens = c->reasoning_tokens;
     return c->tools ? parse_tools(r, c, d) : 1;
 }

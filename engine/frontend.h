@@ -129,7 +129,9 @@ typedef struct fe_delta {
     size_t reasoning_len;
     const char *content;
     size_t content_len;
-    int reasoning_tokens; /* the choice's tokens before its content started, so far */
+    int reasoning_tokens; /* the choice's reasoning tokens so far, as vLLM counts them: between
+                             <think> (or the output's start when the prompt opened it) and
+                             </think>, the tags excluded; 0 with thinking off */
     /* With a tool-call parser: the calls' pieces found in this delta's content (content above is
      * then what is not a call), and how many calls the choice has begun so far. */
     const tc_event_t *tool_events;

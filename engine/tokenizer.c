@@ -74,8 +74,9 @@ typedef struct enc {
     cand_t *heap;
     size_t cap_syms, cap_heap;
     pcre2_match_data *md;
-    jbuf_t mapped; /* a word in byte-level form (ignore_merges) */
-    bool failed;   /* out of memory or a regex error, message in msg */
+    pcre2_match_context *mctx; /* the interpreter's limits for long subjects (made on demand) */
+    jbuf_t mapped;             /* a word in byte-level form (ignore_merges) */
+    bool failed;               /* out of memory or a regex error, message in msg */
     char msg[256];
 } enc_t;
 
@@ -285,6 +286,23 @@ static size_t char_len(const uint8_t *s, size_t n, size_t at) {
     return len;
 }
 
+/* A match PCRE2's defaults refused: the JIT ran out of stack, or the match limit (10 million
+ * steps) stopped it, as a 10 MiB whitespace run does although the work is linear: `\s*[\r\n]+`
+ * takes the whole run, then gives it back a character at a time. Retried with a limit that
+ * grows with what is left of the subject (a few steps per byte), which still stops a pattern that
+ * would backtrack without end; the interpreter when the JIT's stack is what ran out. */
+static int match_long(enc_t *e, const pcre2_code *re, const uint8_t *s, size_t n, size_t at,
+                      int rc) {
+    if (!e->mctx && !(e->mctx = pcre2_match_context_create(NULL))) return PCRE2_ERROR_NOMEMORY;
+    size_t steps = 10000000 + 16 * (n - at);
+    pcre2_set_match_limit(e->mctx, steps > UINT32_MAX ? UINT32_MAX : (uint32_t)steps);
+    if (rc == PCRE2_ERROR_MATCHLIMIT)
+        rc = pcre2_match(re, s, n, at, PCRE2_NO_UTF_CHECK, e->md, e->mctx);
+    if (rc == PCRE2_ERROR_JIT_STACKLIMIT)
+        rc = pcre2_match(re, s, n, at, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, e->md, e->mctx);
+    return rc;
+}
+
 /* Runs pre-tokenizer stage k over s and hands each piece to the next stage, the last one to
  * BPE. Split "Isolated": every match and every gap between matches is a piece. Matches are
  * found as HF's regex iterator does: an empty match splits but is no piece, and an empty match
@@ -297,8 +315,8 @@ static int pretok(enc_t *e, int k, const uint8_t *s, size_t n) {
     size_t prev = 0, at = 0, last_end = SIZE_MAX;
     while (at <= n) {
         int rc = pcre2_match(re, s, n, at, PCRE2_NO_UTF_CHECK, e->md, NULL);
-        if (rc == PCRE2_ERROR_JIT_STACKLIMIT)
-            rc = pcre2_match(re, s, n, at, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, e->md, NULL);
+        if (rc == PCRE2_ERROR_JIT_STACKLIMIT || rc == PCRE2_ERROR_MATCHLIMIT)
+            rc = match_long(e, re, s, n, at, rc);
         if (rc == PCRE2_ERROR_NOMATCH) break;
         if (rc < 0) {
             PCRE2_UCHAR msg[200];
@@ -461,6 +479,7 @@ int tok_encode(const tokenizer_t *tok, const char *text, size_t len, int32_t **i
     if (!e.failed) split_added(&e, 0, s, len);
     if (!e.failed && !e.ids && !(e.ids = malloc(sizeof *e.ids))) enc_fail(&e, "out of memory");
     pcre2_match_data_free(e.md);
+    pcre2_match_context_free(e.mctx);
     free(clean.p);
     free(e.syms);
     free(e.heap);

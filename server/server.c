@@ -12,6 +12,8 @@
 #include "server.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <malloc.h>
 #include <microhttpd.h>
 #include <netdb.h>
 #include <pthread.h>
@@ -79,7 +81,8 @@ enum MHD_Result srv_reply_json(req_t *r, unsigned status, jbuf_t *b) {
     return srv_reply(r, status, "application/json", b->p ? b->p : "", b->len, false);
 }
 
-static enum MHD_Result reply_error(req_t *r, const oai_error_t *e) {
+/* An error in vLLM's envelope; the connection is closed after it when `close` or draining. */
+static enum MHD_Result reply_error_close(req_t *r, const oai_error_t *e, bool close) {
     jbuf_t b;
     jb_init(&b);
     oai_error_json(e, &b);
@@ -87,9 +90,20 @@ static enum MHD_Result reply_error(req_t *r, const oai_error_t *e) {
         metrics_add(r->srv->metrics, METRIC_REJECTED_QUEUE, 1);
     enum MHD_Result rc = b.oom ? MHD_NO
                                : srv_reply(r, (unsigned)e->status, "application/json", b.p, b.len,
-                                           atomic_load(&r->srv->draining));
+                                           close || atomic_load(&r->srv->draining));
     jb_free(&b);
     return rc;
+}
+
+static enum MHD_Result reply_error(req_t *r, const oai_error_t *e) {
+    return reply_error_close(r, e, false);
+}
+
+/* A malformed head: the connection's later bytes cannot be trusted, so it closes. */
+static enum MHD_Result reply_bad_head(req_t *r, int status, const char *why) {
+    oai_error_t e;
+    oai_error_set(&e, status, NULL, "%s", why);
+    return reply_error_close(r, &e, true);
 }
 
 enum MHD_Result srv_fail(req_t *r, int status, const char *param, const char *fmt, ...) {
@@ -119,11 +133,16 @@ static req_t *req_create(http_server_t *s, struct MHD_Connection *c) {
     pthread_cond_init(&r->flag_cv, NULL);
     jb_init(&r->body);
     jb_init(&r->out);
+    jb_init(&r->work_out);
     return r;
 }
 
 void srv_list_add(http_server_t *s, req_t *r) {
     pthread_mutex_lock(&s->mu);
+    if (r->listed) { /* a worker's request, listed while it waited */
+        pthread_mutex_unlock(&s->mu);
+        return;
+    }
     r->next = s->live;
     r->prev = NULL;
     if (s->live) s->live->prev = r;
@@ -158,9 +177,14 @@ static void req_free(req_t *r) {
     }
     pthread_cond_destroy(&r->flag_cv);
     pthread_mutex_destroy(&r->mu);
+    bool big = r->body.cap > (8u << 20) || r->work_out.cap > (8u << 20);
     jb_free(&r->body);
     jb_free(&r->out);
+    jb_free(&r->work_out);
     free(r);
+    /* a 32 MB body parsed into millions of JSON nodes leaves the heap grown; give it back so
+     * one hostile request does not keep the RSS at gigabytes */
+    if (big) malloc_trim(0);
 }
 
 /* Makes a suspended request run again for a reason set by the caller. Under r->mu. */
@@ -276,21 +300,92 @@ static enum MHD_Result wait_answer(req_t *r) {
     }
 }
 
-static enum MHD_Result generate(req_t *r, oai_endpoint_t ep) {
+/* Submits a parsed request (r->gen) and answers it as it runs. */
+static enum MHD_Result generate_submit(req_t *r) {
     http_server_t *s = r->srv;
     oai_error_t e;
-    const char *body = r->body.p ? r->body.p : "";
-    if (oai_parse(&s->oai, ep, body, r->body.len, &r->gen, &e) < 0) return reply_error(r, &e);
     r->streaming = oai_is_stream(r->gen);
     if (oai_submit(r->gen, on_wake, r, &e) < 0) {
         oai_destroy(r->gen);
         r->gen = NULL;
+        srv_list_remove(s, r);
         return reply_error(r, &e);
     }
     /* listed before it can suspend: the watcher and shutdown look after listed requests */
     srv_list_add(s, r);
     if (r->streaming) return start_stream(r);
     return wait_answer(r);
+}
+
+/* A 200 JSON response that takes b's buffer instead of copying it: /tokenize of a 32 MiB prompt
+ * answers some 60 MB, and copying that on the HTTP thread holds up every other connection. */
+static enum MHD_Result reply_json_owned(req_t *r, jbuf_t *b) {
+    if (b->oom || !b->p) return srv_reply_json(r, 200, b);
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(b->len, b->p, MHD_RESPMEM_MUST_FREE);
+    if (!resp) return MHD_NO;
+    jb_init(b); /* the response frees it */
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+    enum MHD_Result rc = MHD_queue_response(r->conn, 200, resp);
+    MHD_destroy_response(resp);
+    r->responded = true;
+    count_status(r->srv, 200);
+    return rc;
+}
+
+static oai_endpoint_t endpoint_of(route_t rt) {
+    return rt == R_CHAT ? OAI_CHAT : OAI_COMPLETIONS;
+}
+
+/* The work of a request's body: parse a generation request (prompt rendering and tokenizing
+ * included), or answer /tokenize and /detokenize into work_out. */
+static int do_work(req_t *r) {
+    http_server_t *s = r->srv;
+    const char *body = r->body.p ? r->body.p : "";
+    if (r->route == R_CHAT || r->route == R_COMPLETIONS)
+        return oai_parse(&s->oai, endpoint_of(r->route), body, r->body.len, &r->gen, &r->work_err);
+    return (r->route == R_TOKENIZE ? oai_tokenize : oai_detokenize)(&s->oai, body, r->body.len,
+                                                                    &r->work_out, &r->work_err);
+}
+
+void srv_work_run(req_t *r) {
+    r->work_rc = do_work(r);
+    pthread_mutex_lock(&r->mu);
+    r->working = false;
+    r->worked = true;
+    srv_resume_locked(r);
+    pthread_mutex_unlock(&r->mu);
+}
+
+/* Hands the body's work to the pool; the connection waits suspended (and listed, so that it
+ * counts as in flight and shutdown waits for it) until srv_work_run resumes it. */
+static enum MHD_Result start_work(req_t *r) {
+    srv_list_add(r->srv, r);
+    pthread_mutex_lock(&r->mu);
+    r->working = true;
+    r->suspended = true;
+    MHD_suspend_connection(r->conn);
+    pthread_mutex_unlock(&r->mu);
+    srv_workers_push(r->srv->workers, r);
+    return MHD_YES;
+}
+
+/* Answers with what the work gave (the HTTP thread again). */
+static enum MHD_Result finish_work(req_t *r) {
+    r->worked = false;
+    bool generation = r->route == R_CHAT || r->route == R_COMPLETIONS;
+    if (r->work_rc == 0 && generation) return generate_submit(r);
+    srv_list_remove(r->srv, r);
+    if (r->work_rc < 0) return reply_error(r, &r->work_err);
+    return reply_json_owned(r, &r->work_out);
+}
+
+/* Runs the body's work here when it is small, else on a worker. */
+static enum MHD_Result work(req_t *r) {
+    if (r->body.len > WORK_OFFLOAD_BODY && r->srv->workers) return start_work(r);
+    r->work_rc = do_work(r);
+    r->worked = true;
+    return finish_work(r);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -373,8 +468,12 @@ static enum MHD_Result not_found(req_t *r) {
 }
 
 /* The first call, with the headers: everything that can be refused before the body is. */
-static enum MHD_Result first_call(req_t *r, const char *url, const char *method) {
+static enum MHD_Result first_call(req_t *r, const char *url, const char *method,
+                                  const char *version) {
     http_server_t *s = r->srv;
+    const char *why;
+    int bad = srv_head_check(r->conn, method, version, &why);
+    if (bad) return reply_bad_head(r, bad, why);
     r->route = route_of(url, r);
     bool options = !strcmp(method, MHD_HTTP_METHOD_OPTIONS);
     if (r->route != R_NONE && !is_public(r->route) && !options && !authorized(s, r->conn)) {
@@ -382,6 +481,13 @@ static enum MHD_Result first_call(req_t *r, const char *url, const char *method)
         return srv_reply(r, 401, "application/json", body, sizeof body - 1, false);
     }
     if (r->route == R_NONE) return not_found(r);
+    /* without keys the API is open, but flags that can stop the engine only to this machine */
+    if ((r->route == R_FLAGS || r->route == R_FLAG) && s->n_keys == 0 &&
+        !srv_peer_is_loopback(r->conn)) {
+        static const char body[] = "{\"error\":\"Forbidden: /admin needs --api-key for clients "
+                                   "other than this machine\"}";
+        return srv_reply(r, 403, "application/json", body, sizeof body - 1, false);
+    }
     int m = !strcmp(method, MHD_HTTP_METHOD_GET)    ? 1
             : !strcmp(method, MHD_HTTP_METHOD_POST) ? 2
             : !strcmp(method, MHD_HTTP_METHOD_PUT)  ? 4
@@ -407,14 +513,13 @@ static enum MHD_Result dispatch(req_t *r, bool get) {
         return srv_fail(r, 413, NULL, "the request body is larger than %zu bytes", s->max_body);
     jbuf_t b;
     jb_init(&b);
-    oai_error_t e;
     enum MHD_Result rc;
-    const char *body = r->body.p ? r->body.p : "";
     switch (r->route) {
         case R_CHAT:
-            return generate(r, OAI_CHAT);
         case R_COMPLETIONS:
-            return generate(r, OAI_COMPLETIONS);
+        case R_TOKENIZE:
+        case R_DETOKENIZE:
+            return work(r);
         case R_MODELS:
             return srv_models(r);
         case R_HEALTH:
@@ -432,14 +537,6 @@ static enum MHD_Result dispatch(req_t *r, bool get) {
             break;
         case R_METRICS:
             return srv_metrics(r);
-        case R_TOKENIZE:
-        case R_DETOKENIZE:
-            if ((r->route == R_TOKENIZE ? oai_tokenize : oai_detokenize)(&s->oai, body, r->body.len,
-                                                                         &b, &e) < 0) {
-                jb_free(&b);
-                return reply_error(r, &e);
-            }
-            break;
         case R_FLAGS:
             return srv_flags_list(r);
         case R_FLAG:
@@ -460,7 +557,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (!r) {
         if (!(r = req_create(s, c))) return MHD_NO;
         *req_cls = r;
-        return first_call(r, url, method);
+        return first_call(r, url, method, version);
     }
     if (r->responded && !r->gen && !r->flag_running) {
         *upload_size = 0; /* refused early: the rest of the body is dropped */
@@ -479,6 +576,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         r->dispatched = true;
         return dispatch(r, !strcmp(method, MHD_HTTP_METHOD_GET));
     }
+    if (r->worked) return finish_work(r);
     if (r->flag_running) return srv_flag_set_wait(r);
     if (r->gen && !r->streaming) return wait_answer(r);
     return MHD_YES;
@@ -515,10 +613,10 @@ static bool peer_gone(int fd) {
 static void watch_once(http_server_t *s) {
     double now = now_s();
     for (req_t *r = s->live; r; r = r->next) {
-        if (!r->gen) continue; /* a flag change: it ends when the engine has applied it */
         bool gone = false;
         pthread_mutex_lock(&r->mu);
-        if (r->suspended && !r->gone) {
+        /* a worker's request is the worker's; a flag change ends when the engine applied it */
+        if (!r->working && r->gen && r->suspended && !r->gone) {
             gone = peer_gone(r->fd);
             if (gone) {
                 r->gone = true;
@@ -685,6 +783,14 @@ int http_start(engine_t *eng, const http_opts_t *o, http_server_t **out, err_t *
         {MHD_OPTION_CONNECTION_TIMEOUT, o->timeout_s ? o->timeout_s : 60, NULL},
         {MHD_OPTION_CONNECTION_MEMORY_LIMIT, MEMORY_LIMIT, NULL},
         {MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)on_completed, s},
+        {MHD_OPTION_UNESCAPE_CALLBACK, (intptr_t)srv_unescape, NULL},
+#if MHD_VERSION < 0x00097701
+        /* HTTP/1.1 without Host refused; request_head.c checks line ends and folding */
+        {MHD_OPTION_STRICT_FOR_CLIENT, 1, NULL},
+#else
+        /* no bare LF, no folded lines, Host required */
+        {MHD_OPTION_CLIENT_DISCIPLINE_LVL, 1, NULL},
+#endif
         {threads > 1 ? MHD_OPTION_THREAD_POOL_SIZE : MHD_OPTION_END, threads, NULL},
         {MHD_OPTION_END, 0, NULL},
     };
@@ -693,6 +799,11 @@ int http_start(engine_t *eng, const http_opts_t *o, http_server_t **out, err_t *
     s->listen_fd = -1; /* libmicrohttpd's now: it closes it, or quiesce hands it back */
     if (!s->d) {
         err_set(err, "cannot start the HTTP server on %s:%d", s->host, s->port);
+        goto fail;
+    }
+    /* two: one long prompt never waits behind another (the HTTP threads stay free either way) */
+    if (!(s->workers = srv_workers_create(2))) {
+        err_set(err, "cannot start the HTTP worker threads");
         goto fail;
     }
     if (pthread_create(&s->watcher, NULL, watch_main, s) != 0) {
@@ -734,9 +845,41 @@ static bool wait_idle(http_server_t *s, double seconds) {
     return idle;
 }
 
+/* Connections the kernel accepted before the listening socket is closed would otherwise wait,
+ * unanswered, until the process exits: each is handed to libmicrohttpd, whose first call answers
+ * it 503 (draining) and closes it. Then the socket is closed, so later ones are refused at once
+ * and a load balancer moves on. */
+static void close_listener(http_server_t *s) {
+    int fd = s->quiesced_fd;
+    if (fd == MHD_INVALID_SOCKET) return;
+    for (;;) {
+        struct sockaddr_storage ss;
+        socklen_t sl = sizeof ss;
+        int c = accept4(fd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (c < 0) {
+            if (errno == EINTR || errno == ECONNABORTED) continue;
+            break; /* EAGAIN: the backlog is empty */
+        }
+        if (MHD_add_connection(s->d, c, (struct sockaddr *)&ss, sl) != MHD_YES) close(c);
+    }
+    close(fd);
+    s->quiesced_fd = MHD_INVALID_SOCKET;
+}
+
 void http_drain(http_server_t *s) {
     if (!s->d || atomic_exchange(&s->draining, true)) return;
     s->quiesced_fd = MHD_quiesce_daemon(s->d);
+    if (s->quiesced_fd != MHD_INVALID_SOCKET) {
+        /* quiesce leaves it blocking; the backlog is taken without waiting */
+        int fl = fcntl(s->quiesced_fd, F_GETFL);
+        if (fl >= 0) fcntl(s->quiesced_fd, F_SETFL, fl | O_NONBLOCK);
+    }
+    close_listener(s);
+}
+
+int http_wait_idle(http_server_t *s, double seconds) {
+    wait_idle(s, seconds);
+    return http_in_flight(s);
 }
 
 void http_shutdown(http_server_t *s, double grace_s) {
@@ -745,8 +888,11 @@ void http_shutdown(http_server_t *s, double grace_s) {
     http_drain(s);
     if (!wait_idle(s, grace_s)) {
         pthread_mutex_lock(&s->mu);
-        for (req_t *r = s->live; r; r = r->next)
-            if (r->gen) oai_cancel(r->gen);
+        for (req_t *r = s->live; r; r = r->next) {
+            pthread_mutex_lock(&r->mu);
+            if (!r->working && r->gen) oai_cancel(r->gen);
+            pthread_mutex_unlock(&r->mu);
+        }
         pthread_mutex_unlock(&s->mu);
         wait_idle(s, 5.0);
     }
@@ -761,14 +907,15 @@ void http_shutdown(http_server_t *s, double grace_s) {
     pthread_mutex_lock(&s->mu);
     for (req_t *r = s->live; r; r = r->next) {
         pthread_mutex_lock(&r->mu);
-        srv_resume_locked(r);
+        if (!r->working) srv_resume_locked(r);
         pthread_mutex_unlock(&r->mu);
     }
     pthread_mutex_unlock(&s->mu);
+    /* the jobs left finish and resume their connections before the daemon stops */
+    srv_workers_destroy(s->workers);
+    s->workers = NULL;
     MHD_stop_daemon(s->d);
     s->d = NULL;
-    if (s->quiesced_fd != MHD_INVALID_SOCKET) close(s->quiesced_fd);
-    s->quiesced_fd = MHD_INVALID_SOCKET;
 }
 
 void http_destroy(http_server_t *s) {
@@ -782,6 +929,7 @@ void http_destroy(http_server_t *s) {
         pthread_mutex_unlock(&s->mu);
         pthread_join(s->watcher, NULL);
     }
+    srv_workers_destroy(s->workers);
     if (s->listen_fd >= 0) close(s->listen_fd);
     for (int i = 0; s->keys && i < s->n_keys; i++)
         free(s->keys[i]);

@@ -19,7 +19,7 @@
  *     http_server_t *srv;
  *     if (http_start(eng, &o, &srv, &err) < 0) ...
  *     printf("listening on %d\n", http_port(srv));
- *     ... on SIGTERM:
+ *     ... on SIGTERM (see http_drain for the sequence that shows progress):
  *     http_shutdown(srv, 30);     // stop accepting, finish or abort in-flight requests
  *     http_destroy(srv);
  *     engine_close(eng);
@@ -62,6 +62,11 @@ typedef struct http_opts {
 
 void http_opts_init(http_opts_t *o);
 
+/* True for a listen address only this machine can reach (127.0.0.0/8, ::1, "localhost"). Without
+ * an API key the server answers /admin only to loopback clients (403 otherwise); a caller binding
+ * another address without a key should warn that the API is open. */
+bool http_host_is_loopback(const char *host);
+
 /* Binds the address and starts serving. The engine must outlive the server. Strings in o are
  * copied. Fails with a message naming the address when it cannot listen, or naming a
  * --tool-call-parser it does not know. */
@@ -73,14 +78,29 @@ int http_port(const http_server_t *s);
 /* Requests being answered: generation requests and flag changes in progress. */
 int http_in_flight(http_server_t *s);
 
-/* Stops accepting connections and answers new requests on open connections (and /health)
- * with 503; in-flight requests go on. Idempotent. */
+/* Begins a graceful stop: the listening socket is closed (connections the kernel had already
+ * queued are answered 503 and closed; later ones are refused), requests arriving on open
+ * connections get 503 with Connection: close, /health says 503; in-flight requests go on.
+ * Returns at once. Idempotent.
+ *
+ * The one drain sequence (tachyon serve on SIGTERM; the console's quit, which redraws between
+ * waits and lets a second quit cut it short):
+ *     http_drain(srv);
+ *     double end = now + grace_s;                      // --shutdown-timeout
+ *     while (http_wait_idle(srv, 0.1) > 0 && now < end && !asked_again)
+ *         ... show http_in_flight(srv) requests left ...
+ *     http_shutdown(srv, 0);                           // aborts what is left
+ *     http_destroy(srv);
+ */
 void http_drain(http_server_t *s);
 
-/* Drains (http_drain), waits up
- * to grace_s seconds for in-flight requests to finish, then aborts the rest (streams end with
- * finish_reason "abort", waiting requests get their partial answer), and stops the HTTP
- * threads. Safe to call once; http_destroy calls it with no grace when it was not called. */
+/* Waits up to `seconds` for the in-flight requests to finish; returns how many are left. */
+int http_wait_idle(http_server_t *s, double seconds);
+
+/* Drains (http_drain), waits up to grace_s seconds for in-flight requests to finish, then
+ * aborts the rest (streams end with finish_reason "abort", waiting requests get their partial
+ * answer), and stops the HTTP threads. Safe to call once; http_destroy calls it with no grace
+ * when it was not called. */
 void http_shutdown(http_server_t *s, double grace_s);
 
 void http_destroy(http_server_t *s);

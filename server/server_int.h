@@ -21,6 +21,9 @@
 #define LISTEN_BACKLOG 4096
 #define DEFAULT_BODY   (32u << 20)
 #define MAX_FLAG_VALUE 256
+/* bodies above this are parsed, tokenized and rendered by a worker, not the HTTP thread: a
+ * 9 MiB prompt takes seconds, during which nothing else on that thread would be answered */
+#define WORK_OFFLOAD_BODY (64 * 1024)
 
 typedef enum route {
     R_NONE,
@@ -39,12 +42,13 @@ typedef enum route {
 } route_t;
 
 typedef struct req req_t;
+typedef struct srv_workers srv_workers_t;
 
 struct http_server {
     engine_t *eng;
     struct MHD_Daemon *d;
     int listen_fd, port;
-    MHD_socket quiesced_fd; /* handed back by MHD_quiesce_daemon, closed after the stop */
+    MHD_socket quiesced_fd; /* handed back by MHD_quiesce_daemon, closed by http_drain */
     /* options, owned copies */
     char *host, *root, *version;
     char **keys;
@@ -56,6 +60,7 @@ struct http_server {
     long long started;
     oai_config_t oai;
     metrics_t *metrics;
+    srv_workers_t *workers;
     atomic_bool draining, stopping, shut;
     /* live generation requests, for the watcher and shutdown */
     pthread_mutex_t mu;
@@ -92,6 +97,13 @@ struct req {
     err_t flag_err;
     pthread_cond_t flag_cv;
     char flag_value[MAX_FLAG_VALUE];
+    /* work off the HTTP thread (workers.c): `working` under mu while a worker has the request
+     * (its connection suspended); the results are the worker's until it clears it */
+    bool working, worked;
+    int work_rc;
+    oai_error_t work_err;
+    jbuf_t work_out;
+    req_t *work_next; /* the pool's queue */
     /* the live list, under srv->mu */
     req_t *prev, *next;
     bool listed;
@@ -115,6 +127,35 @@ void srv_list_remove(http_server_t *s, req_t *r);
 
 /* Resumes a suspended connection (the caller holds r->mu and has set its reason). */
 void srv_resume_locked(req_t *r);
+
+// ---------------------------------------------------------------------------------------------
+// Workers (workers.c): a pool that runs srv_work_run(r) for queued requests, in order
+
+srv_workers_t *srv_workers_create(int n_threads);
+void srv_workers_push(srv_workers_t *w, req_t *r);
+/* Runs what is queued, then joins the threads. NULL is a no-op. */
+void srv_workers_destroy(srv_workers_t *w);
+/* The job (server.c): parses or tokenizes the body, then resumes the connection. */
+void srv_work_run(req_t *r);
+
+// ---------------------------------------------------------------------------------------------
+// The request head (request_head.c)
+
+/* libmicrohttpd's unescape callback: %HH decoded as it does, except %00, left as written so that
+ * a path never ends early ("/admin/flags%00.json" is no route). */
+size_t srv_unescape(void *cls, struct MHD_Connection *c, char *s);
+
+/* Checks the head of a request on its first call (method and version as the access handler got
+ * them): 0 when it is well formed, else the status to answer (400, 501; the connection is then
+ * closed) with *why saying what was wrong: a line not ending in CR LF, a folded header line, a
+ * header name that is not a token, two different Content-Length values or a list of them,
+ * Content-Length with Transfer-Encoding, a transfer coding other than chunked. */
+int srv_head_check(struct MHD_Connection *c, const char *method, const char *version,
+                   const char **why);
+
+/* Loopback addresses: 127.0.0.0/8, ::1, ::ffff:127.0.0.0/104. */
+bool srv_addr_is_loopback(const struct sockaddr *sa);
+bool srv_peer_is_loopback(struct MHD_Connection *c);
 
 // ---------------------------------------------------------------------------------------------
 // Endpoints (endpoints.c)

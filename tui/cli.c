@@ -175,6 +175,9 @@ static int server_option(cli_server_t *sv, const char *name, const char *value) 
     } else if (!strcmp(name, "max-connections")) {
         if (cli_parse_long(value, 1, 1 << 20, &v) < 0) goto bad_int;
         o->max_connections = (unsigned)v;
+    } else if (!strcmp(name, "max-request-body")) {
+        if (cli_parse_long(value, 1024, 1L << 32, &v) < 0) goto bad_int;
+        o->max_body = (size_t)v;
     } else if (!strcmp(name, "http-timeout")) {
         if (cli_parse_long(value, 1, 86400, &v) < 0) goto bad_int;
         o->timeout_s = (unsigned)v;
@@ -200,6 +203,7 @@ int cli_server_args(cli_server_t *sv, int *argc, char **argv) {
                                         "tool-call-parser",
                                         "http-threads",
                                         "max-connections",
+                                        "max-request-body",
                                         "http-timeout",
                                         "sse-keepalive"};
     memset(sv, 0, sizeof *sv);

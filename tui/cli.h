@@ -75,6 +75,7 @@ typedef struct cli_server {
     "                             model's chat template uses\n"                                    \
     "  --http-threads N           HTTP threads (default: one per 4 cores, at least 1)\n"           \
     "  --max-connections N        open connections at most (default 4096)\n"                       \
+    "  --max-request-body BYTES   larger request bodies get 413 (default 33554432, 32 MiB)\n"      \
     "  --http-timeout S           idle connection timeout in seconds (default 60)\n"               \
     "  --sse-keepalive S          seconds without data before a stream gets a keep-alive\n"        \
     "                             comment (default 5)\n"

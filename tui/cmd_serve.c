@@ -172,6 +172,11 @@ int cmd_serve(int argc, char **argv) {
     engine_describe_backend(eng, be, sizeof be);
     const char *host = ho->host;
     bool v6 = strchr(host, ':') != NULL;
+    if (ho->n_api_keys == 0 && !http_host_is_loopback(host))
+        fprintf(stderr,
+                "tachyon: warning: listening on %s without --api-key: anyone who can reach it may "
+                "use the API (/admin answers this machine only)\n",
+                host);
     fprintf(stderr, "tachyon: serving %s (%s) on http://%s%s%s:%d\n", sv.names[0], be,
             v6 ? "[" : "", host, v6 ? "]" : "", http_port(srv));
 
@@ -188,8 +193,8 @@ int cmd_serve(int argc, char **argv) {
     http_drain(srv);
     int seen = atomic_load(&signals);
     double end = engine_now() + shutdown_s;
-    while (http_in_flight(srv) > 0 && engine_now() < end && atomic_load(&signals) == seen)
-        wait_signal(50);
+    while (http_wait_idle(srv, 0.05) > 0 && engine_now() < end && atomic_load(&signals) == seen)
+        ;
     http_shutdown(srv, 0);
     http_destroy(srv);
     cli_engine_close(&ce);

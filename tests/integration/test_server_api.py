@@ -626,6 +626,50 @@ def test_shutdown_answers_in_flight():
         assert s.stop() == 0
 
 
+def test_drain_refuses_new_connections():
+    """SIGTERM: the listening socket closes first; a connection made during the drain is answered
+    503 or refused at once (never left waiting until exit), a request on an open keep-alive
+    connection gets 503 and a close, the in-flight stream finishes, and the exit status is 0."""
+    s = Server("--shutdown-timeout", 60)
+    try:
+        c1 = connect(s)
+        c1.sendall(build("POST", "/v1/completions", long_body(stream=True, max_tokens=300)))
+        r1 = Reader(c1)
+        code, hs1 = r1.head()
+        assert code == 200
+        kept = connect(s)  # a keep-alive connection, used once before the signal
+        kept.sendall(build("GET", "/health"))
+        rk = Reader(kept)
+        assert rk.head()[0] == 200
+        queued = connect(s)  # accepted by the kernel; its request arrives during the drain
+        s.proc.send_signal(signal.SIGTERM)
+        end = time.time() + 10
+        while "shutting down" not in s.log() and time.time() < end:
+            time.sleep(0.01)
+        for sock in (queued, None):
+            try:
+                c = sock or socket.create_connection(("127.0.0.1", s.port), timeout=3)
+                c.settimeout(3)
+                c.sendall(build("GET", "/v1/models"))
+                code, hs = Reader(c, 3).head()
+                assert code == 503 and hs.get("connection") == "close", (code, hs)
+                c.close()
+            except (ConnectionRefusedError, ConnectionResetError, BrokenPipeError):
+                pass  # refused: as good as a 503 for a client that retries elsewhere
+        kept.sendall(build("GET", "/v1/models"))
+        code, hs = rk.head()
+        assert code == 503 and hs.get("connection") == "close", (code, hs)
+        body = b"".join(r1.chunks(hs1)).decode()
+        events = [e[6:] for e in body.split("\n\n") if e.startswith("data: ")]
+        assert events[-1] == "[DONE]"
+        assert json.loads(events[-2])["choices"][0]["finish_reason"] == "length"
+        assert s.proc.wait(30) == 0
+        for c in (c1, kept):
+            c.close()
+    finally:
+        assert s.stop() == 0
+
+
 TESTS = [test_models, test_health_version_ping_load, test_unknown_path_and_method,
          test_keep_alive_connection_reuse, test_completions_golden_greedy, test_completions_shape,
          test_completions_default_max_tokens_16, test_context_length_400,
@@ -637,7 +681,7 @@ TESTS = [test_models, test_health_version_ping_load, test_unknown_path_and_metho
          test_tokenize_detokenize, test_metrics, test_admin_flags, test_auth, test_api_key_from_env,
          test_reasoning_nonstream, test_reasoning_stream, test_reasoning_thinking_disabled,
          test_overload_503_and_keepalive, test_nonstream_disconnect_is_noticed,
-         test_shutdown_answers_in_flight]
+         test_shutdown_answers_in_flight, test_drain_refuses_new_connections]
 
 if __name__ == "__main__":
     run_tests(TESTS, servers=[A, B])

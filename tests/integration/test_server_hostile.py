@@ -217,6 +217,27 @@ case("huge header", b"GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 20000
 case("huge url", b"GET /" + b"a" * 200000 + b" HTTP/1.1\r\nHost: x\r\n\r\n", 414, False)
 case("HTTP/2.0 request line", b"GET /health HTTP/2.0\r\nHost: x\r\n\r\n", 505, False)
 
+# 9. request heads a proxy in front could frame differently (smuggling), and paths cut by %00
+body9 = b'{"prompt": "a", "max_tokens": 1}'
+case("two different content-lengths", b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n"
+     b"Content-Length: 5\r\n\r\n" % len(body9) + body9, 400)
+case("a content-length list", b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d, %d\r\n\r\n"
+     % (len(body9), len(body9)) + body9, 400, False)
+case("content-length and chunked", b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n"
+     b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400)
+case("transfer coding gzip", b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n", 501)
+case("no Host in HTTP/1.1", b"GET /health HTTP/1.1\r\n\r\n", 400, False)
+case("bare LF everywhere", b"GET /health HTTP/1.1\nHost: x\n\n", 400)
+case("bare LF after the request line", b"GET /health HTTP/1.1\nHost: x\r\n\r\n", 400)
+case("bare LF after a header", b"GET /health HTTP/1.1\r\nHost: x\nX-A: 1\r\n\r\n", 400)
+case("bare LF ending the head", b"GET /health HTTP/1.1\r\nHost: x\r\n\n", 400)
+case("folded header", b"GET /health HTTP/1.1\r\nHost: x\r\nX-A: 1\r\n 2\r\n\r\n", 400)
+case("folded header with a tab", b"GET /health HTTP/1.1\r\nHost: x\r\nX-A: 1\r\n\t2\r\n\r\n", 400)
+case("space before the colon", b"GET /health HTTP/1.1\r\nHost : x\r\n\r\n", 400, False)
+case("NUL inside a header", b"GET /health HTTP/1.1\r\nHost: x\r\nX-A: a\x00b\r\n\r\n", 400)
+for path in (b"/admin/flags%00.json", b"/admin/flags/max-num-seqs%00", b"/health%00x", b"/v1/models%00"):
+    case("%s" % path.decode(), b"GET " + path + b" HTTP/1.1\r\nHost: x\r\n\r\n", 404, False)
+
 
 def send_case(raw, timeout=30):
     s = connect(S, timeout)
@@ -328,6 +349,69 @@ def test_slow_loris():
     still_serving()
 
 
+def test_strict_heads_still_accept():
+    """The head checks refuse nothing a client sends: no space after the colon, trailing blanks,
+    the same Content-Length twice, HTTP/1.0 without Host, escaped paths, and several requests
+    pipelined on one connection (each head checked where it lies in the read buffer)."""
+    for raw in (b"GET /health HTTP/1.1\r\nHost:x\r\n\r\n",
+                b"GET /health HTTP/1.1\r\nHost: x  \r\nX-Empty:\r\nX-T:\tv\r\n\r\n",
+                b"GET /health HTTP/1.0\r\n\r\n",
+                b"GET /%761/models HTTP/1.1\r\nHost: x\r\n\r\n",
+                b"GET /health?x=%00 HTTP/1.1\r\nHost: x\r\nCookie: a=b; c=d\r\n\r\n",
+                b"POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Length: 15\r\nContent-length: 15\r\n\r\n"
+                b'{"prompt":"a"}\n'):
+        code, _, body = send_case(raw)
+        assert code == 200, (raw, code, body)
+    body = json.dumps({"prompt": "The", "max_tokens": 1}).encode()
+    one = raw_post(COMP, body)
+    s = connect(S)
+    try:
+        s.sendall(one + b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n" + one +
+                  b"GET /health HTTP/1.1\r\nHost: x\nBad: lf\r\n\r\n")
+        r = Reader(s)
+        for want in (200, 200, 200, 400):
+            code, hs = r.head()
+            b"".join(r.chunks(hs))
+            assert code == want, (want, code)
+    finally:
+        s.close()
+    still_serving()
+
+
+def test_open_without_key():
+    """Bound to every address without --api-key: the log warns; /admin still answers loopback
+    clients (its refusal of others is test_server_units' loopback test)."""
+    srv = Server("--host", "0.0.0.0")
+    try:
+        assert "warning: listening on 0.0.0.0 without --api-key" in srv.log(), srv.log()
+        code, _, _ = request(srv, "GET", "/admin/flags")
+        assert code == 200, code
+    finally:
+        assert srv.stop() == 0
+    assert "warning" not in S.log()
+
+
+def test_large_bodies_on_workers():
+    """Bodies over 64 KiB are parsed and tokenized by a worker while the connection waits: the
+    answers are those of the HTTP thread's path (bench/health-latency.sh measures /health then)."""
+    text = "hello world " * 20000
+    small = tokenize({"prompt": "hello world "})
+    big = tokenize({"prompt": text})
+    assert len(big) >= 20000 * (len(small) - 1) and big[:2] == small[:2], (len(big), small)
+    code, r = post_json(S, DETOK, {"tokens": big})
+    assert code == 200 and r["prompt"] == text, code
+    code, r = post_json(S, COMP, {"prompt": text, "max_tokens": 1})
+    assert code == 400 and "context" in r["error"]["message"], r
+    code, r = post_json(S, CHAT, {"messages": [{"role": "user", "content": text}], "max_tokens": 1})
+    assert code == 400 and r["error"]["code"] == 400, r
+    code, _, body = send_case(raw_post(TOK, b'{"prompt": "' + b"a" * 100000))
+    assert code == 400 and json.loads(body)["error"]["code"] == 400, body
+    # a generation whose body is large for other reasons runs as usual
+    code, r = post_json(S, COMP, {"prompt": "The", "max_tokens": 2, "user": "u" * 100000})
+    assert code == 200 and r["usage"]["completion_tokens"] == 2, r
+    still_serving()
+
+
 def tokenize(body):
     code, r = post_json(S, TOK, body, timeout=30)
     assert code == 200, (body, code, r)
@@ -420,5 +504,6 @@ def still_serving():
 
 
 if __name__ == "__main__":
-    run_tests([test_hostile_requests, test_defect_regressions, test_oversized_body_streamed,
+    run_tests([test_hostile_requests, test_strict_heads_still_accept, test_open_without_key,
+               test_large_bodies_on_workers, test_defect_regressions, test_oversized_body_streamed,
                test_garbage_and_early_close, test_slow_loris], servers=[S])

@@ -370,11 +370,21 @@ static void test_parse_arg(void **state) {
     assert_int_equal(flags_parse_arg("--kv-cache-memory", "512MiB", &v, &used, &err), 1);
     assert_true(v.kv_cache_memory == 512ull << 20);
 
-    /* Booleans: bare is true and leaves the next argument alone. */
+    /* Booleans: bare is true and leaves the next argument alone unless it is a boolean word,
+     * which is the value (--help writes "--enable-prefix-caching BOOL"). */
     assert_int_equal(flags_parse_arg("--no-enable-prefix-caching", "x", &v, &used, &err), 1);
     assert_int_equal(used, 1);
     assert_false(v.enable_prefix_caching);
+    assert_int_equal(flags_parse_arg("--enable-prefix-caching", "x", &v, &used, &err), 1);
+    assert_int_equal(used, 1);
+    assert_true(v.enable_prefix_caching);
     assert_int_equal(flags_parse_arg("--enable-prefix-caching", "false", &v, &used, &err), 1);
+    assert_int_equal(used, 2);
+    assert_false(v.enable_prefix_caching);
+    assert_int_equal(flags_parse_arg("--enable-prefix-caching", "On", &v, &used, &err), 1);
+    assert_int_equal(used, 2);
+    assert_true(v.enable_prefix_caching);
+    assert_int_equal(flags_parse_arg("--enable-prefix-caching", NULL, &v, &used, &err), 1);
     assert_int_equal(used, 1);
     assert_true(v.enable_prefix_caching);
     assert_int_equal(flags_parse_arg("--enable-prefix-caching=off", NULL, &v, &used, &err), 1);

@@ -4,7 +4,8 @@
  * reply's incremental reasoning split, summed over a reply's deltas, equals the split of the
  * whole text (vLLM's streaming and whole parsers agree), per choice for n > 1, and a reply that
  * never reaches content counts every token as reasoning; a thinking-off prompt gives content
- * only; a cancel
+ * only; reasoning_tokens counts as vLLM does (scripted replies: the tags excluded, 0 with
+ * thinking off); a cancel
  * still ends every choice; errors say what the request or the model lacks.
  */
 #include <setjmp.h>
@@ -13,12 +14,14 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "engine_testutil.h"
 #include "frontend.h"
 #include "json.h"
+#include "testutil.h"
 
 static engine_t *open_embedded(void) {
     static const char *const flags[] = {"max-model-len", "512", "kv-cache-memory", "16MiB", NULL};
@@ -107,6 +110,16 @@ static int read_reply(fe_reply_t *r, sums_t *s) {
     return rc;
 }
 
+/* Submits a request with the split and reads its reply whole into s. */
+static void run_split(engine_t *e, const engine_request_t *req, bool ends_reasoning, sums_t *s) {
+    err_t err = {{0}};
+    fe_reply_opts_t ro = {.split_reasoning = true, .prompt_ends_reasoning = ends_reasoning};
+    fe_reply_t *r;
+    assert_int_equal(fe_reply_submit(e, req, &ro, &r, &err), 0);
+    assert_int_equal(read_reply(r, s), -1);
+    fe_reply_release(r);
+}
+
 static void test_reply_split(void **state) {
     engine_t *e = open_embedded();
     err_t err = {{0}};
@@ -123,12 +136,8 @@ static void test_reply_split(void **state) {
     req.sampling.has_seed = true;
     req.sampling.seed = 7;
     req.sampling.max_tokens = 24;
-    fe_reply_opts_t ro = {.split_reasoning = true, .prompt_ends_reasoning = p.ends_reasoning};
-    fe_reply_t *r;
-    assert_int_equal(fe_reply_submit(e, &req, &ro, &r, &err), 0);
     sums_t s;
-    assert_int_equal(read_reply(r, &s), -1);
-    fe_reply_release(r);
+    run_split(e, &req, p.ends_reasoning, &s);
     for (int c = 0; c < 3; c++) {
         assert_int_equal(s.finished[c], 1);
         chat_split_t whole;
@@ -154,10 +163,7 @@ static void test_reply_split(void **state) {
     sampling_params_init(&req.sampling);
     req.sampling.max_tokens = 12;
     req.sampling.temperature = 0;
-    ro.prompt_ends_reasoning = p.ends_reasoning;
-    assert_int_equal(fe_reply_submit(e, &req, &ro, &r, &err), 0);
-    assert_int_equal(read_reply(r, &s), -1);
-    fe_reply_release(r);
+    run_split(e, &req, p.ends_reasoning, &s);
     assert_false(s.saw_reasoning[0]);
     assert_string_equal(s.content[0], s.text[0]);
     fe_prompt_free(&p);
@@ -167,7 +173,8 @@ static void test_reply_split(void **state) {
     req = (engine_request_t){.prompt = p.ids, .n_prompt = p.n_ids};
     sampling_params_init(&req.sampling);
     req.sampling.max_tokens = 8;
-    ro = (fe_reply_opts_t){.split_reasoning = false};
+    fe_reply_opts_t ro = {.split_reasoning = false};
+    fe_reply_t *r;
     assert_int_equal(fe_reply_submit(e, &req, &ro, &r, &err), 0);
     assert_int_equal(read_reply(r, &s), -1);
     assert_string_equal(s.content[0], s.text[0]);
@@ -208,6 +215,62 @@ static void test_reply_cancel_and_errors(void **state) {
     engine_close(e);
 }
 
+/* The reasoning tokens of one scripted reply, read whole. */
+static int scripted_reasoning(engine_t *e, const char *user, chat_think_t think, int *tokens) {
+    err_t err = {{0}};
+    chat_msg_t msg = {.role = CHAT_USER, .content_kind = CHAT_CONTENT_TEXT, .content = user};
+    chat_opts_t opts = {.add_generation_prompt = true, .enable_thinking = think};
+    fe_prompt_t p;
+    assert_int_equal(fe_prompt_chat(e, &msg, 1, NULL, &opts, NULL, &p, &err), 0);
+    engine_request_t req = {.prompt = p.ids, .n_prompt = p.n_ids};
+    sampling_params_init(&req.sampling);
+    req.sampling.max_tokens = 64;
+    sums_t s;
+    run_split(e, &req, p.ends_reasoning, &s);
+    fe_prompt_free(&p);
+    *tokens = s.tokens[0];
+    return s.reasoning_tokens[0];
+}
+
+/* vLLM's count (BaseThinkingReasoningParser.count_reasoning_tokens): the ids between <think>
+ * and </think>, neither tag counted; from the first token when the prompt opened the block; 0
+ * when thinking is off. The tiny model cannot be steered, so its replies are scripted. */
+static void test_reasoning_tokens(void **state) {
+    char *dir = tu_tmpdir();
+    tu_write_text(dir, "rules.json",
+                  "[{\"when\": \"tagged\", \"reply\": \"<think>\\nab cd\\n</think>\\n\\nxy\"},"
+                  " {\"when\": \"open\", \"reply\": \"ab cd</think>xy\"},"
+                  " {\"when\": \"plain\", \"reply\": \"hello there\"}]");
+    char path[4096];
+    snprintf(path, sizeof path, "%s/rules.json", dir);
+    setenv("TACHYON_SCRIPTED_OUTPUTS", path, 1);
+    engine_t *e = open_embedded();
+    unsetenv("TACHYON_SCRIPTED_OUTPUTS");
+    const tokenizer_t *tok = engine_tokenizer(e);
+    int32_t *ids;
+    size_t n_inner, n_ab;
+    err_t err = {{0}};
+    assert_int_equal(tok_encode(tok, "\nab cd\n", 7, &ids, &n_inner, &err), 0);
+    free(ids);
+    assert_int_equal(tok_encode(tok, "ab cd", 5, &ids, &n_ab, &err), 0);
+    free(ids);
+    int tokens;
+    /* Qwen3 opens the block itself: the tags are not reasoning */
+    assert_int_equal(scripted_reasoning(e, "tagged", CHAT_THINK_DEFAULT, &tokens), (int)n_inner);
+    /* no <think> generated, thinking on: from the first token up to </think> */
+    assert_int_equal(scripted_reasoning(e, "open", CHAT_THINK_DEFAULT, &tokens), (int)n_ab);
+    /* thinking on and never closed: all of it */
+    int all = scripted_reasoning(e, "plain", CHAT_THINK_DEFAULT, &tokens);
+    assert_int_equal(all, tokens); /* every output id, the EOS included, as vLLM counts */
+    /* thinking off: none (vLLM: 0), though content starts with the first token */
+    assert_int_equal(scripted_reasoning(e, "plain", CHAT_THINK_OFF, &tokens), 0);
+    /* thinking off but the model opens a block anyway: counted from the tag */
+    assert_int_equal(scripted_reasoning(e, "tagged", CHAT_THINK_OFF, &tokens), (int)n_inner);
+    engine_close(e);
+    tu_rmrf(dir);
+    free(dir);
+}
+
 /* A conversation from OpenAI JSON: strings keep U+0000, parts flatten as vLLM joins them. */
 static void test_conv_from_json(void **state) {
     const char *doc =
@@ -239,6 +302,7 @@ int main(void) {
         cmocka_unit_test(test_prompts),
         cmocka_unit_test(test_reply_split),
         cmocka_unit_test(test_reply_cancel_and_errors),
+        cmocka_unit_test(test_reasoning_tokens),
         cmocka_unit_test(test_conv_from_json),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -10,8 +10,12 @@
 
 #include <cmocka.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
 #include "json.h"
 #include "metrics.h"
+#include "server_int.h"
 
 static void expect_esc(const char *in, size_t n, const char *want) {
     jbuf_t b;
@@ -177,11 +181,43 @@ static void test_metrics(void **state) {
     metrics_destroy(NULL);
 }
 
+/* /admin answers loopback peers only when no API key is set: which addresses are loopback. */
+static void test_loopback(void **state) {
+    (void)state;
+    struct sockaddr_in in = {.sin_family = AF_INET};
+    struct sockaddr_in6 in6 = {.sin6_family = AF_INET6};
+    static const struct {
+        const char *addr;
+        bool loopback;
+    } cases[] = {{"127.0.0.1", true},
+                 {"127.1.2.3", true},
+                 {"10.0.0.1", false},
+                 {"0.0.0.0", false},
+                 {"::1", true},
+                 {"::", false},
+                 {"::ffff:127.0.0.1", true},
+                 {"::ffff:192.168.1.2", false},
+                 {"fe80::1", false}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *a = cases[i].addr;
+        bool v6 = strchr(a, ':') != NULL;
+        assert_int_equal(inet_pton(v6 ? AF_INET6 : AF_INET, a,
+                                   v6 ? (void *)&in6.sin6_addr : (void *)&in.sin_addr),
+                         1);
+        const struct sockaddr *sa = v6 ? (struct sockaddr *)&in6 : (struct sockaddr *)&in;
+        assert_int_equal(srv_addr_is_loopback(sa), cases[i].loopback);
+        assert_int_equal(http_host_is_loopback(a), cases[i].loopback);
+    }
+    assert_true(http_host_is_loopback("localhost"));
+    assert_false(http_host_is_loopback("example.org"));
+    assert_false(srv_addr_is_loopback(NULL));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_escape),  cmocka_unit_test(test_utf8_replacement),
-        cmocka_unit_test(test_numbers), cmocka_unit_test(test_growth),
-        cmocka_unit_test(test_metrics),
+        cmocka_unit_test(test_loopback),         cmocka_unit_test(test_escape),
+        cmocka_unit_test(test_utf8_replacement), cmocka_unit_test(test_numbers),
+        cmocka_unit_test(test_growth),           cmocka_unit_test(test_metrics),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
