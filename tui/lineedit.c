@@ -263,6 +263,9 @@ static le_result_t submit(le_t *le) {
     le_history_add(le, le->submitted);
     le->hpos = le->hist_n;
     set_line(le, "");
+    /* the suggestion belonged to the submitted line: left on the empty one, Right would turn it
+     * into text */
+    le->sugg[0] = '\0';
     return LE_SUBMIT;
 }
 

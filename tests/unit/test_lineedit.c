@@ -482,6 +482,26 @@ static void test_inline_suggestion(void **state) {
     le_destroy(le);
 }
 
+/* Enter submits the line and its suggestion goes with it: a stale one on the empty line would be
+ * drawn, and Right would turn it into text (a rejected "/b" became the chat message "ench"). */
+static void test_submit_clears_suggestion(void **state) {
+    (void)state;
+    le_t *le = make(64, 10);
+    le_set_completer(le, word_completer, NULL);
+    type(le, "/b");
+    assert_string_equal(le_suggestion(le), "ench");
+    key(le, LE_KEY_ENTER, LE_SUBMIT);
+    assert_string_equal(le_submitted(le), "/b");
+    assert_string_equal(le_suggestion(le), "");
+    le_view_t v;
+    le_render(le, 20, &v);
+    assert_int_equal(v.suggest_len, 0);
+    key(le, LE_KEY_RIGHT, LE_IGNORED);
+    key(le, LE_KEY_END, LE_IGNORED);
+    assert_string_equal(le_text(le), "");
+    le_destroy(le);
+}
+
 static void test_horizontal_scroll(void **state) {
     (void)state;
     le_t *le = make(256, 10);
@@ -661,6 +681,7 @@ int main(void) {
         cmocka_unit_test(test_history_file_round_trip),
         cmocka_unit_test(test_tab_completion),
         cmocka_unit_test(test_inline_suggestion),
+        cmocka_unit_test(test_submit_clears_suggestion),
         cmocka_unit_test(test_horizontal_scroll),
         cmocka_unit_test(test_capacity_and_paste),
         cmocka_unit_test(test_random_keys_keep_invariants),
