@@ -23,7 +23,8 @@ static const repl_command_t COMMANDS[] = {
     {"/results", NULL, "/results", "list the benchmark runs and their flag sets", REPL_RESULTS,
      false},
     {"/compare", NULL, "/compare [A B...]",
-     "compare benchmark runs with base A (default: the last two runs)", REPL_COMPARE, true},
+     "compare runs (numbers or files) with base A (default: the last two of a profile)",
+     REPL_COMPARE, true},
     {"/clear", NULL, "/clear", "clear the chat pane", REPL_CLEAR, false},
 };
 enum { N_COMMANDS = sizeof COMMANDS / sizeof COMMANDS[0] };
@@ -290,7 +291,10 @@ int repl_help(const char *name, char *buf, size_t size, err_t *err) {
                 put(&o, "  %-16s %s\n", p->name, p->description ? p->description : "");
             break;
         case REPL_COMPARE:
-            put(&o, "Runs are named as /results lists them.\n");
+            put(&o, "Runs are named by their number in /results or by a result file (a path, or a "
+                    "name in the results directory). Without arguments: the newest complete run "
+                    "against the complete run of its profile before it. Runs in which no request "
+                    "succeeded are not kept; a metric one side lacks shows n/a.\n");
             break;
         default:
             break;

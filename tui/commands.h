@@ -33,7 +33,8 @@
  *     /get FLAG              /flags [PREFIX]
  *     /bench PROFILE [OPTIONS...]   (PROFILE checked against bench_profiles())
  *     /bench stop            /results
- *     /compare [A B [C...]]  (none: the last two runs; otherwise a base and the runs to compare)
+ *     /compare [A B [C...]]  (none: the last two complete runs of a profile; otherwise a base and
+ *                             the runs to compare: numbers or result files)
  */
 #ifndef TACHYON_COMMANDS_H
 #define TACHYON_COMMANDS_H

@@ -39,6 +39,7 @@
 #include "layout.h"
 #include "lineedit.h"
 #include "mdir.h"
+#include "results.h"
 #include "server.h"
 #include "ui_queue.h"
 #include "ui_series.h"
@@ -49,7 +50,6 @@
 #define MAX_COLS       512 /* chart buffers are sized for this; wider screens draw up to it */
 #define MAX_ROWS       128
 #define TEXT_LINES     5000 /* lines the chat/output pane keeps */
-#define MAX_RUNS       64   /* benchmark results kept in memory */
 #define LATENCY_WIN_S  5.0  /* TTFT / TPOT charts: mean over the requests of the last 5 s */
 #define RATE_WIN       4    /* tokens/s over the last 4 samples (1 s) */
 #define MAX_FLAG_VALUE 64
@@ -99,16 +99,12 @@ typedef struct counters {
     uint64_t ttft_n, tpot_n;
 } counters_t;
 
-typedef struct run {
-    bench_result_t *r;
-    char path[1120];
-} run_t;
-
 typedef struct console {
     /* options */
     bool color, ascii;
     int max_tokens;
     char results_dir[1024];
+    results_t *results;
     /* engine and server */
     engine_t *eng;
     http_server_t *srv;
@@ -173,8 +169,6 @@ typedef struct console {
     atomic_bool bench_stop;
     bench_options_t bopts;
     bench_progress_t prog;
-    run_t runs[MAX_RUNS];
-    int n_runs;
     /* flag worker (rebuild flags drain the engine: not on the UI thread) */
     pthread_t flag_thread;
     bool flag_busy;
@@ -561,8 +555,9 @@ static void con_bench(console_t *c, int argc, char **argv) {
     set_status(c, false, "benchmark %s started", argv[0]);
 }
 
-/* Writes what fn prints to a memory FILE into the pane as table lines. */
-static void pane_print(console_t *c, ui_txt_style_t style, void (*fn)(FILE *, const void *),
+/* What fn prints to a memory FILE goes into the pane as table lines; when fn returns -1, its
+ * message instead. */
+static void pane_print(console_t *c, int (*fn)(console_t *, FILE *, const void *, err_t *),
                        const void *arg) {
     char *buf = NULL;
     size_t len = 0;
@@ -571,38 +566,32 @@ static void pane_print(console_t *c, ui_txt_style_t style, void (*fn)(FILE *, co
         out_error(c, "out of memory");
         return;
     }
-    fn(f, arg);
+    err_t err = {{0}};
+    int rc = fn(c, f, arg, &err);
     fclose(f);
-    ui_text_add(c->text, style, buf ? buf : "");
+    if (rc < 0)
+        out_error(c, err.msg);
+    else
+        ui_text_add(c->text, UI_TXT_PRE, buf ? buf : "");
     free(buf);
     c->scroll = 0;
 }
 
-static void print_report(FILE *f, const void *r) {
+static int print_report(console_t *c, FILE *f, const void *r, err_t *err) {
+    (void)c, (void)err;
     bench_report_print(f, r, BENCH_REPORT_VLLM);
+    return 0;
 }
 
-/* "max-num-seqs=4 enable-prefix-caching=false" (the flags that differ from the console's
- * baseline), "defaults", or "(flags unknown)", from the {"name": "value", ...} object of the
- * server's flags a result carries. */
-static void flag_set_text(const console_t *c, const bench_result_t *r, char *buf, size_t size) {
-    snprintf(buf, size, "%s", r->server_flags_json[0] ? "defaults" : "(flags unknown)");
-    cJSON *j = cJSON_Parse(r->server_flags_json);
-    if (!j) return;
-    size_t used = 0;
-    const cJSON *it;
-    cJSON_ArrayForEach(it, j) {
-        const flag_def_t *f = it->string ? flags_find(it->string) : NULL;
-        const char *value = cJSON_GetStringValue(it);
-        if (!f || !value) continue;
-        flag_values_t v = c->def_flags;
-        err_t err;
-        if (flags_set(f, value, &v, &err) == 0 && !flags_differ(f, &v, &c->def_flags)) continue;
-        int n = snprintf(buf + used, size - used, "%s%s=%s", used ? " " : "", f->name, value);
-        if (n < 0 || (size_t)n >= size - used) break;
-        used += (size_t)n;
-    }
-    cJSON_Delete(j);
+static int print_results(console_t *c, FILE *f, const void *arg, err_t *err) {
+    (void)arg, (void)err;
+    results_list(c->results, &c->def_flags, f);
+    return 0;
+}
+
+static int print_compare(console_t *c, FILE *f, const void *cmd, err_t *err) {
+    const repl_cmd_t *k = cmd;
+    return results_compare(c->results, k->argc, k->argv, f, err);
 }
 
 static void bench_done(console_t *c, const ui_event_t *ev) {
@@ -615,100 +604,34 @@ static void bench_done(console_t *c, const ui_event_t *ev) {
         out_error(c, msg);
         return;
     }
-    pane_print(c, UI_TXT_PRE, print_report, r);
-    if (c->n_runs == MAX_RUNS) { /* keep the newest: drop the oldest from memory */
-        bench_result_destroy(c->runs[0].r);
-        memmove(c->runs, c->runs + 1, (MAX_RUNS - 1) * sizeof *c->runs);
-        c->n_runs--;
-    }
-    run_t *run = &c->runs[c->n_runs++];
-    run->r = r;
-    /* DATE-PROFILE.json; runs finishing in the same second get -2, -3, ... */
-    const char *profile = r->options.profile[0] ? r->options.profile : "custom";
-    snprintf(run->path, sizeof run->path, "%.1000s/%.31s-%.63s.json", c->results_dir, r->date,
-             profile);
-    for (int k = 2; access(run->path, F_OK) == 0 && k < 1000; k++)
-        snprintf(run->path, sizeof run->path, "%.1000s/%.31s-%.63s-%d.json", c->results_dir,
-                 r->date, profile, k);
-    bench_err_t err = {{0}};
-    if (bench_result_save_json(r, run->path, &err) < 0) {
-        out_error(c, err.msg);
-        run->path[0] = '\0';
-    }
+    pane_print(c, print_report, r);
     char flags[256];
-    flag_set_text(c, r, flags, sizeof flags);
-    ui_text_addf(c->text, UI_TXT_INFO, "run #%d%s: %d ok, %d failed, flags: %s%s%s", c->n_runs,
-                 r->stopped ? " (stopped: partial)" : "", r->metrics.completed, r->metrics.failed,
-                 flags, run->path[0] ? ", saved to " : "", run->path);
-    set_status(c, false, "benchmark done: run #%d (%.1f output tok/s)", c->n_runs,
-               r->metrics.output_throughput);
+    results_flags_text(r, &c->def_flags, flags, sizeof flags);
+    bool stopped = r->stopped;
+    int ok = r->metrics.completed, failed = r->metrics.failed;
+    double tps = r->metrics.output_throughput;
+    err_t err = {{0}};
+    int k = results_add(c->results, r, &err); /* takes r */
+    if (k == 0) {
+        out_error(c, "no request of this run succeeded: it is not kept as a result (there is "
+                     "nothing to compare)");
+        return;
+    }
+    if (err.msg[0]) out_error(c, err.msg);
+    const char *path = results_path(c->results, k);
+    ui_text_addf(c->text, UI_TXT_INFO, "run #%d%s: %d ok, %d failed, flags: %s%s%s", k,
+                 stopped ? " (stopped: partial)" : "", ok, failed, flags,
+                 path[0] ? ", saved to " : "", path);
+    set_status(c, false, "benchmark done: run #%d (%.1f output tok/s)", k, tps);
 }
 
 static void con_results(console_t *c) {
-    if (!c->n_runs) {
+    if (!results_count(c->results)) {
         ui_text_add(c->text, UI_TXT_INFO, "no benchmark runs yet: /bench PROFILE runs one");
         c->scroll = 0;
         return;
     }
-    ui_text_add(c->text, UI_TXT_PRE,
-                "  #  date             profile   prompts  ok    out tok/s  "
-                "TTFT p50 ms  flags");
-    for (int i = 0; i < c->n_runs; i++) {
-        const bench_result_t *r = c->runs[i].r;
-        char flags[256];
-        flag_set_text(c, r, flags, sizeof flags);
-        ui_text_addf(c->text, UI_TXT_PRE, "%3d  %-15s  %-8s  %7d  %-4d  %9.1f  %11.1f  %s%s", i + 1,
-                     r->date, r->options.profile[0] ? r->options.profile : "-",
-                     r->options.num_prompts, r->metrics.completed, r->metrics.output_throughput,
-                     r->metrics.ttft.median, flags, r->stopped ? " (stopped)" : "");
-    }
-    c->scroll = 0;
-}
-
-typedef struct compare_args {
-    const bench_result_t *base;
-    const bench_result_t *runs[MAX_RUNS];
-    int n;
-} compare_args_t;
-
-static void print_compare(FILE *f, const void *arg) {
-    const compare_args_t *a = arg;
-    bench_compare_print(f, a->base, a->runs, a->n);
-}
-
-static int run_index(console_t *c, const char *s) {
-    long v;
-    if (*s == '#') s++;
-    if (cli_parse_long(s, 1, c->n_runs, &v) < 0) return -1;
-    return (int)v - 1;
-}
-
-static void con_compare(console_t *c, int argc, char **argv) {
-    compare_args_t a = {0};
-    if (argc == 0) {
-        if (c->n_runs < 2) {
-            out_error(c, "/compare needs two runs: /bench twice (e.g. with a /set between)");
-            return;
-        }
-        a.base = c->runs[c->n_runs - 2].r;
-        a.runs[a.n++] = c->runs[c->n_runs - 1].r;
-    } else {
-        for (int i = 0; i < argc; i++) {
-            int k = run_index(c, argv[i]);
-            if (k < 0) {
-                char msg[300];
-                snprintf(msg, sizeof msg, "no run \"%s\": /results lists runs 1..%d", argv[i],
-                         c->n_runs);
-                out_error(c, msg);
-                return;
-            }
-            if (i == 0)
-                a.base = c->runs[k].r;
-            else if (a.n < MAX_RUNS)
-                a.runs[a.n++] = c->runs[k].r;
-        }
-    }
-    pane_print(c, UI_TXT_PRE, print_compare, &a);
+    pane_print(c, print_results, NULL);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -789,7 +712,7 @@ static bool run_line(console_t *c, const char *line) {
             con_results(c);
             break;
         case REPL_COMPARE:
-            con_compare(c, cmd->argc, cmd->argv);
+            pane_print(c, print_compare, cmd);
             break;
         case REPL_CLEAR:
             ui_text_clear(c->text);
@@ -1401,30 +1324,6 @@ static void handle_event(console_t *c, const ui_event_t *ev) {
     }
 }
 
-static int mkdirs(const char *path) {
-    char buf[1024];
-    snprintf(buf, sizeof buf, "%s", path);
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = '\0';
-        if (mkdir(buf, 0700) < 0 && errno != EEXIST) return -1;
-        *p = '/';
-    }
-    return mkdir(buf, 0700) < 0 && errno != EEXIST ? -1 : 0;
-}
-
-static int default_results_dir(char *buf, size_t size) {
-    const char *state = getenv("XDG_STATE_HOME"), *home = getenv("HOME");
-    int n;
-    if (state && state[0] == '/')
-        n = snprintf(buf, size, "%s/tachyon/results", state);
-    else if (home && *home)
-        n = snprintf(buf, size, "%s/.local/state/tachyon/results", home);
-    else
-        return -1;
-    return n < 0 || (size_t)n >= size ? -1 : 0;
-}
-
 static void describe(console_t *c, const cli_engine_t *ce) {
     const engine_opts_t *o = &ce->opts;
     model_config_describe(engine_model_config(c->eng), c->model_desc, sizeof c->model_desc);
@@ -1470,8 +1369,7 @@ static int init_curses(console_t *c) {
 static void console_free(console_t *c) {
     if (c->stream) engine_stream_release(c->stream);
     chat_reasoning_destroy(c->rs);
-    for (int i = 0; i < c->n_runs; i++)
-        bench_result_destroy(c->runs[i].r);
+    results_destroy(c->results);
     le_destroy(c->le);
     ui_text_destroy(c->text);
     ui_queue_destroy(c->q);
@@ -1589,22 +1487,24 @@ int cmd_console(int argc, char **argv) {
         free(c);
         return 2;
     }
-    if (!c->results_dir[0] && default_results_dir(c->results_dir, sizeof c->results_dir) < 0) {
-        fprintf(stderr, "tachyon: no results directory: set HOME, XDG_STATE_HOME or use "
-                        "--results-dir\n");
+    err_t err = {{0}};
+    if (!c->results_dir[0] &&
+        results_default_dir(c->results_dir, sizeof c->results_dir, &err) < 0) {
+        fprintf(stderr, "tachyon: %s (--results-dir names a directory)\n", err.msg);
         free(c);
         return 2;
     }
-    if (mkdirs(c->results_dir) < 0) {
-        fprintf(stderr, "tachyon: cannot create %s: %s\n", c->results_dir, strerror(errno));
+    if (!(c->results = results_create(c->results_dir, &err))) {
+        fprintf(stderr, "tachyon: %s\n", err.msg);
         free(c);
         return 1;
     }
+    char results_note[1024];
+    results_load(c->results, results_note, sizeof results_note);
 
     setlocale(LC_ALL, "");
     if (strcmp(nl_langinfo(CODESET), "UTF-8")) c->ascii = true;
 
-    err_t err = {{0}};
     c->snap = malloc(sizeof *c->snap);
     c->chart_buf = malloc(CHART_BUF_SIZE(MAX_COLS, MAX_ROWS));
     c->chart_buf2 = malloc(CHART_BUF_SIZE(MAX_COLS, MAX_ROWS));
@@ -1689,6 +1589,7 @@ int cmd_console(int argc, char **argv) {
                      "Serving %s at %s (OpenAI API). Type a message to chat, /help for commands, "
                      "F1 for keys.",
                      sv.names[0], c->url);
+        if (results_note[0]) ui_text_add(c->text, UI_TXT_INFO, results_note);
         if (c->format < 0)
             ui_text_add(c->text, UI_TXT_INFO,
                         "(this model has no tokenizer or chat template: "

@@ -10,10 +10,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <utf8proc.h>
+
+#include "statedir.h"
 
 struct le {
     char *buf; /* [cap + 1] the line */
@@ -616,39 +617,6 @@ int le_history_save(const le_t *le, const char *path, err_t *err) {
     return 0;
 }
 
-/* mkdir -p for the directory path in dir (modified in place and restored). */
-static int make_dirs(char *dir, err_t *err) {
-    for (char *p = dir + 1;; p++) {
-        if (*p != '/' && *p != '\0') continue;
-        char c = *p;
-        *p = '\0';
-        int rc = mkdir(dir, 0700);
-        int e = errno;
-        struct stat st;
-        if (rc < 0 && !(e == EEXIST && stat(dir, &st) == 0 && S_ISDIR(st.st_mode))) {
-            err_set(err, "%s: %s", dir, e == EEXIST ? "not a directory" : strerror(e));
-            *p = c;
-            return -1;
-        }
-        *p = c;
-        if (c == '\0') return 0;
-    }
-}
-
 int le_history_path(char *buf, size_t size, err_t *err) {
-    const char *state = getenv("XDG_STATE_HOME");
-    const char *home = getenv("HOME");
-    int n;
-    if (state && state[0] == '/') {
-        n = snprintf(buf, size, "%s/tachyon", state);
-    } else {
-        if (!home || home[0] == '\0')
-            return err_set(err, "history: neither XDG_STATE_HOME nor HOME is set");
-        n = snprintf(buf, size, "%s/.local/state/tachyon", home);
-    }
-    if (n < 0 || (size_t)n + sizeof "/history" > size)
-        return err_set(err, "history: the state directory's path is too long");
-    if (make_dirs(buf, err) < 0) return -1;
-    memcpy(buf + n, "/history", sizeof "/history");
-    return 0;
+    return statedir_path("history", buf, size, err);
 }
