@@ -41,6 +41,7 @@
 #include "mdir.h"
 #include "results.h"
 #include "server.h"
+#include "ui_header.h"
 #include "ui_queue.h"
 #include "ui_series.h"
 #include "ui_text.h"
@@ -108,7 +109,7 @@ typedef struct console {
     /* engine and server */
     engine_t *eng;
     http_server_t *srv;
-    char url[128], model_line[384], model_desc[256], backend[256], layout_desc[64];
+    char url[128], model_name[256], model_note[64], model_desc[256], backend[256], layout_desc[64];
     const char *api_key;
     double t_start;
     ui_queue_t *q;
@@ -815,16 +816,25 @@ static void title_rule(console_t *c, layout_rect_t r, const char *title) {
     putf(c, r.y, r.x + 1, r.w - 2, a | A_BOLD, " %s ", title);
 }
 
+/* The header's fields, the name clients must send and the URL last to go (ui_header.h). */
 static void draw_header(console_t *c) {
     layout_rect_t r = c->lay.header;
     long up = (long)(now_s() - c->t_start);
+    char uptime[32];
+    snprintf(uptime, sizeof uptime, "up %02ld:%02ld:%02ld", up / 3600, up / 60 % 60, up % 60);
+    const ui_header_field_t f[] = {
+        {"Tachyon", 5, false, false},      {c->model_name, 0, false, true},
+        {c->model_note, 1, true, false},   {c->url, 0, false, false},
+        {c->layout_desc, 3, false, false}, {uptime, 4, false, false},
+        {c->backend, 2, false, false},     {c->model_desc, 6, false, false},
+    };
+    ui_header_fit(f, (int)(sizeof f / sizeof f[0]), r.w - 1, c->ascii, c->line_buf,
+                  4 * MAX_COLS + 1);
     attr_t a = attr_of(c, PAIR_BAR, A_REVERSE);
     attrset(a);
     mvhline(r.y, r.x, ' ', r.w);
     attrset(A_NORMAL);
-    putf(c, r.y, r.x, r.w, a | A_BOLD, " Tachyon | %s | %s | %s | up %02ld:%02ld:%02ld | %s | %s",
-         c->model_line, c->url, c->layout_desc, up / 3600, up / 60 % 60, up % 60, c->backend,
-         c->model_desc);
+    put(r.y, r.x + 1, r.w - 1, c->line_buf, strlen(c->line_buf), a | A_BOLD);
 }
 
 /* Dot bits of the braille cell at *p (a space is an empty cell); advances *p past it. */
@@ -1324,17 +1334,16 @@ static void handle_event(console_t *c, const ui_event_t *ev) {
     }
 }
 
-static void describe(console_t *c, const cli_engine_t *ce) {
+/* The header's model: the name clients must send (the first served name: the --model argument
+ * as given unless --served-model-name says otherwise), and what kind of weights it has. */
+static void describe(console_t *c, const cli_engine_t *ce, const cli_server_t *sv) {
     const engine_opts_t *o = &ce->opts;
     model_config_describe(engine_model_config(c->eng), c->model_desc, sizeof c->model_desc);
-    const char *model = o->model.model, *slash = strrchr(model, '/');
-    const char *base = slash && slash[1] ? slash + 1 : model;
-    if (!strcmp(model, MDIR_EMBEDDED))
-        snprintf(c->model_line, sizeof c->model_line, "demo model (tiny-qwen3, toy weights)");
+    snprintf(c->model_name, sizeof c->model_name, "%s", sv->names[0]);
+    if (!strcmp(o->model.model, MDIR_EMBEDDED))
+        snprintf(c->model_note, sizeof c->model_note, "(demo model, toy weights)");
     else if (o->model.format == LOAD_DUMMY)
-        snprintf(c->model_line, sizeof c->model_line, "%s (dummy random weights)", base);
-    else
-        snprintf(c->model_line, sizeof c->model_line, "%s", base);
+        snprintf(c->model_note, sizeof c->model_note, "(dummy random weights)");
     engine_describe_backend(c->eng, c->backend, sizeof c->backend);
     snprintf(c->layout_desc, sizeof c->layout_desc, "TP %d%s", o->flags.tensor_parallel_size,
              o->flags.enable_expert_parallel ? " EP" : "");
@@ -1564,7 +1573,7 @@ int cmd_console(int argc, char **argv) {
              v6 ? "]" : "", http_port(c->srv));
     int fmt = engine_chat_format(c->eng);
     c->format = engine_tokenizer(c->eng) && fmt >= 0 ? fmt : -1;
-    describe(c, &ce);
+    describe(c, &ce, &sv);
     c->t_start = now_s();
     read_flags(c);
     auto_baseline(c, &ce.opts.flags);
