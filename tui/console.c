@@ -36,6 +36,7 @@
 #include "commands.h"
 #include "engine.h"
 #include "jbuf.h"
+#include "input.h"
 #include "layout.h"
 #include "lineedit.h"
 #include "mdir.h"
@@ -72,6 +73,7 @@ static const char console_usage[] =
 static const char help_keys[] =
     "Keys\n"
     "  Enter        send a chat message, or run a /command\n"
+    "  Alt-Enter    a new line in the message (a paste keeps its lines)\n"
     "  Tab / Right  complete / accept the dimmed suggestion\n"
     "  Up / Down    history          Ctrl-A/E/B/F/K/U/W/Y  edit the line\n"
     "  PgUp / PgDn  scroll the chat and output pane\n"
@@ -150,7 +152,7 @@ typedef struct console {
     bool flag_changed[64];
     int n_flags;
     double flags_read_at;
-    int key_ctrl_left, key_ctrl_right;
+    input_t *in;
     /* chat */
     int format; /* chat_format_t, or -1: no chat */
     conversation_t conv;
@@ -366,10 +368,6 @@ static void chat_send(console_t *c, const char *text) {
     if (c->format < 0) {
         out_error(c, "this model has no tokenizer or chat template: chat is not available "
                      "(benchmarks and flags still work)");
-        return;
-    }
-    if (c->stream) {
-        out_error(c, "a reply is still streaming: wait for it or press Esc to stop it");
         return;
     }
     err_t err = {{0}};
@@ -662,6 +660,13 @@ static bool run_line(console_t *c, const char *line) {
         case REPL_EMPTY:
             break;
         case REPL_CHAT:
+            if (c->stream) { /* nothing typed is lost: the message waits in the line */
+                le_set_text(c->le, line);
+                set_status(c, false,
+                           "a reply is still streaming: your message stays in the line; "
+                           "Enter sends it once the reply ends (Esc stops the reply)");
+                break;
+            }
             chat_send(c, cmd->text);
             break;
         case REPL_HELP:
@@ -1085,7 +1090,17 @@ static void draw_repl(console_t *c) {
     int fw = r.w - pw - 1;
     if (fw < 1) fw = 1;
     le_render(c->le, fw, &v);
-    put(r.y, r.x + pw, fw, v.text, v.len, A_NORMAL);
+    /* a line break takes one column, drawn as a mark, so a pasted message reads as one */
+    int x = r.x + pw;
+    for (const char *p = v.text, *end = v.text + v.len; p < end;) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        size_t n = nl ? (size_t)(nl - p) : (size_t)(end - p);
+        put(r.y, x, r.x + pw + fw - x, p, n, A_NORMAL);
+        x += le_text_width(p, n);
+        if (!nl) break;
+        put(r.y, x++, 1, c->ascii ? "|" : "\xe2\x8f\x8e", c->ascii ? 1 : 3, A_DIM);
+        p = nl + 1;
+    }
     if (v.suggest_len)
         put(r.y, r.x + pw + v.text_cols, fw - v.text_cols, v.suggest, v.suggest_len, A_DIM);
     move(r.y, r.x + pw + v.cursor_col);
@@ -1184,33 +1199,6 @@ static void relayout(console_t *c) {
 // ---------------------------------------------------------------------------------------------
 // Keys
 
-static int map_key(console_t *c, int code) {
-    switch (code) {
-        case KEY_LEFT:
-            return LE_KEY_LEFT;
-        case KEY_RIGHT:
-            return LE_KEY_RIGHT;
-        case KEY_UP:
-            return LE_KEY_UP;
-        case KEY_DOWN:
-            return LE_KEY_DOWN;
-        case KEY_HOME:
-            return LE_KEY_HOME;
-        case KEY_END:
-            return LE_KEY_END;
-        case KEY_DC:
-            return LE_KEY_DELETE;
-        case KEY_BACKSPACE:
-            return LE_KEY_BACKSPACE;
-        case KEY_ENTER:
-            return LE_KEY_ENTER;
-        default:
-            if (code == c->key_ctrl_left && code > 0) return LE_KEY_CTRL_LEFT;
-            if (code == c->key_ctrl_right && code > 0) return LE_KEY_CTRL_RIGHT;
-            return -1;
-    }
-}
-
 static void scroll_by(console_t *c, int rows) {
     c->scroll += rows;
     if (c->scroll < 0) c->scroll = 0;
@@ -1249,68 +1237,70 @@ static bool editor_key(console_t *c, int key) {
     return false;
 }
 
+/* One decoded key (input.h); returns true to quit. */
+static bool console_key(console_t *c, const input_event_t *ev) {
+    c->dirty = true;
+    int ch = ev->key;
+    if (ev->kind == INPUT_KEY && ev->curses_key && ch == KEY_RESIZE) {
+        relayout(c);
+        return false;
+    }
+    if (c->help) { /* any key closes the help */
+        c->help = false;
+        return false;
+    }
+    switch (ev->kind) {
+        case INPUT_ESC:
+            chat_stop(c);
+            return false;
+        case INPUT_PASTE: /* the whole paste is one message, its line breaks kept */
+            le_insert(c->le, ev->text);
+            return false;
+        case INPUT_EDIT:
+            return editor_key(c, ch);
+        case INPUT_KEY:
+            break;
+    }
+    if (ev->curses_key) {
+        if (ch == KEY_F(1))
+            c->help = true;
+        else if (ch == KEY_F(2))
+            c->show_reasoning = !c->show_reasoning;
+        else if (ch == KEY_PPAGE)
+            scroll_by(c, c->lay.chat.h > 3 ? c->lay.chat.h - 2 : 1);
+        else if (ch == KEY_NPAGE)
+            scroll_by(c, -(c->lay.chat.h > 3 ? c->lay.chat.h - 2 : 1));
+        return false;
+    }
+    if (ch == 12) { /* Ctrl-L */
+        clearok(curscr, TRUE);
+        relayout(c);
+        return false;
+    }
+    if (le_text(c->le)[0] == '\0' && (ch == '?' || ch == '+' || ch == '-')) {
+        if (ch == '?')
+            c->help = true;
+        else if (ch == '+' && c->window > 0)
+            c->window--;
+        else if (ch == '-' && c->window < N_WINDOWS - 1)
+            c->window++;
+        return false;
+    }
+    return editor_key(c, ch);
+}
+
 /* Handles every key waiting on stdin; returns true to quit. */
 static bool read_keys(console_t *c) {
     wint_t ch;
-    int rc;
+    int rc, n;
+    input_event_t ev[2];
     while ((rc = get_wch(&ch)) != ERR) {
-        c->dirty = true;
-        if (rc == KEY_CODE_YES) {
-            if (ch == KEY_RESIZE) {
-                relayout(c);
-                continue;
-            }
-            if (c->help) {
-                c->help = false;
-                continue;
-            }
-            if (ch == KEY_F(1)) {
-                c->help = true;
-            } else if (ch == KEY_F(2)) {
-                c->show_reasoning = !c->show_reasoning;
-            } else if (ch == KEY_PPAGE) {
-                scroll_by(c, c->lay.chat.h > 3 ? c->lay.chat.h - 2 : 1);
-            } else if (ch == KEY_NPAGE) {
-                scroll_by(c, -(c->lay.chat.h > 3 ? c->lay.chat.h - 2 : 1));
-            } else {
-                int k = map_key(c, (int)ch);
-                if (k >= 0 && editor_key(c, k)) return true;
-            }
-            continue;
-        }
-        if (c->help) { /* any key closes the help */
-            c->help = false;
-            continue;
-        }
-        bool empty = le_text(c->le)[0] == '\0';
-        if (ch == 27) { /* Esc, or Alt-b / Alt-f */
-            wint_t next;
-            int r2 = get_wch(&next);
-            if (r2 == OK && (next == 'b' || next == 'f')) {
-                if (editor_key(c, next == 'b' ? LE_KEY_ALT_B : LE_KEY_ALT_F)) return true;
-                continue;
-            }
-            if (r2 != ERR) unget_wch(next);
-            chat_stop(c);
-            continue;
-        }
-        if (ch == 12) { /* Ctrl-L */
-            clearok(curscr, TRUE);
-            relayout(c);
-            continue;
-        }
-        if (empty && (ch == '?' || ch == '+' || ch == '-')) {
-            if (ch == '?')
-                c->help = true;
-            else if (ch == '+' && c->window > 0)
-                c->window--;
-            else if (ch == '-' && c->window < N_WINDOWS - 1)
-                c->window++;
-            continue;
-        }
-        if (editor_key(c, (int)ch)) return true;
+        n = input_feed(c->in, rc == KEY_CODE_YES, (int)ch, now_s(), ev);
+        for (int i = 0; i < n; i++)
+            if (console_key(c, &ev[i])) return true;
     }
-    return false;
+    n = input_idle(c->in, now_s(), ev);
+    return n && console_key(c, &ev[0]);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1370,8 +1360,7 @@ static int init_curses(console_t *c) {
     } else {
         c->color = false;
     }
-    c->key_ctrl_left = key_defined("kLFT5");
-    c->key_ctrl_right = key_defined("kRIT5");
+    input_start(c->in, stdout);
     return 0;
 }
 
@@ -1380,6 +1369,7 @@ static void console_free(console_t *c) {
     chat_reasoning_destroy(c->rs);
     results_destroy(c->results);
     le_destroy(c->le);
+    input_destroy(c->in);
     ui_text_destroy(c->text);
     ui_queue_destroy(c->q);
     conversation_free(&c->conv);
@@ -1524,8 +1514,9 @@ int cmd_console(int argc, char **argv) {
     c->q = ui_queue_create(1024, &err);
     c->text = c->q ? ui_text_create(TEXT_LINES, &err) : NULL;
     c->le = c->text ? le_create(REPL_LINE_MAX - 1, 1000, &err) : NULL;
+    c->in = c->le ? input_create(REPL_LINE_MAX - 1, &err) : NULL;
     if (!c->snap || !c->chart_buf || !c->chart_buf2 || !c->points || !c->points2 || !c->line_buf ||
-        !c->rows || !c->le) {
+        !c->rows || !c->in) {
         fprintf(stderr, "tachyon: %s\n", err.msg[0] ? err.msg : "out of memory");
         console_free(c);
         return 1;
@@ -1605,6 +1596,7 @@ int cmd_console(int argc, char **argv) {
                         "chat is off)");
         set_status(c, false, "server listening");
         ui_loop(c);
+        input_stop(c->in, stdout);
         endwin();
         delscreen(c->screen);
         signal_queue = NULL;
