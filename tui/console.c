@@ -133,7 +133,8 @@ typedef struct console {
     char *line_buf;      /* [4 * MAX_COLS + 1] scratch for one screen row */
     ui_text_row_t *rows; /* [MAX_ROWS] */
     bool help, dirty;
-    char help_cmds[8192]; /* repl_help(NULL): the command list the help overlay shows */
+    ui_text_t *help_text; /* the keys and repl_help(NULL)'s command list, wrapped when drawn */
+    int help_scroll;      /* rows the help is scrolled up from its end (ui_text_rows) */
     double last_frame;
     char status[256];
     bool status_error;
@@ -1134,22 +1135,48 @@ static void draw_status(console_t *c) {
     }
 }
 
+/* The help overlay: the keys, then the commands, wrapped to the width; when it does not fit
+ * (80x24 does not hold it) it scrolls, and its title and last row say so. */
 static void draw_help(console_t *c) {
     int w = COLS - 4 < 96 ? COLS - 4 : 96, h = LINES - 2;
-    int x = (COLS - w) / 2, y = 1;
+    int x = (COLS - w) / 2, y = 1, rows = h - 2 < MAX_ROWS ? h - 2 : MAX_ROWS;
     for (int row = 0; row < h; row++)
         mvhline(y + row, x, ' ', w);
-    title_rule(c, (layout_rect_t){x, y, w, 1}, "Help (any key closes)");
-    int row = y + 1;
-    for (int part = 0; part < 2; part++) {
-        const char *s = part ? c->help_cmds : help_keys;
-        while (*s && row < y + h) {
-            const char *nl = strchr(s, '\n');
-            size_t n = nl ? (size_t)(nl - s) : strlen(s);
-            put(row++, x + 1, w - 2, s, n, A_NORMAL);
-            s += n + (nl ? 1 : 0);
-        }
-    }
+    int top = 1 << 20; /* clamped to the scroll that shows the first row */
+    ui_text_rows(c->help_text, w - 2, rows, &top, true, c->rows);
+    if (c->help_scroll > top) c->help_scroll = top;
+    int n = ui_text_rows(c->help_text, w - 2, rows, &c->help_scroll, true, c->rows);
+    title_rule(c, (layout_rect_t){x, y, w, 1},
+               top ? "Help (Up/Down, PgUp/PgDn scroll; any other key closes)"
+                   : "Help (any key closes)");
+    for (int i = 0; i < n; i++)
+        put(y + 1 + i, x + 1, w - 2, c->rows[i].text, c->rows[i].len, A_NORMAL);
+    if (top)
+        putf(c, y + h - 1, x + 1, w - 2, A_DIM, "%s",
+             c->help_scroll == top ? "-- PgDn: more below --"
+             : c->help_scroll      ? "-- PgUp / PgDn: more above and below --"
+                                   : "-- end (PgUp: more above) --");
+}
+
+/* A key while the help is open: the scroll keys scroll it, any other key closes it. */
+static void help_key(console_t *c, const input_event_t *ev) {
+    int page = LINES - 6 > 1 ? LINES - 6 : 1, by = 0;
+    if (ev->kind == INPUT_EDIT && (ev->key == LE_KEY_UP || ev->key == LE_KEY_DOWN))
+        by = ev->key == LE_KEY_UP ? 1 : -1;
+    else if (ev->kind == INPUT_EDIT && (ev->key == LE_KEY_HOME || ev->key == LE_KEY_END))
+        by = ev->key == LE_KEY_HOME ? 1 << 20 : -(1 << 20);
+    else if (ev->kind == INPUT_KEY && ev->curses_key && ev->key == KEY_PPAGE)
+        by = page;
+    else if (ev->kind == INPUT_KEY && ev->curses_key && ev->key == KEY_NPAGE)
+        by = -page;
+    else
+        c->help = false;
+    c->help_scroll = c->help_scroll + by < 0 ? 0 : c->help_scroll + by; /* draw clamps the top */
+}
+
+static void open_help(console_t *c) {
+    c->help = true;
+    c->help_scroll = 1 << 20; /* from the top */
 }
 
 static void draw_too_small(console_t *c) {
@@ -1245,8 +1272,8 @@ static bool console_key(console_t *c, const input_event_t *ev) {
         relayout(c);
         return false;
     }
-    if (c->help) { /* any key closes the help */
-        c->help = false;
+    if (c->help) {
+        help_key(c, ev);
         return false;
     }
     switch (ev->kind) {
@@ -1263,7 +1290,7 @@ static bool console_key(console_t *c, const input_event_t *ev) {
     }
     if (ev->curses_key) {
         if (ch == KEY_F(1))
-            c->help = true;
+            open_help(c);
         else if (ch == KEY_F(2))
             c->show_reasoning = !c->show_reasoning;
         else if (ch == KEY_PPAGE)
@@ -1279,7 +1306,7 @@ static bool console_key(console_t *c, const input_event_t *ev) {
     }
     if (le_text(c->le)[0] == '\0' && (ch == '?' || ch == '+' || ch == '-')) {
         if (ch == '?')
-            c->help = true;
+            open_help(c);
         else if (ch == '+' && c->window > 0)
             c->window--;
         else if (ch == '-' && c->window < N_WINDOWS - 1)
@@ -1371,6 +1398,7 @@ static void console_free(console_t *c) {
     le_destroy(c->le);
     input_destroy(c->in);
     ui_text_destroy(c->text);
+    ui_text_destroy(c->help_text);
     ui_queue_destroy(c->q);
     conversation_free(&c->conv);
     jb_free(&c->reply);
@@ -1513,7 +1541,8 @@ int cmd_console(int argc, char **argv) {
     c->rows = malloc(MAX_ROWS * sizeof *c->rows);
     c->q = ui_queue_create(1024, &err);
     c->text = c->q ? ui_text_create(TEXT_LINES, &err) : NULL;
-    c->le = c->text ? le_create(REPL_LINE_MAX - 1, 1000, &err) : NULL;
+    c->help_text = c->text ? ui_text_create(100, &err) : NULL;
+    c->le = c->help_text ? le_create(REPL_LINE_MAX - 1, 1000, &err) : NULL;
     c->in = c->le ? input_create(REPL_LINE_MAX - 1, &err) : NULL;
     if (!c->snap || !c->chart_buf || !c->chart_buf2 || !c->points || !c->points2 || !c->line_buf ||
         !c->rows || !c->in) {
@@ -1528,7 +1557,10 @@ int cmd_console(int argc, char **argv) {
     flags_init(&c->def_flags);
     c->cc.values = &c->cur_flags;
     le_set_completer(c->le, repl_complete, &c->cc);
-    if (repl_help(NULL, c->help_cmds, sizeof c->help_cmds, &err) < 0) c->help_cmds[0] = '\0';
+    char cmds[8192];
+    if (repl_help(NULL, cmds, sizeof cmds, &err) < 0) cmds[0] = '\0';
+    ui_text_add(c->help_text, UI_TXT_NORMAL, help_keys);
+    ui_text_add(c->help_text, UI_TXT_NORMAL, cmds);
     if (le_history_path(c->hist_path, sizeof c->hist_path, &err) == 0) {
         c->have_hist = true;
         le_history_load(c->le, c->hist_path, &err);
