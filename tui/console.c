@@ -43,6 +43,7 @@
 #include "results.h"
 #include "server.h"
 #include "ui_header.h"
+#include "ui_log.h"
 #include "ui_queue.h"
 #include "ui_series.h"
 #include "ui_text.h"
@@ -115,6 +116,7 @@ typedef struct console {
     const char *api_key;
     double t_start;
     ui_queue_t *q;
+    ui_log_t *log; /* stderr, shown in the output pane while the console runs */
     /* metrics */
     stats_snapshot_t *snap;
     ui_series_t series[N_METRICS];
@@ -1348,6 +1350,10 @@ static void handle_event(console_t *c, const ui_event_t *ev) {
         case UI_EV_FLAG_DONE:
             flag_done(c, ev);
             break;
+        case UI_EV_LOG:
+            ui_text_add(c->text, UI_TXT_INFO, ev->text);
+            c->dirty = true;
+            break;
     }
 }
 
@@ -1391,7 +1397,18 @@ static int init_curses(console_t *c) {
     return 0;
 }
 
+/* A line the engine, a backend or the server wrote to stderr (ui_log's reader thread): to the
+ * output pane, without the program's name. Dropped when the queue is full: it must not block. */
+static void on_log_line(void *user, const char *line) {
+    console_t *c = user;
+    ui_event_t ev = {.type = UI_EV_LOG};
+    if (!strncmp(line, "tachyon: ", 9)) line += 9;
+    snprintf(ev.text, sizeof ev.text, "%s", line);
+    ui_queue_push(c->q, &ev);
+}
+
 static void console_free(console_t *c) {
+    ui_log_stop(c->log); /* first: its thread posts to the queue */
     if (c->stream) engine_stream_release(c->stream);
     chat_reasoning_destroy(c->rs);
     results_destroy(c->results);
@@ -1572,6 +1589,9 @@ int cmd_console(int argc, char **argv) {
     block_ui_signals(&old);
     signal(SIGPIPE, SIG_IGN);
     fprintf(stderr, "tachyon: opening the model...\n");
+    /* what the engine says from here on (the KV-cache size) shows in the output pane too */
+    if (!(c->log = ui_log_start(on_log_line, c, &err)))
+        fprintf(stderr, "tachyon: %s: messages go to the terminal\n", err.msg);
     if (cli_engine_open(&ce) < 0) {
         console_free(c);
         return 1;
@@ -1610,6 +1630,8 @@ int cmd_console(int argc, char **argv) {
                 getenv("TERM") ? getenv("TERM") : "");
         rc = 1;
     } else {
+        /* a terminal's stderr is the screen now; a file keeps every line */
+        if (c->log) ui_log_echo(c->log, !isatty(ui_log_fd(c->log)));
         signal_queue = c->q;
         struct sigaction sa = {.sa_handler = on_sigint};
         sigemptyset(&sa.sa_mask);
@@ -1630,6 +1652,8 @@ int cmd_console(int argc, char **argv) {
         ui_loop(c);
         input_stop(c->in, stdout);
         endwin();
+        ui_log_stop(c->log); /* the terminal's again: what follows goes to stderr */
+        c->log = NULL;
         delscreen(c->screen);
         signal_queue = NULL;
     }
