@@ -3,12 +3,15 @@
  * header, live charts, requests table, flags panel, the chat/output pane, the REPL line and a
  * status line.
  *
+ * The state is console_int.h's console_t; benchmarks and results are in console_bench.c.
+ *
  * Threads: this (UI) thread is the only one that calls curses. The engine's stream wake hook,
- * the benchmark's progress callback and the flag worker post events to a ui_queue whose eventfd
- * the UI loop polls beside stdin; SIGINT and SIGWINCH are blocked in every other thread (the
- * mask is set before any thread is created). The loop samples engine_stats() four times a second
- * into its own rings and draws at most ten frames a second: werase, draw, one wnoutrefresh and
- * one doupdate per frame; the buffers a frame needs are sized at start-up. */
+ * the benchmark's progress callback, the flag worker and the stderr reader (ui_log) post events
+ * to a ui_queue whose eventfd the UI loop polls beside stdin; SIGINT, SIGTERM and SIGWINCH are
+ * blocked in every other thread (the mask is set before any thread is created). The loop samples
+ * engine_stats() four times a second into its own rings and draws at most ten frames a second:
+ * werase, draw, one wnoutrefresh and one doupdate per frame; the buffers a frame needs are sized at
+ * start-up. */
 #include <errno.h>
 #include <getopt.h>
 #include <langinfo.h>
@@ -22,16 +25,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <curses.h>
-#include <cjson/cJSON.h>
 
 #include "bench.h"
 #include "chart.h"
 #include "cli.h"
+#include "console_int.h"
 #include "conversation.h"
 #include "commands.h"
 #include "engine.h"
@@ -48,14 +50,13 @@
 #include "ui_series.h"
 #include "ui_text.h"
 
-#define SAMPLE_MS      250 /* engine_stats() sampling period */
-#define FRAME_MS       100 /* at most ten frames a second */
-#define MAX_COLS       512 /* chart buffers are sized for this; wider screens draw up to it */
-#define MAX_ROWS       128
-#define TEXT_LINES     5000 /* lines the chat/output pane keeps */
-#define LATENCY_WIN_S  5.0  /* TTFT / TPOT charts: mean over the requests of the last 5 s */
-#define RATE_WIN       4    /* tokens/s over the last 4 samples (1 s) */
-#define MAX_FLAG_VALUE 64
+#define SAMPLE_MS     250 /* engine_stats() sampling period */
+#define FRAME_MS      100 /* at most ten frames a second */
+#define MAX_COLS      512 /* chart buffers are sized for this; wider screens draw up to it */
+#define MAX_ROWS      128
+#define TEXT_LINES    5000 /* lines the chat/output pane keeps */
+#define LATENCY_WIN_S 5.0  /* TTFT / TPOT charts: mean over the requests of the last 5 s */
+#define RATE_WIN      4    /* tokens/s over the last 4 samples (1 s) */
 
 static const char console_usage[] =
     "usage: tachyon [console] [options]\n"
@@ -86,101 +87,10 @@ static const char help_keys[] =
     "\n"
     "Commands (Tab completes them, their flags and values)\n";
 
-// ---------------------------------------------------------------------------------------------
-// State
-
-enum { M_RUNNING, M_WAITING, M_KV, M_PROMPT_TPS, M_GEN_TPS, M_TTFT, M_TPOT, N_METRICS };
-
 static const double windows_s[] = {30, 60, 300, 900};
 #define N_WINDOWS ((int)(sizeof windows_s / sizeof windows_s[0]))
 
 enum { PAIR_TITLE = 1, PAIR_CHART, PAIR_ERROR, PAIR_USER, PAIR_CHANGED, PAIR_BAR, PAIR_OK };
-
-typedef struct counters {
-    double t;
-    uint64_t prompt, gen;
-    double ttft_sum, tpot_sum;
-    uint64_t ttft_n, tpot_n;
-} counters_t;
-
-typedef struct console {
-    /* options */
-    bool color, ascii;
-    int max_tokens;
-    char results_dir[1024];
-    results_t *results;
-    /* engine and server */
-    engine_t *eng;
-    http_server_t *srv;
-    char url[128], model_name[256], model_note[64], model_desc[256], backend[256], layout_desc[64];
-    const char *api_key;
-    double t_start;
-    ui_queue_t *q;
-    ui_log_t *log; /* stderr, shown in the output pane while the console runs */
-    /* metrics */
-    stats_snapshot_t *snap;
-    ui_series_t series[N_METRICS];
-    counters_t hist[32]; /* recent counter readings, for rates and latency windows */
-    int n_hist;
-    double last_ttft, last_tpot; /* ms, latest non-empty window */
-    int window;                  /* index into windows_s */
-    double next_sample;
-    /* screen */
-    SCREEN *screen;
-    layout_t lay;
-    char *chart_buf;     /* [CHART_BUF_SIZE(MAX_COLS, MAX_ROWS)] */
-    char *chart_buf2;    /* the same, for the overlaid second series */
-    double *points;      /* [2 * MAX_COLS] */
-    double *points2;     /* [2 * MAX_COLS] */
-    char *line_buf;      /* [4 * MAX_COLS + 1] scratch for one screen row */
-    ui_text_row_t *rows; /* [MAX_ROWS] */
-    bool help, dirty;
-    ui_text_t *help_text; /* the keys and repl_help(NULL)'s command list, wrapped when drawn */
-    int help_scroll;      /* rows the help is scrolled up from its end (ui_text_rows) */
-    double last_frame;
-    char status[256];
-    bool status_error;
-    /* output pane */
-    ui_text_t *text;
-    int scroll;
-    bool show_reasoning;
-    /* REPL */
-    le_t *le;
-    char hist_path[4096];
-    bool have_hist;
-    repl_complete_ctx_t cc;
-    repl_cmd_t cmd;
-    flag_values_t cur_flags, def_flags;
-    char flag_text[64][MAX_FLAG_VALUE];
-    bool flag_changed[64];
-    int n_flags;
-    double flags_read_at;
-    input_t *in;
-    /* chat */
-    int format; /* chat_format_t, or -1: no chat */
-    conversation_t conv;
-    char *system;
-    bool think;
-    engine_stream_t *stream;
-    chat_reasoning_t *rs;
-    jbuf_t reply;
-    atomic_bool wake_pending;
-    int chat_id, req_prompt, req_gen;
-    char chat_rid[32]; /* "chat-<chat_id>": the request id of the reply in flight */
-    double req_t0;
-    bool req_started, reasoning_started, content_started;
-    /* benchmark */
-    pthread_t bench_thread;
-    bool bench_running;
-    atomic_bool bench_stop;
-    bench_options_t bopts;
-    bench_progress_t prog;
-    /* flag worker (rebuild flags drain the engine: not on the UI thread) */
-    pthread_t flag_thread;
-    bool flag_busy;
-    char flag_name[64], flag_value[256];
-    double flag_t0;
-} console_t;
 
 static volatile sig_atomic_t got_sigint;
 static ui_queue_t *signal_queue;
@@ -195,9 +105,7 @@ static double now_s(void) {
     return engine_now();
 }
 
-static void set_status(console_t *c, bool error, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void set_status(console_t *c, bool error, const char *fmt, ...) {
+void con_set_status(console_t *c, bool error, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(c->status, sizeof c->status, fmt, ap);
@@ -207,9 +115,9 @@ static void set_status(console_t *c, bool error, const char *fmt, ...) {
 }
 
 /* Output in the pane; errors also go to the status line. */
-static void out_error(console_t *c, const char *msg) {
+void con_out_error(console_t *c, const char *msg) {
     ui_text_add(c->text, UI_TXT_ERROR, msg);
-    set_status(c, true, "%s", msg);
+    con_set_status(c, true, "%s", msg);
     c->scroll = 0;
 }
 
@@ -225,7 +133,7 @@ static void block_ui_signals(sigset_t *old) {
 }
 
 /* Starts a thread with the UI's signals blocked, so that only the UI thread takes them. */
-static int spawn(pthread_t *t, void *(*fn)(void *), void *arg) {
+int con_spawn(pthread_t *t, void *(*fn)(void *), void *arg) {
     sigset_t old;
     block_ui_signals(&old);
     int rc = pthread_create(t, NULL, fn, arg);
@@ -269,7 +177,7 @@ static void show_flag(console_t *c, const flag_def_t *f, const char *prefix) {
     char v[MAX_FLAG_VALUE];
     err_t err;
     if (engine_flag_get(c->eng, f->name, v, sizeof v, &err) < 0) {
-        out_error(c, err.msg);
+        con_out_error(c, err.msg);
         return;
     }
     ui_text_addf(c->text, UI_TXT_NORMAL, "%s%s = %s   (default %s, %s)", prefix, f->name, v, f->def,
@@ -292,14 +200,14 @@ static void *flag_main(void *arg) {
  * one waits while another client's rebuild holds the engine's flag lock; the UI never does. */
 static void con_set(console_t *c, const flag_def_t *f, const char *value) {
     if (c->flag_busy) {
-        out_error(c, "a flag change is still being applied; wait for it");
+        con_out_error(c, "a flag change is still being applied; wait for it");
         return;
     }
     snprintf(c->flag_name, sizeof c->flag_name, "%s", f->name);
     snprintf(c->flag_value, sizeof c->flag_value, "%s", value);
     c->flag_t0 = now_s();
-    if (spawn(&c->flag_thread, flag_main, c) != 0) {
-        out_error(c, "cannot start a thread for the flag change");
+    if (con_spawn(&c->flag_thread, flag_main, c) != 0) {
+        con_out_error(c, "cannot start a thread for the flag change");
         return;
     }
     c->flag_busy = true;
@@ -316,7 +224,7 @@ static void flag_done(console_t *c, const ui_event_t *ev) {
     pthread_join(c->flag_thread, NULL);
     c->flag_busy = false;
     if (ev->code < 0) {
-        out_error(c, ev->text);
+        con_out_error(c, ev->text);
         return;
     }
     read_flags(c);
@@ -324,11 +232,11 @@ static void flag_done(console_t *c, const ui_event_t *ev) {
     if (!f) return;
     show_flag(c, f, "set ");
     if (f->apply == FLAG_REBUILD)
-        set_status(c, false, "%s = %s: KV pool rebuilt in %.2f s", f->name, c->flag_value,
-                   now_s() - c->flag_t0);
+        con_set_status(c, false, "%s = %s: KV pool rebuilt in %.2f s", f->name, c->flag_value,
+                       now_s() - c->flag_t0);
     else
-        set_status(c, false, "%s = %s (live: applies from the next engine step)", f->name,
-                   c->flag_value);
+        con_set_status(c, false, "%s = %s (live: applies from the next engine step)", f->name,
+                       c->flag_value);
 }
 
 static void con_flags(console_t *c, const char *prefix) {
@@ -369,13 +277,13 @@ static void chat_wake(void *ctx) {
 
 static void chat_send(console_t *c, const char *text) {
     if (c->format < 0) {
-        out_error(c, "this model has no tokenizer or chat template: chat is not available "
-                     "(benchmarks and flags still work)");
+        con_out_error(c, "this model has no tokenizer or chat template: chat is not available "
+                         "(benchmarks and flags still work)");
         return;
     }
     err_t err = {{0}};
     if (conversation_add(&c->conv, CHAT_USER, text) < 0) {
-        out_error(c, "out of memory");
+        con_out_error(c, "out of memory");
         return;
     }
     ui_text_addf(c->text, UI_TXT_USER, "> %s", text);
@@ -391,7 +299,7 @@ static void chat_send(console_t *c, const char *text) {
         tok_encode(engine_tokenizer(c->eng), prompt, len, &ids, &n_ids, &err) < 0) {
         free(prompt);
         conversation_forget_last(&c->conv);
-        out_error(c, err.msg);
+        con_out_error(c, err.msg);
         return;
     }
     free(prompt);
@@ -415,7 +323,7 @@ static void chat_send(console_t *c, const char *text) {
         conversation_forget_last(&c->conv);
         char msg[1100];
         snprintf(msg, sizeof msg, "%s (/new starts over)", err.msg);
-        out_error(c, msg);
+        con_out_error(c, msg);
         return;
     }
     jb_reset(&c->reply);
@@ -423,7 +331,7 @@ static void chat_send(console_t *c, const char *text) {
     c->req_gen = 0;
     c->req_t0 = now_s();
     c->req_started = c->reasoning_started = c->content_started = false;
-    set_status(c, false, "generating (Esc stops)");
+    con_set_status(c, false, "generating (Esc stops)");
 }
 
 /* Shows a piece of the split reply; leading newlines of each part are dropped so that the
@@ -452,7 +360,7 @@ static void chat_finish(console_t *c, const engine_event_t *ev) {
         conversation_forget_last(&c->conv);
         char msg[600];
         snprintf(msg, sizeof msg, "generation failed: %s", ev->error ? ev->error : "?");
-        out_error(c, msg);
+        con_out_error(c, msg);
     } else {
         conversation_add(&c->conv, CHAT_ASSISTANT,
                          c->reply.oom ? ""
@@ -462,7 +370,7 @@ static void chat_finish(console_t *c, const engine_event_t *ev) {
                      engine_finish_reason_name(ev->reason), ev->prompt_tokens,
                      ev->completion_tokens, dt,
                      ev->reason == ENGINE_FINISH_ABORT ? ", stopped" : "");
-        set_status(c, false, "reply done (%s)", engine_finish_reason_name(ev->reason));
+        con_set_status(c, false, "reply done (%s)", engine_finish_reason_name(ev->reason));
     }
     engine_stream_release(c->stream);
     c->stream = NULL;
@@ -496,144 +404,8 @@ static void chat_pump(console_t *c) {
 static void chat_stop(console_t *c) {
     if (c->stream) {
         engine_stream_cancel(c->stream);
-        set_status(c, false, "stopping the reply");
+        con_set_status(c, false, "stopping the reply");
     }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Benchmarks
-
-static void on_progress(const bench_progress_t *p, void *user) {
-    console_t *c = user;
-    ui_event_t ev = {.type = UI_EV_BENCH_PROGRESS, .progress = *p};
-    ui_queue_push(c->q, &ev); /* a full queue drops a progress report: the next one follows */
-}
-
-static void *bench_main(void *arg) {
-    console_t *c = arg;
-    bench_result_t *r = NULL;
-    bench_err_t err = {{0}};
-    ui_event_t ev = {.type = UI_EV_BENCH_DONE};
-    if (bench_run(&c->bopts, on_progress, c, &r, &err) < 0) {
-        r = NULL;
-        snprintf(ev.text, sizeof ev.text, "%.500s", err.msg);
-    }
-    ev.ptr = r;
-    while (ui_queue_push(c->q, &ev) < 0)
-        usleep(10000); /* the result must reach the UI */
-    return NULL;
-}
-
-static void con_bench(console_t *c, int argc, char **argv) {
-    if (c->bench_running) {
-        out_error(c, "a benchmark is running: /bench stop ends it");
-        return;
-    }
-    bench_options_t *o = &c->bopts;
-    bench_options_default(o);
-    bench_err_t berr = {{0}};
-    if (bench_profile_apply(argv[0], o, &berr) < 0) {
-        out_error(c, berr.msg);
-        return;
-    }
-    char msg[512];
-    if (cmd_bench_parse_workload(o, argc, argv, msg, sizeof msg) < 0) { /* argv[0]: the profile */
-        out_error(c, msg);
-        return;
-    }
-    snprintf(o->base_url, sizeof o->base_url, "%s", c->url);
-    if (c->api_key) snprintf(o->api_key, sizeof o->api_key, "%s", c->api_key);
-    atomic_store(&c->bench_stop, false);
-    o->stop = &c->bench_stop;
-    c->prog = (bench_progress_t){.total = o->num_prompts};
-    if (spawn(&c->bench_thread, bench_main, c) != 0) {
-        out_error(c, "cannot start the benchmark thread");
-        return;
-    }
-    c->bench_running = true;
-    ui_text_addf(c->text, UI_TXT_INFO, "benchmark %s: %d prompts against %s (/bench stop ends it)",
-                 argv[0], o->num_prompts, c->url);
-    c->scroll = 0;
-    set_status(c, false, "benchmark %s started", argv[0]);
-}
-
-/* What fn prints to a memory FILE goes into the pane as table lines; when fn returns -1, its
- * message instead. */
-static void pane_print(console_t *c, int (*fn)(console_t *, FILE *, const void *, err_t *),
-                       const void *arg) {
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&buf, &len);
-    if (!f) {
-        out_error(c, "out of memory");
-        return;
-    }
-    err_t err = {{0}};
-    int rc = fn(c, f, arg, &err);
-    fclose(f);
-    if (rc < 0)
-        out_error(c, err.msg);
-    else
-        ui_text_add(c->text, UI_TXT_PRE, buf ? buf : "");
-    free(buf);
-    c->scroll = 0;
-}
-
-static int print_report(console_t *c, FILE *f, const void *r, err_t *err) {
-    (void)c, (void)err;
-    bench_report_print(f, r, BENCH_REPORT_VLLM);
-    return 0;
-}
-
-static int print_results(console_t *c, FILE *f, const void *arg, err_t *err) {
-    (void)arg, (void)err;
-    results_list(c->results, &c->def_flags, f);
-    return 0;
-}
-
-static int print_compare(console_t *c, FILE *f, const void *cmd, err_t *err) {
-    const repl_cmd_t *k = cmd;
-    return results_compare(c->results, k->argc, k->argv, f, err);
-}
-
-static void bench_done(console_t *c, const ui_event_t *ev) {
-    pthread_join(c->bench_thread, NULL);
-    c->bench_running = false;
-    bench_result_t *r = ev->ptr;
-    if (!r) {
-        char msg[600];
-        snprintf(msg, sizeof msg, "benchmark failed: %s", ev->text);
-        out_error(c, msg);
-        return;
-    }
-    pane_print(c, print_report, r);
-    char flags[256];
-    results_flags_text(r, &c->def_flags, flags, sizeof flags);
-    bool stopped = r->stopped;
-    int ok = r->metrics.completed, failed = r->metrics.failed;
-    double tps = r->metrics.output_throughput;
-    err_t err = {{0}};
-    int k = results_add(c->results, r, &err); /* takes r */
-    if (k == 0) {
-        out_error(c, "no request of this run succeeded: it is not kept as a result (there is "
-                     "nothing to compare)");
-        return;
-    }
-    if (err.msg[0]) out_error(c, err.msg);
-    const char *path = results_path(c->results, k);
-    ui_text_addf(c->text, UI_TXT_INFO, "run #%d%s: %d ok, %d failed, flags: %s%s%s", k,
-                 stopped ? " (stopped: partial)" : "", ok, failed, flags,
-                 path[0] ? ", saved to " : "", path);
-    set_status(c, false, "benchmark done: run #%d (%.1f output tok/s)", k, tps);
-}
-
-static void con_results(console_t *c) {
-    if (!results_count(c->results)) {
-        ui_text_add(c->text, UI_TXT_INFO, "no benchmark runs yet: /bench PROFILE runs one");
-        c->scroll = 0;
-        return;
-    }
-    pane_print(c, print_results, NULL);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -643,7 +415,7 @@ static void con_help(console_t *c, const char *name) {
     char buf[8192];
     err_t err = {{0}};
     if (repl_help(name, buf, sizeof buf, &err) < 0) {
-        out_error(c, err.msg);
+        con_out_error(c, err.msg);
         return;
     }
     ui_text_add(c->text, UI_TXT_PRE, buf);
@@ -655,7 +427,7 @@ static void con_help(console_t *c, const char *name) {
 static bool run_line(console_t *c, const char *line) {
     err_t err = {{0}};
     if (repl_parse(line, &c->cmd, &err) < 0) {
-        out_error(c, err.msg);
+        con_out_error(c, err.msg);
         return false;
     }
     repl_cmd_t *cmd = &c->cmd;
@@ -665,9 +437,9 @@ static bool run_line(console_t *c, const char *line) {
         case REPL_CHAT:
             if (c->stream) { /* nothing typed is lost: the message waits in the line */
                 le_set_text(c->le, line);
-                set_status(c, false,
-                           "a reply is still streaming: your message stays in the line; "
-                           "Enter sends it once the reply ends (Esc stops the reply)");
+                con_set_status(c, false,
+                               "a reply is still streaming: your message stays in the line; "
+                               "Enter sends it once the reply ends (Esc stops the reply)");
                 break;
             }
             chat_send(c, cmd->text);
@@ -707,21 +479,16 @@ static bool run_line(console_t *c, const char *line) {
             con_flags(c, cmd->argc ? cmd->argv[0] : NULL);
             break;
         case REPL_BENCH:
-            con_bench(c, cmd->argc, cmd->argv);
+            con_bench_start(c, cmd->argc, cmd->argv);
             break;
         case REPL_BENCH_STOP:
-            if (c->bench_running) {
-                atomic_store(&c->bench_stop, true);
-                set_status(c, false, "stopping the benchmark");
-            } else {
-                out_error(c, "no benchmark is running");
-            }
+            if (!con_bench_stop(c)) con_out_error(c, "no benchmark is running");
             break;
         case REPL_RESULTS:
             con_results(c);
             break;
         case REPL_COMPARE:
-            pane_print(c, print_compare, cmd);
+            con_compare(c, cmd);
             break;
         case REPL_CLEAR:
             ui_text_clear(c->text);
@@ -1256,7 +1023,7 @@ static bool editor_key(console_t *c, int key) {
                 if (k < 0 || (size_t)k >= sizeof buf - used) break;
                 used += (size_t)k;
             }
-            set_status(c, false, "%s", buf);
+            con_set_status(c, false, "%s", buf);
             break;
         }
         default:
@@ -1345,7 +1112,7 @@ static void handle_event(console_t *c, const ui_event_t *ev) {
             c->dirty = true;
             break;
         case UI_EV_BENCH_DONE:
-            bench_done(c, ev);
+            con_bench_done(c, ev);
             break;
         case UI_EV_FLAG_DONE:
             flag_done(c, ev);
@@ -1648,7 +1415,7 @@ int cmd_console(int argc, char **argv) {
             ui_text_add(c->text, UI_TXT_INFO,
                         "(this model has no tokenizer or chat template: "
                         "chat is off)");
-        set_status(c, false, "server listening");
+        con_set_status(c, false, "server listening");
         ui_loop(c);
         input_stop(c->in, stdout);
         endwin();
