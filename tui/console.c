@@ -46,6 +46,7 @@
 #include "server.h"
 #include "ui_header.h"
 #include "ui_log.h"
+#include "ui_quit.h"
 #include "ui_queue.h"
 #include "ui_series.h"
 #include "ui_text.h"
@@ -63,11 +64,14 @@ static const char console_usage[] =
     "\n"
     "The operator's console: the engine and its OpenAI-compatible server, live charts, a chat,\n"
     "live engine flags (/set) and benchmark runs (/bench). F1 or ? shows the keys; /help the\n"
-    "commands; /quit or Ctrl-C leaves.\n"
+    "commands; /quit or Ctrl-C leaves (Ctrl-C first stops the console's own reply or benchmark,\n"
+    "and asks before cutting off other clients' requests: /quit --drain lets them finish).\n"
     "\n"
     "  --results-dir DIR    where /bench saves results (default\n"
     "                       $XDG_STATE_HOME/tachyon/results or ~/.local/state/tachyon/results)\n"
     "  --max-tokens N       tokens per chat reply (default 512)\n"
+    "  --shutdown-timeout S /quit --drain and SIGTERM: seconds to let requests finish\n"
+    "                       (default 30)\n"
     "  --no-color           no colours (also when NO_COLOR is set)\n"
     "  --ascii              ASCII charts and borders (automatic when the locale is not UTF-8)\n"
     "\n" CLI_SERVER_HELP CLI_ENGINE_HELP;
@@ -83,7 +87,8 @@ static const char help_keys[] =
     "  F2           show / hide the model's reasoning\n"
     "  + / -        (on an empty line) zoom the charts' time window in / out\n"
     "  F1 or ?      (on an empty line) this help        Ctrl-L  redraw\n"
-    "  /quit or Ctrl-C   leave\n"
+    "  Ctrl-C       stop the reply and the benchmark; then leave (asks first while\n"
+    "               other clients' requests run: /quit --drain lets them finish)\n"
     "\n"
     "Commands (Tab completes them, their flags and values)\n";
 
@@ -92,12 +97,14 @@ static const double windows_s[] = {30, 60, 300, 900};
 
 enum { PAIR_TITLE = 1, PAIR_CHART, PAIR_ERROR, PAIR_USER, PAIR_CHANGED, PAIR_BAR, PAIR_OK };
 
-static volatile sig_atomic_t got_sigint;
+static volatile sig_atomic_t got_sigint, got_sigterm;
 static ui_queue_t *signal_queue;
 
-static void on_sigint(int sig) {
-    (void)sig;
-    got_sigint = 1;
+static void on_signal(int sig) {
+    if (sig == SIGTERM)
+        got_sigterm = 1;
+    else
+        got_sigint = 1;
     if (signal_queue) ui_queue_kick(signal_queue);
 }
 
@@ -330,7 +337,7 @@ static void chat_send(console_t *c, const char *text) {
     c->req_prompt = (int)n_ids;
     c->req_gen = 0;
     c->req_t0 = now_s();
-    c->req_started = c->reasoning_started = c->content_started = false;
+    c->req_started = c->reasoning_started = c->content_started = c->reply_stopping = false;
     con_set_status(c, false, "generating (Esc stops)");
 }
 
@@ -404,6 +411,7 @@ static void chat_pump(console_t *c) {
 static void chat_stop(console_t *c) {
     if (c->stream) {
         engine_stream_cancel(c->stream);
+        c->reply_stopping = true;
         con_set_status(c, false, "stopping the reply");
     }
 }
@@ -421,6 +429,77 @@ static void con_help(console_t *c, const char *name) {
     ui_text_add(c->text, UI_TXT_PRE, buf);
     if (!name) ui_text_add(c->text, UI_TXT_INFO, "F1 or ? (on an empty line) lists the keys");
     c->scroll = 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Quitting (ui_quit.h decides; this carries it out)
+
+/* Requests on the server that are not the console's own benchmark's: other clients'. */
+static int outside_requests(console_t *c) {
+    int n = http_in_flight(c->srv) - (c->bench_running ? c->prog.in_flight : 0);
+    return n > 0 ? n : 0;
+}
+
+/* The console's own reply or benchmark is running and has not been asked to stop. */
+static bool own_busy(console_t *c) {
+    return (c->stream && !c->reply_stopping) || (c->bench_running && !atomic_load(&c->bench_stop));
+}
+
+/* Carries out a quit decision; true: leave the UI loop (what is in flight is then aborted). */
+static bool quit_act(console_t *c, ui_quit_action_t a) {
+    int n = outside_requests(c);
+    switch (a) {
+        case UI_QUIT_STAY:
+            return false;
+        case UI_QUIT_NOW:
+            return true;
+        case UI_QUIT_STOP_OWN:
+            chat_stop(c);
+            con_bench_stop(c);
+            con_set_status(c, false,
+                           "stopping the console's reply and benchmark (Ctrl-C again "
+                           "to quit)");
+            return false;
+        case UI_QUIT_ASK:
+            ui_text_addf(c->text, UI_TXT_ERROR,
+                         "%d request%s from other clients %s in flight: quitting now aborts %s. "
+                         "Ctrl-C or /quit again quits anyway; /quit --drain lets %s finish "
+                         "first.",
+                         n, n == 1 ? "" : "s", n == 1 ? "is" : "are", n == 1 ? "it" : "them",
+                         n == 1 ? "it" : "them");
+            con_set_status(c, true,
+                           "%d request%s of other clients in flight: Ctrl-C again "
+                           "aborts, /quit --drain waits",
+                           n, n == 1 ? "" : "s");
+            c->scroll = 0;
+            return false;
+        case UI_QUIT_DRAIN:
+            chat_stop(c);
+            con_bench_stop(c);
+            http_drain(c->srv);
+            ui_text_addf(c->text, UI_TXT_INFO,
+                         "draining: new requests are refused; the console quits once the %d in "
+                         "flight have finished (at most %.0f s; Ctrl-C aborts them)",
+                         n, c->shutdown_s);
+            c->scroll = 0;
+            return false;
+    }
+    return false;
+}
+
+/* A Ctrl-C or SIGTERM noted by the handler; true: leave the UI loop. */
+static bool on_signals(console_t *c) {
+    if (got_sigterm) { /* as tachyon serve: drain */
+        got_sigterm = 0;
+        if (quit_act(c,
+                     ui_quit_command(&c->quit, true, outside_requests(c), now_s(), c->shutdown_s)))
+            return true;
+    }
+    if (got_sigint) {
+        got_sigint = 0;
+        return quit_act(c, ui_quit_interrupt(&c->quit, own_busy(c), outside_requests(c), now_s()));
+    }
+    return false;
 }
 
 /* Runs one submitted line; returns true to quit. */
@@ -448,7 +527,8 @@ static bool run_line(console_t *c, const char *line) {
             con_help(c, cmd->argc ? cmd->argv[0] : NULL);
             break;
         case REPL_QUIT:
-            return true;
+            return quit_act(
+                c, ui_quit_command(&c->quit, cmd->on, outside_requests(c), now_s(), c->shutdown_s));
         case REPL_NEW:
             chat_stop(c);
             conv_reset(c);
@@ -1205,6 +1285,14 @@ static void ui_loop(console_t *c) {
         if (t >= c->next_sample) {
             sample(c);
             if (t - c->flags_read_at > 1.0) read_flags(c); /* the admin endpoint changes them */
+            if (c->quit.draining) {
+                int n = http_in_flight(c->srv);
+                if (quit_act(c, ui_quit_tick(&c->quit, n, t))) return;
+                con_set_status(c, false,
+                               "draining: %d request%s in flight, %.0f s left (Ctrl-C "
+                               "aborts)",
+                               n, n == 1 ? "" : "s", c->quit.drain_end - t);
+            }
             c->next_sample += SAMPLE_MS / 1e3;
             if (c->next_sample < t) c->next_sample = t + SAMPLE_MS / 1e3;
         }
@@ -1219,7 +1307,7 @@ static void ui_loop(console_t *c) {
         struct pollfd p[2] = {{.fd = STDIN_FILENO, .events = POLLIN},
                               {.fd = ui_queue_fd(c->q), .events = POLLIN}};
         int n = poll(p, 2, ms);
-        if (got_sigint) return;
+        if (on_signals(c)) return;
         if (n < 0 && errno != EINTR) return;
         if (p[1].revents & POLLIN) {
             ui_queue_ack(c->q);
@@ -1229,7 +1317,7 @@ static void ui_loop(console_t *c) {
         }
         /* also after EINTR: SIGWINCH makes curses queue KEY_RESIZE */
         if (read_keys(c)) return;
-        if (got_sigint) return;
+        if (on_signals(c)) return;
     }
 }
 
@@ -1237,6 +1325,7 @@ int cmd_console(int argc, char **argv) {
     static const struct option longopts[] = {
         {"results-dir", required_argument, 0, 'r'},
         {"max-tokens", required_argument, 0, 'n'},
+        {"shutdown-timeout", required_argument, 0, 'S'},
         {"no-color", no_argument, 0, 'C'},
         {"ascii", no_argument, 0, 'A'},
         {"help", no_argument, 0, 'h'},
@@ -1253,12 +1342,14 @@ int cmd_console(int argc, char **argv) {
     const char *no_color = getenv("NO_COLOR");
     c->color = !(no_color && *no_color);
     c->max_tokens = 512;
+    c->shutdown_s = 30;
     c->think = true;
     c->show_reasoning = true;
     c->window = 1;
     c->format = -1;
     int opt;
     long v;
+    float grace;
     optind = 1;
     while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         switch (opt) {
@@ -1271,6 +1362,13 @@ int cmd_console(int argc, char **argv) {
                     goto usage_error;
                 }
                 c->max_tokens = (int)v;
+                break;
+            case 'S':
+                if (cli_parse_float(optarg, 0, 1e6f, &grace) < 0) {
+                    fprintf(stderr, "tachyon: --shutdown-timeout must be a number of seconds\n");
+                    goto usage_error;
+                }
+                c->shutdown_s = grace;
                 break;
             case 'C':
                 c->color = false;
@@ -1400,7 +1498,7 @@ int cmd_console(int argc, char **argv) {
         /* a terminal's stderr is the screen now; a file keeps every line */
         if (c->log) ui_log_echo(c->log, !isatty(ui_log_fd(c->log)));
         signal_queue = c->q;
-        struct sigaction sa = {.sa_handler = on_sigint};
+        struct sigaction sa = {.sa_handler = on_signal};
         sigemptyset(&sa.sa_mask);
         sigaction(SIGINT, &sa, NULL);
         sigaction(SIGTERM, &sa, NULL);

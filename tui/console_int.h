@@ -27,6 +27,7 @@
 #include "results.h"
 #include "server.h"
 #include "ui_log.h"
+#include "ui_quit.h"
 #include "ui_queue.h"
 #include "ui_series.h"
 #include "ui_text.h"
@@ -108,6 +109,7 @@ typedef struct console {
     char chat_rid[32]; /* "chat-<chat_id>": the request id of the reply in flight */
     double req_t0;
     bool req_started, reasoning_started, content_started;
+    bool reply_stopping; /* Esc or Ctrl-C cancelled the reply; its finish is on the way */
     /* benchmark */
     pthread_t bench_thread;
     bool bench_running;
@@ -119,6 +121,9 @@ typedef struct console {
     bool flag_busy;
     char flag_name[64], flag_value[256];
     double flag_t0;
+    /* quitting */
+    ui_quit_t quit;
+    double shutdown_s; /* /quit --drain and SIGTERM: seconds to let requests finish */
 } console_t;
 
 /* The status line's message (error: drawn as one); also marks the frame dirty. */
