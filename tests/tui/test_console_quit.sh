@@ -3,7 +3,8 @@
 # Ctrl-C first stops what the console itself is doing (its reply and its benchmark) and the
 # console stays. With requests from other clients in flight it says how many and stays; /quit
 # --drain then refuses new requests and quits once those have finished (each one complete,
-# finish_reason "length", none "abort"); a second Ctrl-C instead aborts them and quits.
+# finish_reason "length", none "abort"), and so does SIGTERM; a second Ctrl-C instead aborts them
+# and quits.
 source "$(dirname "$0")/lib.sh"
 command -v curl >/dev/null || { echo "SKIP: curl not installed"; exit 77; }
 
@@ -17,6 +18,17 @@ outside() {
         curl -s -m 300 "$u/v1/completions" -H 'Content-Type: application/json' \
             -d "{\"model\": \"$model\", \"prompt\": \"Hello\", \"max_tokens\": $2, \"ignore_eos\": true}" \
             >"$TUI_DIR/out.$i" &
+    done
+}
+# the console's process: a descendant of the pane's (its main thread names it tachyon-ui)
+console_pid() {
+    local pids p
+    pids=$(tmux_ display -p -t t '#{pane_pid}')
+    for _ in 1 2 3 4; do
+        for p in $pids; do
+            case "$(ps -o comm= -p "$p")" in tachyon*) echo "$p" && return 0 ;; esac
+        done
+        pids=$(for p in $pids; do pgrep -P "$p" || true; done)
     done
 }
 still_running() { [ ! -f "$TUI_DIR/rc" ] || tui_fail "the console quit"; }
@@ -67,6 +79,23 @@ wait
 for i in 1 2 3; do
     grep -q '"finish_reason":"length"' "$TUI_DIR/out.$i" ||
         tui_fail "request $i of the other client did not complete: $(cat "$TUI_DIR/out.$i")"
+done
+tmux_ kill-server
+
+# SIGTERM drains as it does for tachyon serve
+tui_start -- --max-num-seqs 1 --shutdown-timeout 120
+tui_wait '^ready \|'
+outside 2 1500
+tui_wait 'engine: 1 running, 1 waiting'
+pid=$(console_pid)
+[ -n "$pid" ] || tui_fail "no console process under the pane"
+kill -TERM "$pid"
+tui_wait '^draining: new requests are refused'
+exited_ok
+wait
+for i in 1 2; do
+    grep -q '"finish_reason":"length"' "$TUI_DIR/out.$i" ||
+        tui_fail "after SIGTERM, request $i did not complete: $(cat "$TUI_DIR/out.$i")"
 done
 tmux_ kill-server
 
