@@ -440,9 +440,10 @@ static int outside_requests(console_t *c) {
     return n > 0 ? n : 0;
 }
 
-/* The console's own reply or benchmark is running and has not been asked to stop. */
+/* The console's own reply is running and has not been asked to stop, or its benchmark runs:
+ * until a stopped benchmark is done, the server's count still holds its requests. */
 static bool own_busy(console_t *c) {
-    return (c->stream && !c->reply_stopping) || (c->bench_running && !atomic_load(&c->bench_stop));
+    return (c->stream && !c->reply_stopping) || c->bench_running;
 }
 
 /* Carries out a quit decision; true: leave the UI loop (what is in flight is then aborted). */
@@ -487,7 +488,8 @@ static bool quit_act(console_t *c, ui_quit_action_t a) {
     return false;
 }
 
-/* A Ctrl-C or SIGTERM noted by the handler; true: leave the UI loop. */
+/* A Ctrl-C or SIGTERM noted by the handler, or a /quit that waited for the benchmark to end;
+ * true: leave the UI loop. */
 static bool on_signals(console_t *c) {
     if (got_sigterm) { /* as tachyon serve: drain */
         got_sigterm = 0;
@@ -498,6 +500,10 @@ static bool on_signals(console_t *c) {
     if (got_sigint) {
         got_sigint = 0;
         return quit_act(c, ui_quit_interrupt(&c->quit, own_busy(c), outside_requests(c), now_s()));
+    }
+    if (c->quit_after_bench && !c->bench_running) {
+        c->quit_after_bench = false;
+        return quit_act(c, ui_quit_command(&c->quit, false, outside_requests(c), now_s(), 0));
     }
     return false;
 }
@@ -527,6 +533,11 @@ static bool run_line(console_t *c, const char *line) {
             con_help(c, cmd->argc ? cmd->argv[0] : NULL);
             break;
         case REPL_QUIT:
+            if (c->bench_running && !cmd->on) { /* decided once the server has let it go */
+                con_bench_stop(c);
+                c->quit_after_bench = true;
+                return false;
+            }
             return quit_act(
                 c, ui_quit_command(&c->quit, cmd->on, outside_requests(c), now_s(), c->shutdown_s));
         case REPL_NEW:

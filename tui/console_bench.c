@@ -17,6 +17,20 @@ static void on_progress(const bench_progress_t *p, void *user) {
     ui_queue_push(c->q, &ev); /* a full queue drops a progress report: the next one follows */
 }
 
+/* The server notices a stopped run's aborted requests a moment after the client closed their
+ * connections (a suspended connection is looked at every 0.2 s); until then they count as in
+ * flight, and the console would take them for other clients' requests when deciding whether it
+ * may quit. Waits until the server's count has held still for 0.3 s (at most 2 s). */
+static void settle(console_t *c) {
+    double t0 = engine_now(), still = t0;
+    int last = http_in_flight(c->srv);
+    while (engine_now() - still < 0.3 && engine_now() - t0 < 2.0) {
+        usleep(20000);
+        int n = http_in_flight(c->srv);
+        if (n != last) last = n, still = engine_now();
+    }
+}
+
 static void *bench_main(void *arg) {
     console_t *c = arg;
     bench_result_t *r = NULL;
@@ -26,6 +40,7 @@ static void *bench_main(void *arg) {
         r = NULL;
         snprintf(ev.text, sizeof ev.text, "%.500s", err.msg);
     }
+    if (atomic_load(&c->bench_stop)) settle(c);
     ev.ptr = r;
     while (ui_queue_push(c->q, &ev) < 0)
         usleep(10000); /* the result must reach the UI */

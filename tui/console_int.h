@@ -123,7 +123,8 @@ typedef struct console {
     double flag_t0;
     /* quitting */
     ui_quit_t quit;
-    double shutdown_s; /* /quit --drain and SIGTERM: seconds to let requests finish */
+    bool quit_after_bench; /* /quit came while a benchmark ran: decide once it is done */
+    double shutdown_s;     /* /quit --drain and SIGTERM: seconds to let requests finish */
 } console_t;
 
 /* The status line's message (error: drawn as one); also marks the frame dirty. */

@@ -109,4 +109,13 @@ tui_wait '2 requests from other clients are in flight'
 tui_keys C-c
 exited_ok
 wait
+tmux_ kill-server
+
+# /quit during the console's own benchmark stops it, then quits (nothing else in flight)
+tui_start
+tui_wait '^ready \|'
+tui_send '/bench short --num-prompts 400 --input-len 64 --output-len 64' Enter
+tui_wait 'bench \[[#.]+\]'
+tui_send '/quit' Enter
+exited_ok
 echo PASS
