@@ -629,6 +629,7 @@ def test_shutdown_answers_in_flight():
         ans = json.loads(b"".join(r2.chunks(hs2)))
         assert code == 200 and ans["choices"][0]["finish_reason"] == "abort", ans
         assert s.proc.wait(30) == 0
+        s._reader.join(10)  # the log's last lines may still be on their way from the pipe
         assert "stopped" in s.log()
         for c in (c1, c2, idle):
             c.close()
