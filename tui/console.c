@@ -67,7 +67,7 @@ static const char console_usage[] =
     "commands; /quit or Ctrl-C leaves (Ctrl-C first stops the console's own reply or benchmark,\n"
     "and asks before cutting off other clients' requests: /quit --drain lets them finish).\n"
     "\n"
-    "  --results-dir DIR    where /bench saves results (default\n"
+    "  --results-dir DIR    where /bench keeps its results, loaded at start-up (default\n"
     "                       $XDG_STATE_HOME/tachyon/results or ~/.local/state/tachyon/results)\n"
     "  --max-tokens N       tokens per chat reply (default 512)\n"
     "  --shutdown-timeout S /quit --drain and SIGTERM: seconds to let requests finish\n"
@@ -1132,10 +1132,11 @@ static bool console_key(console_t *c, const input_event_t *ev) {
         relayout(c);
         return false;
     }
-    if (c->help) {
+    if (c->help && ev->kind != INPUT_PASTE) { /* a paste closes the help and is kept */
         help_key(c, ev);
         return false;
     }
+    c->help = false;
     switch (ev->kind) {
         case INPUT_ESC:
             chat_stop(c);
