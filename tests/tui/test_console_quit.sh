@@ -31,6 +31,21 @@ console_pid() {
         pids=$(for p in $pids; do pgrep -P "$p" || true; done)
     done
 }
+# tokens_for SECONDS: how many tokens one request generates in about that long on this build and
+# machine (ASan and a busy machine are many times slower than Release), measured once with a
+# request of 100 tokens, so that requests are surely in flight during the steps below and the
+# drains still end in time
+tokens_for() {
+    if [ -z "${TOK_PER_S:-}" ]; then
+        local t0 t1
+        t0=$(date +%s.%N)
+        curl -s -m 300 "$(url)/v1/completions" -H 'Content-Type: application/json' \
+            -d "{\"model\": \"$model\", \"prompt\": \"Hi\", \"max_tokens\": 100, \"ignore_eos\": true}" >/dev/null
+        t1=$(date +%s.%N)
+        TOK_PER_S=$(python3 -c "print(100 / max($t1 - $t0, 0.01))")
+    fi
+    python3 -c "print(max(50, min(3500, int($TOK_PER_S * $1))))"
+}
 still_running() { [ ! -f "$TUI_DIR/rc" ] || tui_fail "the console quit"; }
 exited_ok() {
     tui_wait 'console exited: rc=' 120
@@ -58,7 +73,7 @@ tui_send '/clear' Enter
 
 # the console's own reply, queued behind other clients' requests: the first Ctrl-C stops the
 # reply only; the next one says how many requests of other clients are in flight
-outside 3 2000
+outside 3 "$(tokens_for 3)"
 tui_wait 'engine: 1 running, [12] waiting'
 tui_send 'Tell me a long story' Enter
 tui_wait 'chat-[0-9]+ +[0-9]+ +0 '
@@ -85,7 +100,7 @@ tmux_ kill-server
 # SIGTERM drains as it does for tachyon serve
 tui_start -- --max-num-seqs 1 --shutdown-timeout 120
 tui_wait '^ready \|'
-outside 2 1500
+outside 2 "$(tokens_for 3)"
 tui_wait 'engine: 1 running, 1 waiting'
 pid=$(console_pid)
 [ -n "$pid" ] || tui_fail "no console process under the pane"
@@ -102,7 +117,7 @@ tmux_ kill-server
 # a second Ctrl-C aborts them and quits
 tui_start -- --max-num-seqs 1
 tui_wait '^ready \|'
-outside 2 3000
+outside 2 "$(tokens_for 4)"
 tui_wait 'engine: 1 running, 1 waiting'
 tui_keys C-c
 tui_wait '2 requests from other clients are in flight'
