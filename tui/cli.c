@@ -239,6 +239,9 @@ int cli_server_args(cli_server_t *sv, int *argc, char **argv) {
             return -1;
         }
         if (server_option(sv, name, value) < 0) return -1;
+        /* vLLM's --served-model-name takes one or more names: the words up to the next option */
+        while (!eq && !strcmp(name, "served-model-name") && i + 1 < *argc && argv[i + 1][0] != '-')
+            if (server_option(sv, name, argv[++i]) < 0) return -1;
     }
     *argc = out;
     argv[out] = NULL;

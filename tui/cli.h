@@ -67,8 +67,9 @@ typedef struct cli_server {
     "  --port N                   port (default 8000; 0 = any free port)\n"                        \
     "  --api-key KEY              require Authorization: Bearer KEY (repeatable; default\n"        \
     "                             $TACHYON_API_KEY)\n"                                             \
-    "  --served-model-name NAME   the model's name in the API (repeatable; default the --model\n"  \
-    "                             argument)\n"                                                     \
+    "  --served-model-name NAME [NAME...]  the names clients send as \"model\" (/v1/models\n"      \
+    "                             lists them, the console shows the first); default the\n"         \
+    "                             --model argument as given\n"                                     \
     "  --reasoning-parser qwen3   split <think> output into reasoning and content\n"               \
     "  --enable-auto-tool-choice  tool_choice \"auto\" parses the model's tool calls\n"            \
     "  --tool-call-parser NAME    hermes (Qwen3) or qwen3_coder (Qwen3.5); default: the one the\n" \

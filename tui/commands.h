@@ -25,7 +25,7 @@
  * when it is one quoted argument.
  *
  * Commands (arguments in the order argv holds them):
- *     /help [COMMAND]        /quit, /exit           /new                 /clear
+ *     /help [COMMAND]        /quit, /exit [--drain] (cmd.on: --drain)     /new     /clear
  *     /system [TEXT]         (no text clears the system prompt)
  *     /think on|off          (also true/false; cmd.on)
  *     /set FLAG VALUE        (FLAG checked against the table, VALUE against its type and range;
@@ -33,7 +33,8 @@
  *     /get FLAG              /flags [PREFIX]
  *     /bench PROFILE [OPTIONS...]   (PROFILE checked against bench_profiles())
  *     /bench stop            /results
- *     /compare [A B [C...]]  (none: the last two runs; otherwise a base and the runs to compare)
+ *     /compare [A B [C...]]  (none: the last two complete runs of a profile; otherwise a base and
+ *                             the runs to compare: numbers or result files)
  */
 #ifndef TACHYON_COMMANDS_H
 #define TACHYON_COMMANDS_H
@@ -52,7 +53,7 @@ typedef enum repl_kind {
     REPL_EMPTY, /* blank line: nothing to do */
     REPL_CHAT,  /* text: the message */
     REPL_HELP,  /* argc 0, or 1: the command to explain (without or with its '/') */
-    REPL_QUIT,
+    REPL_QUIT,  /* on: --drain */
     REPL_NEW,
     REPL_SYSTEM, /* text: the system prompt ("" clears it) */
     REPL_THINK,  /* on */
@@ -120,6 +121,7 @@ typedef struct repl_complete_ctx {
  *     "/set NAME xx"     values: true/false for booleans, the choices of enums, "unset" where the
  *                        flag takes it, and for numbers the current value and the default
  *     "/think xx"        on, off
+ *     "/quit xx"         --drain
  *     "/bench xx"        profile names and "stop"
  * Candidates are sorted; best is the first, except for values, where it is the current value
  * when that is a candidate. Returns the number of candidates. */

@@ -3,12 +3,15 @@
  * header, live charts, requests table, flags panel, the chat/output pane, the REPL line and a
  * status line.
  *
+ * The state is console_int.h's console_t; benchmarks and results are in console_bench.c.
+ *
  * Threads: this (UI) thread is the only one that calls curses. The engine's stream wake hook,
- * the benchmark's progress callback and the flag worker post events to a ui_queue whose eventfd
- * the UI loop polls beside stdin; SIGINT and SIGWINCH are blocked in every other thread (the
- * mask is set before any thread is created). The loop samples engine_stats() four times a second
- * into its own rings and draws at most ten frames a second: werase, draw, one wnoutrefresh and
- * one doupdate per frame; the buffers a frame needs are sized at start-up. */
+ * the benchmark's progress callback, the flag worker and the stderr reader (ui_log) post events
+ * to a ui_queue whose eventfd the UI loop polls beside stdin; SIGINT, SIGTERM and SIGWINCH are
+ * blocked in every other thread (the mask is set before any thread is created). The loop samples
+ * engine_stats() four times a second into its own rings and draws at most ten frames a second:
+ * werase, draw, one wnoutrefresh and one doupdate per frame; the buffers a frame needs are sized at
+ * start-up. */
 #include <errno.h>
 #include <getopt.h>
 #include <langinfo.h>
@@ -22,48 +25,53 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <curses.h>
-#include <cjson/cJSON.h>
 
 #include "bench.h"
 #include "chart.h"
 #include "cli.h"
+#include "console_int.h"
 #include "conversation.h"
 #include "commands.h"
 #include "engine.h"
+#include "input.h"
 #include "json.h"
 #include "layout.h"
 #include "lineedit.h"
 #include "mdir.h"
+#include "results.h"
 #include "server.h"
+#include "ui_header.h"
+#include "ui_log.h"
+#include "ui_quit.h"
 #include "ui_queue.h"
 #include "ui_series.h"
 #include "ui_text.h"
 
-#define SAMPLE_MS      250 /* engine_stats() sampling period */
-#define FRAME_MS       100 /* at most ten frames a second */
-#define MAX_COLS       512 /* chart buffers are sized for this; wider screens draw up to it */
-#define MAX_ROWS       128
-#define TEXT_LINES     5000 /* lines the chat/output pane keeps */
-#define MAX_RUNS       64   /* benchmark results kept in memory */
-#define LATENCY_WIN_S  5.0  /* TTFT / TPOT charts: mean over the requests of the last 5 s */
-#define RATE_WIN       4    /* tokens/s over the last 4 samples (1 s) */
-#define MAX_FLAG_VALUE 64
+#define SAMPLE_MS     250 /* engine_stats() sampling period */
+#define FRAME_MS      100 /* at most ten frames a second */
+#define MAX_COLS      512 /* chart buffers are sized for this; wider screens draw up to it */
+#define MAX_ROWS      128
+#define TEXT_LINES    5000 /* lines the chat/output pane keeps */
+#define LATENCY_WIN_S 5.0  /* TTFT / TPOT charts: mean over the requests of the last 5 s */
+#define RATE_WIN      4    /* tokens/s over the last 4 samples (1 s) */
 
 static const char console_usage[] =
     "usage: tachyon [console] [options]\n"
     "\n"
     "The operator's console: the engine and its OpenAI-compatible server, live charts, a chat,\n"
     "live engine flags (/set) and benchmark runs (/bench). F1 or ? shows the keys; /help the\n"
-    "commands; /quit or Ctrl-C leaves.\n"
+    "commands; /quit or Ctrl-C leaves (Ctrl-C first stops the console's own reply or benchmark,\n"
+    "and asks before cutting off other clients' requests: /quit --drain lets them finish).\n"
     "\n"
-    "  --results-dir DIR    where /bench saves results (default\n"
+    "  --results-dir DIR    where /bench keeps its results, loaded at start-up (default\n"
     "                       $XDG_STATE_HOME/tachyon/results or ~/.local/state/tachyon/results)\n"
     "  --max-tokens N       tokens per chat reply (default 512)\n"
+    "  --shutdown-timeout S /quit --drain and SIGTERM: seconds to let requests finish\n"
+    "                       (default 30)\n"
     "  --no-color           no colours (also when NO_COLOR is set)\n"
     "  --ascii              ASCII charts and borders (automatic when the locale is not UTF-8)\n"
     "\n" CLI_SERVER_HELP CLI_ENGINE_HELP;
@@ -71,6 +79,7 @@ static const char console_usage[] =
 static const char help_keys[] =
     "Keys\n"
     "  Enter        send a chat message, or run a /command\n"
+    "  Alt-Enter    a new line in the message (a paste keeps its lines)\n"
     "  Tab / Right  complete / accept the dimmed suggestion\n"
     "  Up / Down    history          Ctrl-A/E/B/F/K/U/W/Y  edit the line\n"
     "  PgUp / PgDn  scroll the chat and output pane\n"
@@ -78,116 +87,24 @@ static const char help_keys[] =
     "  F2           show / hide the model's reasoning\n"
     "  + / -        (on an empty line) zoom the charts' time window in / out\n"
     "  F1 or ?      (on an empty line) this help        Ctrl-L  redraw\n"
-    "  /quit or Ctrl-C   leave\n"
+    "  Ctrl-C       stop the reply and the benchmark; then leave (asks first while\n"
+    "               other clients' requests run: /quit --drain lets them finish)\n"
     "\n"
     "Commands (Tab completes them, their flags and values)\n";
-
-// ---------------------------------------------------------------------------------------------
-// State
-
-enum { M_RUNNING, M_WAITING, M_KV, M_PROMPT_TPS, M_GEN_TPS, M_TTFT, M_TPOT, N_METRICS };
 
 static const double windows_s[] = {30, 60, 300, 900};
 #define N_WINDOWS ((int)(sizeof windows_s / sizeof windows_s[0]))
 
 enum { PAIR_TITLE = 1, PAIR_CHART, PAIR_ERROR, PAIR_USER, PAIR_CHANGED, PAIR_BAR, PAIR_OK };
 
-typedef struct counters {
-    double t;
-    uint64_t prompt, gen;
-    double ttft_sum, tpot_sum;
-    uint64_t ttft_n, tpot_n;
-} counters_t;
-
-typedef struct run {
-    bench_result_t *r;
-    char path[1120];
-} run_t;
-
-typedef struct console {
-    /* options */
-    bool color, ascii;
-    int max_tokens;
-    char results_dir[1024];
-    /* engine and server */
-    engine_t *eng;
-    http_server_t *srv;
-    char url[128], model_line[384], model_desc[256], backend[256], layout_desc[64];
-    const char *api_key;
-    double t_start;
-    ui_queue_t *q;
-    /* metrics */
-    stats_snapshot_t *snap;
-    ui_series_t series[N_METRICS];
-    counters_t hist[32]; /* recent counter readings, for rates and latency windows */
-    int n_hist;
-    double last_ttft, last_tpot; /* ms, latest non-empty window */
-    int window;                  /* index into windows_s */
-    double next_sample;
-    /* screen */
-    SCREEN *screen;
-    layout_t lay;
-    char *chart_buf;     /* [CHART_BUF_SIZE(MAX_COLS, MAX_ROWS)] */
-    char *chart_buf2;    /* the same, for the overlaid second series */
-    double *points;      /* [2 * MAX_COLS] */
-    double *points2;     /* [2 * MAX_COLS] */
-    char *line_buf;      /* [4 * MAX_COLS + 1] scratch for one screen row */
-    ui_text_row_t *rows; /* [MAX_ROWS] */
-    bool help, dirty;
-    char help_cmds[8192]; /* repl_help(NULL): the command list the help overlay shows */
-    double last_frame;
-    char status[256];
-    bool status_error;
-    /* output pane */
-    ui_text_t *text;
-    int scroll;
-    bool show_reasoning;
-    /* REPL */
-    le_t *le;
-    char hist_path[4096];
-    bool have_hist;
-    repl_complete_ctx_t cc;
-    repl_cmd_t cmd;
-    flag_values_t cur_flags, def_flags;
-    char flag_text[64][MAX_FLAG_VALUE];
-    bool flag_changed[64];
-    int n_flags;
-    double flags_read_at;
-    int key_ctrl_left, key_ctrl_right;
-    /* chat */
-    int format; /* chat_format_t, or -1: no chat */
-    conversation_t conv;
-    char *system;
-    bool think;
-    engine_stream_t *stream;
-    chat_reasoning_t *rs;
-    jbuf_t reply;
-    atomic_bool wake_pending;
-    int chat_id, req_prompt, req_gen;
-    char chat_rid[32]; /* "chat-<chat_id>": the request id of the reply in flight */
-    double req_t0;
-    bool req_started, reasoning_started, content_started;
-    /* benchmark */
-    pthread_t bench_thread;
-    bool bench_running;
-    atomic_bool bench_stop;
-    bench_options_t bopts;
-    bench_progress_t prog;
-    run_t runs[MAX_RUNS];
-    int n_runs;
-    /* flag worker (rebuild flags drain the engine: not on the UI thread) */
-    pthread_t flag_thread;
-    bool flag_busy;
-    char flag_name[64], flag_value[256];
-    double flag_t0;
-} console_t;
-
-static volatile sig_atomic_t got_sigint;
+static volatile sig_atomic_t got_sigint, got_sigterm;
 static ui_queue_t *signal_queue;
 
-static void on_sigint(int sig) {
-    (void)sig;
-    got_sigint = 1;
+static void on_signal(int sig) {
+    if (sig == SIGTERM)
+        got_sigterm = 1;
+    else
+        got_sigint = 1;
     if (signal_queue) ui_queue_kick(signal_queue);
 }
 
@@ -195,9 +112,7 @@ static double now_s(void) {
     return engine_now();
 }
 
-static void set_status(console_t *c, bool error, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void set_status(console_t *c, bool error, const char *fmt, ...) {
+void con_set_status(console_t *c, bool error, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(c->status, sizeof c->status, fmt, ap);
@@ -207,9 +122,9 @@ static void set_status(console_t *c, bool error, const char *fmt, ...) {
 }
 
 /* Output in the pane; errors also go to the status line. */
-static void out_error(console_t *c, const char *msg) {
+void con_out_error(console_t *c, const char *msg) {
     ui_text_add(c->text, UI_TXT_ERROR, msg);
-    set_status(c, true, "%s", msg);
+    con_set_status(c, true, "%s", msg);
     c->scroll = 0;
 }
 
@@ -225,7 +140,7 @@ static void block_ui_signals(sigset_t *old) {
 }
 
 /* Starts a thread with the UI's signals blocked, so that only the UI thread takes them. */
-static int spawn(pthread_t *t, void *(*fn)(void *), void *arg) {
+int con_spawn(pthread_t *t, void *(*fn)(void *), void *arg) {
     sigset_t old;
     block_ui_signals(&old);
     int rc = pthread_create(t, NULL, fn, arg);
@@ -269,7 +184,7 @@ static void show_flag(console_t *c, const flag_def_t *f, const char *prefix) {
     char v[MAX_FLAG_VALUE];
     err_t err;
     if (engine_flag_get(c->eng, f->name, v, sizeof v, &err) < 0) {
-        out_error(c, err.msg);
+        con_out_error(c, err.msg);
         return;
     }
     ui_text_addf(c->text, UI_TXT_NORMAL, "%s%s = %s   (default %s, %s)", prefix, f->name, v, f->def,
@@ -292,14 +207,14 @@ static void *flag_main(void *arg) {
  * one waits while another client's rebuild holds the engine's flag lock; the UI never does. */
 static void con_set(console_t *c, const flag_def_t *f, const char *value) {
     if (c->flag_busy) {
-        out_error(c, "a flag change is still being applied; wait for it");
+        con_out_error(c, "a flag change is still being applied; wait for it");
         return;
     }
     snprintf(c->flag_name, sizeof c->flag_name, "%s", f->name);
     snprintf(c->flag_value, sizeof c->flag_value, "%s", value);
     c->flag_t0 = now_s();
-    if (spawn(&c->flag_thread, flag_main, c) != 0) {
-        out_error(c, "cannot start a thread for the flag change");
+    if (con_spawn(&c->flag_thread, flag_main, c) != 0) {
+        con_out_error(c, "cannot start a thread for the flag change");
         return;
     }
     c->flag_busy = true;
@@ -316,7 +231,7 @@ static void flag_done(console_t *c, const ui_event_t *ev) {
     pthread_join(c->flag_thread, NULL);
     c->flag_busy = false;
     if (ev->code < 0) {
-        out_error(c, ev->text);
+        con_out_error(c, ev->text);
         return;
     }
     read_flags(c);
@@ -324,11 +239,11 @@ static void flag_done(console_t *c, const ui_event_t *ev) {
     if (!f) return;
     show_flag(c, f, "set ");
     if (f->apply == FLAG_REBUILD)
-        set_status(c, false, "%s = %s: KV pool rebuilt in %.2f s", f->name, c->flag_value,
-                   now_s() - c->flag_t0);
+        con_set_status(c, false, "%s = %s: KV pool rebuilt in %.2f s", f->name, c->flag_value,
+                       now_s() - c->flag_t0);
     else
-        set_status(c, false, "%s = %s (live: applies from the next engine step)", f->name,
-                   c->flag_value);
+        con_set_status(c, false, "%s = %s (live: applies from the next engine step)", f->name,
+                       c->flag_value);
 }
 
 static void con_flags(console_t *c, const char *prefix) {
@@ -369,17 +284,13 @@ static void chat_wake(void *ctx) {
 
 static void chat_send(console_t *c, const char *text) {
     if (c->format < 0) {
-        out_error(c, "this model has no tokenizer or chat template: chat is not available "
-                     "(benchmarks and flags still work)");
-        return;
-    }
-    if (c->stream) {
-        out_error(c, "a reply is still streaming: wait for it or press Esc to stop it");
+        con_out_error(c, "this model has no tokenizer or chat template: chat is not available "
+                         "(benchmarks and flags still work)");
         return;
     }
     err_t err = {{0}};
     if (conversation_add(&c->conv, CHAT_USER, text) < 0) {
-        out_error(c, "out of memory");
+        con_out_error(c, "out of memory");
         return;
     }
     ui_text_addf(c->text, UI_TXT_USER, "> %s", text);
@@ -395,7 +306,7 @@ static void chat_send(console_t *c, const char *text) {
         tok_encode(engine_tokenizer(c->eng), prompt, len, &ids, &n_ids, &err) < 0) {
         free(prompt);
         conversation_forget_last(&c->conv);
-        out_error(c, err.msg);
+        con_out_error(c, err.msg);
         return;
     }
     free(prompt);
@@ -419,15 +330,15 @@ static void chat_send(console_t *c, const char *text) {
         conversation_forget_last(&c->conv);
         char msg[1100];
         snprintf(msg, sizeof msg, "%s (/new starts over)", err.msg);
-        out_error(c, msg);
+        con_out_error(c, msg);
         return;
     }
     jb_reset(&c->reply);
     c->req_prompt = (int)n_ids;
     c->req_gen = 0;
     c->req_t0 = now_s();
-    c->req_started = c->reasoning_started = c->content_started = false;
-    set_status(c, false, "generating (Esc stops)");
+    c->req_started = c->reasoning_started = c->content_started = c->reply_stopping = false;
+    con_set_status(c, false, "generating (Esc stops)");
 }
 
 /* Shows a piece of the split reply; leading newlines of each part are dropped so that the
@@ -456,7 +367,7 @@ static void chat_finish(console_t *c, const engine_event_t *ev) {
         conversation_forget_last(&c->conv);
         char msg[600];
         snprintf(msg, sizeof msg, "generation failed: %s", ev->error ? ev->error : "?");
-        out_error(c, msg);
+        con_out_error(c, msg);
     } else {
         conversation_add(&c->conv, CHAT_ASSISTANT,
                          c->reply.oom ? ""
@@ -466,7 +377,7 @@ static void chat_finish(console_t *c, const engine_event_t *ev) {
                      engine_finish_reason_name(ev->reason), ev->prompt_tokens,
                      ev->completion_tokens, dt,
                      ev->reason == ENGINE_FINISH_ABORT ? ", stopped" : "");
-        set_status(c, false, "reply done (%s)", engine_finish_reason_name(ev->reason));
+        con_set_status(c, false, "reply done (%s)", engine_finish_reason_name(ev->reason));
     }
     engine_stream_release(c->stream);
     c->stream = NULL;
@@ -500,215 +411,9 @@ static void chat_pump(console_t *c) {
 static void chat_stop(console_t *c) {
     if (c->stream) {
         engine_stream_cancel(c->stream);
-        set_status(c, false, "stopping the reply");
+        c->reply_stopping = true;
+        con_set_status(c, false, "stopping the reply");
     }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Benchmarks
-
-static void on_progress(const bench_progress_t *p, void *user) {
-    console_t *c = user;
-    ui_event_t ev = {.type = UI_EV_BENCH_PROGRESS, .progress = *p};
-    ui_queue_push(c->q, &ev); /* a full queue drops a progress report: the next one follows */
-}
-
-static void *bench_main(void *arg) {
-    console_t *c = arg;
-    bench_result_t *r = NULL;
-    bench_err_t err = {{0}};
-    ui_event_t ev = {.type = UI_EV_BENCH_DONE};
-    if (bench_run(&c->bopts, on_progress, c, &r, &err) < 0) {
-        r = NULL;
-        snprintf(ev.text, sizeof ev.text, "%.500s", err.msg);
-    }
-    ev.ptr = r;
-    while (ui_queue_push(c->q, &ev) < 0)
-        usleep(10000); /* the result must reach the UI */
-    return NULL;
-}
-
-static void con_bench(console_t *c, int argc, char **argv) {
-    if (c->bench_running) {
-        out_error(c, "a benchmark is running: /bench stop ends it");
-        return;
-    }
-    bench_options_t *o = &c->bopts;
-    bench_options_default(o);
-    bench_err_t berr = {{0}};
-    if (bench_profile_apply(argv[0], o, &berr) < 0) {
-        out_error(c, berr.msg);
-        return;
-    }
-    char msg[512];
-    if (cmd_bench_parse_workload(o, argc, argv, msg, sizeof msg) < 0) { /* argv[0]: the profile */
-        out_error(c, msg);
-        return;
-    }
-    snprintf(o->base_url, sizeof o->base_url, "%s", c->url);
-    if (c->api_key) snprintf(o->api_key, sizeof o->api_key, "%s", c->api_key);
-    atomic_store(&c->bench_stop, false);
-    o->stop = &c->bench_stop;
-    c->prog = (bench_progress_t){.total = o->num_prompts};
-    if (spawn(&c->bench_thread, bench_main, c) != 0) {
-        out_error(c, "cannot start the benchmark thread");
-        return;
-    }
-    c->bench_running = true;
-    ui_text_addf(c->text, UI_TXT_INFO, "benchmark %s: %d prompts against %s (/bench stop ends it)",
-                 argv[0], o->num_prompts, c->url);
-    c->scroll = 0;
-    set_status(c, false, "benchmark %s started", argv[0]);
-}
-
-/* Writes what fn prints to a memory FILE into the pane as table lines. */
-static void pane_print(console_t *c, ui_txt_style_t style, void (*fn)(FILE *, const void *),
-                       const void *arg) {
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&buf, &len);
-    if (!f) {
-        out_error(c, "out of memory");
-        return;
-    }
-    fn(f, arg);
-    fclose(f);
-    ui_text_add(c->text, style, buf ? buf : "");
-    free(buf);
-    c->scroll = 0;
-}
-
-static void print_report(FILE *f, const void *r) {
-    bench_report_print(f, r, BENCH_REPORT_VLLM);
-}
-
-/* "max-num-seqs=4 enable-prefix-caching=false" (the flags that differ from the console's
- * baseline), "defaults", or "(flags unknown)", from the {"name": "value", ...} object of the
- * server's flags a result carries. */
-static void flag_set_text(const console_t *c, const bench_result_t *r, char *buf, size_t size) {
-    snprintf(buf, size, "%s", r->server_flags_json[0] ? "defaults" : "(flags unknown)");
-    cJSON *j = cJSON_Parse(r->server_flags_json);
-    if (!j) return;
-    size_t used = 0;
-    const cJSON *it;
-    cJSON_ArrayForEach(it, j) {
-        const flag_def_t *f = it->string ? flags_find(it->string) : NULL;
-        const char *value = cJSON_GetStringValue(it);
-        if (!f || !value) continue;
-        flag_values_t v = c->def_flags;
-        err_t err;
-        if (flags_set(f, value, &v, &err) == 0 && !flags_differ(f, &v, &c->def_flags)) continue;
-        int n = snprintf(buf + used, size - used, "%s%s=%s", used ? " " : "", f->name, value);
-        if (n < 0 || (size_t)n >= size - used) break;
-        used += (size_t)n;
-    }
-    cJSON_Delete(j);
-}
-
-static void bench_done(console_t *c, const ui_event_t *ev) {
-    pthread_join(c->bench_thread, NULL);
-    c->bench_running = false;
-    bench_result_t *r = ev->ptr;
-    if (!r) {
-        char msg[600];
-        snprintf(msg, sizeof msg, "benchmark failed: %s", ev->text);
-        out_error(c, msg);
-        return;
-    }
-    pane_print(c, UI_TXT_PRE, print_report, r);
-    if (c->n_runs == MAX_RUNS) { /* keep the newest: drop the oldest from memory */
-        bench_result_destroy(c->runs[0].r);
-        memmove(c->runs, c->runs + 1, (MAX_RUNS - 1) * sizeof *c->runs);
-        c->n_runs--;
-    }
-    run_t *run = &c->runs[c->n_runs++];
-    run->r = r;
-    /* DATE-PROFILE.json; runs finishing in the same second get -2, -3, ... */
-    const char *profile = r->options.profile[0] ? r->options.profile : "custom";
-    snprintf(run->path, sizeof run->path, "%.1000s/%.31s-%.63s.json", c->results_dir, r->date,
-             profile);
-    for (int k = 2; access(run->path, F_OK) == 0 && k < 1000; k++)
-        snprintf(run->path, sizeof run->path, "%.1000s/%.31s-%.63s-%d.json", c->results_dir,
-                 r->date, profile, k);
-    bench_err_t err = {{0}};
-    if (bench_result_save_json(r, run->path, &err) < 0) {
-        out_error(c, err.msg);
-        run->path[0] = '\0';
-    }
-    char flags[256];
-    flag_set_text(c, r, flags, sizeof flags);
-    ui_text_addf(c->text, UI_TXT_INFO, "run #%d%s: %d ok, %d failed, flags: %s%s%s", c->n_runs,
-                 r->stopped ? " (stopped: partial)" : "", r->metrics.completed, r->metrics.failed,
-                 flags, run->path[0] ? ", saved to " : "", run->path);
-    set_status(c, false, "benchmark done: run #%d (%.1f output tok/s)", c->n_runs,
-               r->metrics.output_throughput);
-}
-
-static void con_results(console_t *c) {
-    if (!c->n_runs) {
-        ui_text_add(c->text, UI_TXT_INFO, "no benchmark runs yet: /bench PROFILE runs one");
-        c->scroll = 0;
-        return;
-    }
-    ui_text_add(c->text, UI_TXT_PRE,
-                "  #  date             profile   prompts  ok    out tok/s  "
-                "TTFT p50 ms  flags");
-    for (int i = 0; i < c->n_runs; i++) {
-        const bench_result_t *r = c->runs[i].r;
-        char flags[256];
-        flag_set_text(c, r, flags, sizeof flags);
-        ui_text_addf(c->text, UI_TXT_PRE, "%3d  %-15s  %-8s  %7d  %-4d  %9.1f  %11.1f  %s%s", i + 1,
-                     r->date, r->options.profile[0] ? r->options.profile : "-",
-                     r->options.num_prompts, r->metrics.completed, r->metrics.output_throughput,
-                     r->metrics.ttft.median, flags, r->stopped ? " (stopped)" : "");
-    }
-    c->scroll = 0;
-}
-
-typedef struct compare_args {
-    const bench_result_t *base;
-    const bench_result_t *runs[MAX_RUNS];
-    int n;
-} compare_args_t;
-
-static void print_compare(FILE *f, const void *arg) {
-    const compare_args_t *a = arg;
-    bench_compare_print(f, a->base, a->runs, a->n);
-}
-
-static int run_index(console_t *c, const char *s) {
-    long v;
-    if (*s == '#') s++;
-    if (cli_parse_long(s, 1, c->n_runs, &v) < 0) return -1;
-    return (int)v - 1;
-}
-
-static void con_compare(console_t *c, int argc, char **argv) {
-    compare_args_t a = {0};
-    if (argc == 0) {
-        if (c->n_runs < 2) {
-            out_error(c, "/compare needs two runs: /bench twice (e.g. with a /set between)");
-            return;
-        }
-        a.base = c->runs[c->n_runs - 2].r;
-        a.runs[a.n++] = c->runs[c->n_runs - 1].r;
-    } else {
-        for (int i = 0; i < argc; i++) {
-            int k = run_index(c, argv[i]);
-            if (k < 0) {
-                char msg[300];
-                snprintf(msg, sizeof msg, "no run \"%s\": /results lists runs 1..%d", argv[i],
-                         c->n_runs);
-                out_error(c, msg);
-                return;
-            }
-            if (i == 0)
-                a.base = c->runs[k].r;
-            else if (a.n < MAX_RUNS)
-                a.runs[a.n++] = c->runs[k].r;
-        }
-    }
-    pane_print(c, UI_TXT_PRE, print_compare, &a);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -718,7 +423,7 @@ static void con_help(console_t *c, const char *name) {
     char buf[8192];
     err_t err = {{0}};
     if (repl_help(name, buf, sizeof buf, &err) < 0) {
-        out_error(c, err.msg);
+        con_out_error(c, err.msg);
         return;
     }
     ui_text_add(c->text, UI_TXT_PRE, buf);
@@ -726,11 +431,88 @@ static void con_help(console_t *c, const char *name) {
     c->scroll = 0;
 }
 
+// ---------------------------------------------------------------------------------------------
+// Quitting (ui_quit.h decides; this carries it out)
+
+/* Requests on the server that are not the console's own benchmark's: other clients'. */
+static int outside_requests(console_t *c) {
+    int n = http_in_flight(c->srv) - (c->bench_running ? c->prog.in_flight : 0);
+    return n > 0 ? n : 0;
+}
+
+/* The console's own reply is running and has not been asked to stop, or its benchmark runs:
+ * until a stopped benchmark is done, the server's count still holds its requests. */
+static bool own_busy(console_t *c) {
+    return (c->stream && !c->reply_stopping) || c->bench_running;
+}
+
+/* Carries out a quit decision; true: leave the UI loop (what is in flight is then aborted). */
+static bool quit_act(console_t *c, ui_quit_action_t a) {
+    int n = outside_requests(c);
+    switch (a) {
+        case UI_QUIT_STAY:
+            return false;
+        case UI_QUIT_NOW:
+            return true;
+        case UI_QUIT_STOP_OWN:
+            chat_stop(c);
+            con_bench_stop(c);
+            con_set_status(c, false,
+                           "stopping the console's reply and benchmark (Ctrl-C again "
+                           "to quit)");
+            return false;
+        case UI_QUIT_ASK:
+            ui_text_addf(c->text, UI_TXT_ERROR,
+                         "%d request%s from other clients %s in flight: quitting now aborts %s. "
+                         "Ctrl-C or /quit again quits anyway; /quit --drain lets %s finish "
+                         "first.",
+                         n, n == 1 ? "" : "s", n == 1 ? "is" : "are", n == 1 ? "it" : "them",
+                         n == 1 ? "it" : "them");
+            con_set_status(c, true,
+                           "%d request%s of other clients in flight: Ctrl-C again "
+                           "aborts, /quit --drain waits",
+                           n, n == 1 ? "" : "s");
+            c->scroll = 0;
+            return false;
+        case UI_QUIT_DRAIN:
+            chat_stop(c);
+            con_bench_stop(c);
+            http_drain(c->srv);
+            ui_text_addf(c->text, UI_TXT_INFO,
+                         "draining: new requests are refused; the console quits once the %d in "
+                         "flight have finished (at most %.0f s; Ctrl-C aborts them)",
+                         n, c->shutdown_s);
+            c->scroll = 0;
+            return false;
+    }
+    return false;
+}
+
+/* A Ctrl-C or SIGTERM noted by the handler, or a /quit that waited for the benchmark to end;
+ * true: leave the UI loop. */
+static bool on_signals(console_t *c) {
+    if (got_sigterm) { /* as tachyon serve: drain */
+        got_sigterm = 0;
+        if (quit_act(c,
+                     ui_quit_command(&c->quit, true, outside_requests(c), now_s(), c->shutdown_s)))
+            return true;
+    }
+    if (got_sigint) {
+        got_sigint = 0;
+        return quit_act(c, ui_quit_interrupt(&c->quit, own_busy(c), outside_requests(c), now_s()));
+    }
+    if (c->quit_after_bench && !c->bench_running) {
+        c->quit_after_bench = false;
+        return quit_act(c, ui_quit_command(&c->quit, false, outside_requests(c), now_s(), 0));
+    }
+    return false;
+}
+
 /* Runs one submitted line; returns true to quit. */
 static bool run_line(console_t *c, const char *line) {
     err_t err = {{0}};
     if (repl_parse(line, &c->cmd, &err) < 0) {
-        out_error(c, err.msg);
+        con_out_error(c, err.msg);
         return false;
     }
     repl_cmd_t *cmd = &c->cmd;
@@ -738,13 +520,26 @@ static bool run_line(console_t *c, const char *line) {
         case REPL_EMPTY:
             break;
         case REPL_CHAT:
+            if (c->stream) { /* nothing typed is lost: the message waits in the line */
+                le_set_text(c->le, line);
+                con_set_status(c, false,
+                               "a reply is still streaming: your message stays in the line; "
+                               "Enter sends it once the reply ends (Esc stops the reply)");
+                break;
+            }
             chat_send(c, cmd->text);
             break;
         case REPL_HELP:
             con_help(c, cmd->argc ? cmd->argv[0] : NULL);
             break;
         case REPL_QUIT:
-            return true;
+            if (c->bench_running && !cmd->on) { /* decided once the server has let it go */
+                con_bench_stop(c);
+                c->quit_after_bench = true;
+                return false;
+            }
+            return quit_act(
+                c, ui_quit_command(&c->quit, cmd->on, outside_requests(c), now_s(), c->shutdown_s));
         case REPL_NEW:
             chat_stop(c);
             conv_reset(c);
@@ -775,21 +570,16 @@ static bool run_line(console_t *c, const char *line) {
             con_flags(c, cmd->argc ? cmd->argv[0] : NULL);
             break;
         case REPL_BENCH:
-            con_bench(c, cmd->argc, cmd->argv);
+            con_bench_start(c, cmd->argc, cmd->argv);
             break;
         case REPL_BENCH_STOP:
-            if (c->bench_running) {
-                atomic_store(&c->bench_stop, true);
-                set_status(c, false, "stopping the benchmark");
-            } else {
-                out_error(c, "no benchmark is running");
-            }
+            if (!con_bench_stop(c)) con_out_error(c, "no benchmark is running");
             break;
         case REPL_RESULTS:
             con_results(c);
             break;
         case REPL_COMPARE:
-            con_compare(c, cmd->argc, cmd->argv);
+            con_compare(c, cmd);
             break;
         case REPL_CLEAR:
             ui_text_clear(c->text);
@@ -892,16 +682,25 @@ static void title_rule(console_t *c, layout_rect_t r, const char *title) {
     putf(c, r.y, r.x + 1, r.w - 2, a | A_BOLD, " %s ", title);
 }
 
+/* The header's fields, the name clients must send and the URL last to go (ui_header.h). */
 static void draw_header(console_t *c) {
     layout_rect_t r = c->lay.header;
     long up = (long)(now_s() - c->t_start);
+    char uptime[32];
+    snprintf(uptime, sizeof uptime, "up %02ld:%02ld:%02ld", up / 3600, up / 60 % 60, up % 60);
+    const ui_header_field_t f[] = {
+        {"Tachyon", 5, false, false},      {c->model_name, 0, false, true},
+        {c->model_note, 1, true, false},   {c->url, 0, false, false},
+        {c->layout_desc, 3, false, false}, {uptime, 4, false, false},
+        {c->backend, 2, false, false},     {c->model_desc, 6, false, false},
+    };
+    ui_header_fit(f, (int)(sizeof f / sizeof f[0]), r.w - 1, c->ascii, c->line_buf,
+                  4 * MAX_COLS + 1);
     attr_t a = attr_of(c, PAIR_BAR, A_REVERSE);
     attrset(a);
     mvhline(r.y, r.x, ' ', r.w);
     attrset(A_NORMAL);
-    putf(c, r.y, r.x, r.w, a | A_BOLD, " Tachyon | %s | %s | %s | up %02ld:%02ld:%02ld | %s | %s",
-         c->model_line, c->url, c->layout_desc, up / 3600, up / 60 % 60, up % 60, c->backend,
-         c->model_desc);
+    put(r.y, r.x + 1, r.w - 1, c->line_buf, strlen(c->line_buf), a | A_BOLD);
 }
 
 /* Dot bits of the braille cell at *p (a space is an empty cell); advances *p past it. */
@@ -1152,7 +951,17 @@ static void draw_repl(console_t *c) {
     int fw = r.w - pw - 1;
     if (fw < 1) fw = 1;
     le_render(c->le, fw, &v);
-    put(r.y, r.x + pw, fw, v.text, v.len, A_NORMAL);
+    /* a line break takes one column, drawn as a mark, so a pasted message reads as one */
+    int x = r.x + pw;
+    for (const char *p = v.text, *end = v.text + v.len; p < end;) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        size_t n = nl ? (size_t)(nl - p) : (size_t)(end - p);
+        put(r.y, x, r.x + pw + fw - x, p, n, A_NORMAL);
+        x += le_text_width(p, n);
+        if (!nl) break;
+        put(r.y, x++, 1, c->ascii ? "|" : "\xe2\x8f\x8e", c->ascii ? 1 : 3, A_DIM);
+        p = nl + 1;
+    }
     if (v.suggest_len)
         put(r.y, r.x + pw + v.text_cols, fw - v.text_cols, v.suggest, v.suggest_len, A_DIM);
     move(r.y, r.x + pw + v.cursor_col);
@@ -1186,22 +995,48 @@ static void draw_status(console_t *c) {
     }
 }
 
+/* The help overlay: the keys, then the commands, wrapped to the width; when it does not fit
+ * (80x24 does not hold it) it scrolls, and its title and last row say so. */
 static void draw_help(console_t *c) {
     int w = COLS - 4 < 96 ? COLS - 4 : 96, h = LINES - 2;
-    int x = (COLS - w) / 2, y = 1;
+    int x = (COLS - w) / 2, y = 1, rows = h - 2 < MAX_ROWS ? h - 2 : MAX_ROWS;
     for (int row = 0; row < h; row++)
         mvhline(y + row, x, ' ', w);
-    title_rule(c, (layout_rect_t){x, y, w, 1}, "Help (any key closes)");
-    int row = y + 1;
-    for (int part = 0; part < 2; part++) {
-        const char *s = part ? c->help_cmds : help_keys;
-        while (*s && row < y + h) {
-            const char *nl = strchr(s, '\n');
-            size_t n = nl ? (size_t)(nl - s) : strlen(s);
-            put(row++, x + 1, w - 2, s, n, A_NORMAL);
-            s += n + (nl ? 1 : 0);
-        }
-    }
+    int top = 1 << 20; /* clamped to the scroll that shows the first row */
+    ui_text_rows(c->help_text, w - 2, rows, &top, true, c->rows);
+    if (c->help_scroll > top) c->help_scroll = top;
+    int n = ui_text_rows(c->help_text, w - 2, rows, &c->help_scroll, true, c->rows);
+    title_rule(c, (layout_rect_t){x, y, w, 1},
+               top ? "Help (Up/Down, PgUp/PgDn scroll; any other key closes)"
+                   : "Help (any key closes)");
+    for (int i = 0; i < n; i++)
+        put(y + 1 + i, x + 1, w - 2, c->rows[i].text, c->rows[i].len, A_NORMAL);
+    if (top)
+        putf(c, y + h - 1, x + 1, w - 2, A_DIM, "%s",
+             c->help_scroll == top ? "-- PgDn: more below --"
+             : c->help_scroll      ? "-- PgUp / PgDn: more above and below --"
+                                   : "-- end (PgUp: more above) --");
+}
+
+/* A key while the help is open: the scroll keys scroll it, any other key closes it. */
+static void help_key(console_t *c, const input_event_t *ev) {
+    int page = LINES - 6 > 1 ? LINES - 6 : 1, by = 0;
+    if (ev->kind == INPUT_EDIT && (ev->key == LE_KEY_UP || ev->key == LE_KEY_DOWN))
+        by = ev->key == LE_KEY_UP ? 1 : -1;
+    else if (ev->kind == INPUT_EDIT && (ev->key == LE_KEY_HOME || ev->key == LE_KEY_END))
+        by = ev->key == LE_KEY_HOME ? 1 << 20 : -(1 << 20);
+    else if (ev->kind == INPUT_KEY && ev->curses_key && ev->key == KEY_PPAGE)
+        by = page;
+    else if (ev->kind == INPUT_KEY && ev->curses_key && ev->key == KEY_NPAGE)
+        by = -page;
+    else
+        c->help = false;
+    c->help_scroll = c->help_scroll + by < 0 ? 0 : c->help_scroll + by; /* draw clamps the top */
+}
+
+static void open_help(console_t *c) {
+    c->help = true;
+    c->help_scroll = 1 << 20; /* from the top */
 }
 
 static void draw_too_small(console_t *c) {
@@ -1251,33 +1086,6 @@ static void relayout(console_t *c) {
 // ---------------------------------------------------------------------------------------------
 // Keys
 
-static int map_key(console_t *c, int code) {
-    switch (code) {
-        case KEY_LEFT:
-            return LE_KEY_LEFT;
-        case KEY_RIGHT:
-            return LE_KEY_RIGHT;
-        case KEY_UP:
-            return LE_KEY_UP;
-        case KEY_DOWN:
-            return LE_KEY_DOWN;
-        case KEY_HOME:
-            return LE_KEY_HOME;
-        case KEY_END:
-            return LE_KEY_END;
-        case KEY_DC:
-            return LE_KEY_DELETE;
-        case KEY_BACKSPACE:
-            return LE_KEY_BACKSPACE;
-        case KEY_ENTER:
-            return LE_KEY_ENTER;
-        default:
-            if (code == c->key_ctrl_left && code > 0) return LE_KEY_CTRL_LEFT;
-            if (code == c->key_ctrl_right && code > 0) return LE_KEY_CTRL_RIGHT;
-            return -1;
-    }
-}
-
 static void scroll_by(console_t *c, int rows) {
     c->scroll += rows;
     if (c->scroll < 0) c->scroll = 0;
@@ -1306,7 +1114,7 @@ static bool editor_key(console_t *c, int key) {
                 if (k < 0 || (size_t)k >= sizeof buf - used) break;
                 used += (size_t)k;
             }
-            set_status(c, false, "%s", buf);
+            con_set_status(c, false, "%s", buf);
             break;
         }
         default:
@@ -1316,68 +1124,71 @@ static bool editor_key(console_t *c, int key) {
     return false;
 }
 
+/* One decoded key (input.h); returns true to quit. */
+static bool console_key(console_t *c, const input_event_t *ev) {
+    c->dirty = true;
+    int ch = ev->key;
+    if (ev->kind == INPUT_KEY && ev->curses_key && ch == KEY_RESIZE) {
+        relayout(c);
+        return false;
+    }
+    if (c->help && ev->kind != INPUT_PASTE) { /* a paste closes the help and is kept */
+        help_key(c, ev);
+        return false;
+    }
+    c->help = false;
+    switch (ev->kind) {
+        case INPUT_ESC:
+            chat_stop(c);
+            return false;
+        case INPUT_PASTE: /* the whole paste is one message, its line breaks kept */
+            le_insert(c->le, ev->text);
+            return false;
+        case INPUT_EDIT:
+            return editor_key(c, ch);
+        case INPUT_KEY:
+            break;
+    }
+    if (ev->curses_key) {
+        if (ch == KEY_F(1))
+            open_help(c);
+        else if (ch == KEY_F(2))
+            c->show_reasoning = !c->show_reasoning;
+        else if (ch == KEY_PPAGE)
+            scroll_by(c, c->lay.chat.h > 3 ? c->lay.chat.h - 2 : 1);
+        else if (ch == KEY_NPAGE)
+            scroll_by(c, -(c->lay.chat.h > 3 ? c->lay.chat.h - 2 : 1));
+        return false;
+    }
+    if (ch == 12) { /* Ctrl-L */
+        clearok(curscr, TRUE);
+        relayout(c);
+        return false;
+    }
+    if (le_text(c->le)[0] == '\0' && (ch == '?' || ch == '+' || ch == '-')) {
+        if (ch == '?')
+            open_help(c);
+        else if (ch == '+' && c->window > 0)
+            c->window--;
+        else if (ch == '-' && c->window < N_WINDOWS - 1)
+            c->window++;
+        return false;
+    }
+    return editor_key(c, ch);
+}
+
 /* Handles every key waiting on stdin; returns true to quit. */
 static bool read_keys(console_t *c) {
     wint_t ch;
-    int rc;
+    int rc, n;
+    input_event_t ev[2];
     while ((rc = get_wch(&ch)) != ERR) {
-        c->dirty = true;
-        if (rc == KEY_CODE_YES) {
-            if (ch == KEY_RESIZE) {
-                relayout(c);
-                continue;
-            }
-            if (c->help) {
-                c->help = false;
-                continue;
-            }
-            if (ch == KEY_F(1)) {
-                c->help = true;
-            } else if (ch == KEY_F(2)) {
-                c->show_reasoning = !c->show_reasoning;
-            } else if (ch == KEY_PPAGE) {
-                scroll_by(c, c->lay.chat.h > 3 ? c->lay.chat.h - 2 : 1);
-            } else if (ch == KEY_NPAGE) {
-                scroll_by(c, -(c->lay.chat.h > 3 ? c->lay.chat.h - 2 : 1));
-            } else {
-                int k = map_key(c, (int)ch);
-                if (k >= 0 && editor_key(c, k)) return true;
-            }
-            continue;
-        }
-        if (c->help) { /* any key closes the help */
-            c->help = false;
-            continue;
-        }
-        bool empty = le_text(c->le)[0] == '\0';
-        if (ch == 27) { /* Esc, or Alt-b / Alt-f */
-            wint_t next;
-            int r2 = get_wch(&next);
-            if (r2 == OK && (next == 'b' || next == 'f')) {
-                if (editor_key(c, next == 'b' ? LE_KEY_ALT_B : LE_KEY_ALT_F)) return true;
-                continue;
-            }
-            if (r2 != ERR) unget_wch(next);
-            chat_stop(c);
-            continue;
-        }
-        if (ch == 12) { /* Ctrl-L */
-            clearok(curscr, TRUE);
-            relayout(c);
-            continue;
-        }
-        if (empty && (ch == '?' || ch == '+' || ch == '-')) {
-            if (ch == '?')
-                c->help = true;
-            else if (ch == '+' && c->window > 0)
-                c->window--;
-            else if (ch == '-' && c->window < N_WINDOWS - 1)
-                c->window++;
-            continue;
-        }
-        if (editor_key(c, (int)ch)) return true;
+        n = input_feed(c->in, rc == KEY_CODE_YES, (int)ch, now_s(), ev);
+        for (int i = 0; i < n; i++)
+            if (console_key(c, &ev[i])) return true;
     }
-    return false;
+    n = input_idle(c->in, now_s(), ev);
+    return n && console_key(c, &ev[0]);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1393,49 +1204,28 @@ static void handle_event(console_t *c, const ui_event_t *ev) {
             c->dirty = true;
             break;
         case UI_EV_BENCH_DONE:
-            bench_done(c, ev);
+            con_bench_done(c, ev);
             break;
         case UI_EV_FLAG_DONE:
             flag_done(c, ev);
             break;
+        case UI_EV_LOG:
+            ui_text_add(c->text, UI_TXT_INFO, ev->text);
+            c->dirty = true;
+            break;
     }
 }
 
-static int mkdirs(const char *path) {
-    char buf[1024];
-    snprintf(buf, sizeof buf, "%s", path);
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = '\0';
-        if (mkdir(buf, 0700) < 0 && errno != EEXIST) return -1;
-        *p = '/';
-    }
-    return mkdir(buf, 0700) < 0 && errno != EEXIST ? -1 : 0;
-}
-
-static int default_results_dir(char *buf, size_t size) {
-    const char *state = getenv("XDG_STATE_HOME"), *home = getenv("HOME");
-    int n;
-    if (state && state[0] == '/')
-        n = snprintf(buf, size, "%s/tachyon/results", state);
-    else if (home && *home)
-        n = snprintf(buf, size, "%s/.local/state/tachyon/results", home);
-    else
-        return -1;
-    return n < 0 || (size_t)n >= size ? -1 : 0;
-}
-
-static void describe(console_t *c, const cli_engine_t *ce) {
+/* The header's model: the name clients must send (the first served name: the --model argument
+ * as given unless --served-model-name says otherwise), and what kind of weights it has. */
+static void describe(console_t *c, const cli_engine_t *ce, const cli_server_t *sv) {
     const engine_opts_t *o = &ce->opts;
     model_config_describe(engine_model_config(c->eng), c->model_desc, sizeof c->model_desc);
-    const char *model = o->model.model, *slash = strrchr(model, '/');
-    const char *base = slash && slash[1] ? slash + 1 : model;
-    if (!strcmp(model, MDIR_EMBEDDED))
-        snprintf(c->model_line, sizeof c->model_line, "demo model (tiny-qwen3, toy weights)");
+    snprintf(c->model_name, sizeof c->model_name, "%s", sv->names[0]);
+    if (!strcmp(o->model.model, MDIR_EMBEDDED))
+        snprintf(c->model_note, sizeof c->model_note, "(demo model, toy weights)");
     else if (o->model.format == LOAD_DUMMY)
-        snprintf(c->model_line, sizeof c->model_line, "%s (dummy random weights)", base);
-    else
-        snprintf(c->model_line, sizeof c->model_line, "%s", base);
+        snprintf(c->model_note, sizeof c->model_note, "(dummy random weights)");
     engine_describe_backend(c->eng, c->backend, sizeof c->backend);
     snprintf(c->layout_desc, sizeof c->layout_desc, "TP %d%s", o->flags.tensor_parallel_size,
              o->flags.enable_expert_parallel ? " EP" : "");
@@ -1462,18 +1252,29 @@ static int init_curses(console_t *c) {
     } else {
         c->color = false;
     }
-    c->key_ctrl_left = key_defined("kLFT5");
-    c->key_ctrl_right = key_defined("kRIT5");
+    input_start(c->in, stdout);
     return 0;
 }
 
+/* A line the engine, a backend or the server wrote to stderr (ui_log's reader thread): to the
+ * output pane, without the program's name. Dropped when the queue is full: it must not block. */
+static void on_log_line(void *user, const char *line) {
+    console_t *c = user;
+    ui_event_t ev = {.type = UI_EV_LOG};
+    if (!strncmp(line, "tachyon: ", 9)) line += 9;
+    snprintf(ev.text, sizeof ev.text, "%s", line);
+    ui_queue_push(c->q, &ev);
+}
+
 static void console_free(console_t *c) {
+    ui_log_stop(c->log); /* first: its thread posts to the queue */
     if (c->stream) engine_stream_release(c->stream);
     chat_reasoning_destroy(c->rs);
-    for (int i = 0; i < c->n_runs; i++)
-        bench_result_destroy(c->runs[i].r);
+    results_destroy(c->results);
     le_destroy(c->le);
+    input_destroy(c->in);
     ui_text_destroy(c->text);
+    ui_text_destroy(c->help_text);
     ui_queue_destroy(c->q);
     conversation_free(&c->conv);
     jb_free(&c->reply);
@@ -1496,6 +1297,14 @@ static void ui_loop(console_t *c) {
         if (t >= c->next_sample) {
             sample(c);
             if (t - c->flags_read_at > 1.0) read_flags(c); /* the admin endpoint changes them */
+            if (c->quit.draining) {
+                int n = http_in_flight(c->srv);
+                if (quit_act(c, ui_quit_tick(&c->quit, n, t))) return;
+                con_set_status(c, false,
+                               "draining: %d request%s in flight, %.0f s left (Ctrl-C "
+                               "aborts)",
+                               n, n == 1 ? "" : "s", c->quit.drain_end - t);
+            }
             c->next_sample += SAMPLE_MS / 1e3;
             if (c->next_sample < t) c->next_sample = t + SAMPLE_MS / 1e3;
         }
@@ -1510,7 +1319,7 @@ static void ui_loop(console_t *c) {
         struct pollfd p[2] = {{.fd = STDIN_FILENO, .events = POLLIN},
                               {.fd = ui_queue_fd(c->q), .events = POLLIN}};
         int n = poll(p, 2, ms);
-        if (got_sigint) return;
+        if (on_signals(c)) return;
         if (n < 0 && errno != EINTR) return;
         if (p[1].revents & POLLIN) {
             ui_queue_ack(c->q);
@@ -1520,7 +1329,7 @@ static void ui_loop(console_t *c) {
         }
         /* also after EINTR: SIGWINCH makes curses queue KEY_RESIZE */
         if (read_keys(c)) return;
-        if (got_sigint) return;
+        if (on_signals(c)) return;
     }
 }
 
@@ -1528,6 +1337,7 @@ int cmd_console(int argc, char **argv) {
     static const struct option longopts[] = {
         {"results-dir", required_argument, 0, 'r'},
         {"max-tokens", required_argument, 0, 'n'},
+        {"shutdown-timeout", required_argument, 0, 'S'},
         {"no-color", no_argument, 0, 'C'},
         {"ascii", no_argument, 0, 'A'},
         {"help", no_argument, 0, 'h'},
@@ -1544,12 +1354,14 @@ int cmd_console(int argc, char **argv) {
     const char *no_color = getenv("NO_COLOR");
     c->color = !(no_color && *no_color);
     c->max_tokens = 512;
+    c->shutdown_s = 30;
     c->think = true;
     c->show_reasoning = true;
     c->window = 1;
     c->format = -1;
     int opt;
     long v;
+    float grace;
     optind = 1;
     while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         switch (opt) {
@@ -1562,6 +1374,13 @@ int cmd_console(int argc, char **argv) {
                     goto usage_error;
                 }
                 c->max_tokens = (int)v;
+                break;
+            case 'S':
+                if (cli_parse_float(optarg, 0, 1e6f, &grace) < 0) {
+                    fprintf(stderr, "tachyon: --shutdown-timeout must be a number of seconds\n");
+                    goto usage_error;
+                }
+                c->shutdown_s = grace;
                 break;
             case 'C':
                 c->color = false;
@@ -1589,22 +1408,24 @@ int cmd_console(int argc, char **argv) {
         free(c);
         return 2;
     }
-    if (!c->results_dir[0] && default_results_dir(c->results_dir, sizeof c->results_dir) < 0) {
-        fprintf(stderr, "tachyon: no results directory: set HOME, XDG_STATE_HOME or use "
-                        "--results-dir\n");
+    err_t err = {{0}};
+    if (!c->results_dir[0] &&
+        results_default_dir(c->results_dir, sizeof c->results_dir, &err) < 0) {
+        fprintf(stderr, "tachyon: %s (--results-dir names a directory)\n", err.msg);
         free(c);
         return 2;
     }
-    if (mkdirs(c->results_dir) < 0) {
-        fprintf(stderr, "tachyon: cannot create %s: %s\n", c->results_dir, strerror(errno));
+    if (!(c->results = results_create(c->results_dir, &err))) {
+        fprintf(stderr, "tachyon: %s\n", err.msg);
         free(c);
         return 1;
     }
+    char results_note[1024];
+    results_load(c->results, results_note, sizeof results_note);
 
     setlocale(LC_ALL, "");
     if (strcmp(nl_langinfo(CODESET), "UTF-8")) c->ascii = true;
 
-    err_t err = {{0}};
     c->snap = malloc(sizeof *c->snap);
     c->chart_buf = malloc(CHART_BUF_SIZE(MAX_COLS, MAX_ROWS));
     c->chart_buf2 = malloc(CHART_BUF_SIZE(MAX_COLS, MAX_ROWS));
@@ -1614,9 +1435,11 @@ int cmd_console(int argc, char **argv) {
     c->rows = malloc(MAX_ROWS * sizeof *c->rows);
     c->q = ui_queue_create(1024, &err);
     c->text = c->q ? ui_text_create(TEXT_LINES, &err) : NULL;
-    c->le = c->text ? le_create(REPL_LINE_MAX - 1, 1000, &err) : NULL;
+    c->help_text = c->text ? ui_text_create(100, &err) : NULL;
+    c->le = c->help_text ? le_create(REPL_LINE_MAX - 1, 1000, &err) : NULL;
+    c->in = c->le ? input_create(REPL_LINE_MAX - 1, &err) : NULL;
     if (!c->snap || !c->chart_buf || !c->chart_buf2 || !c->points || !c->points2 || !c->line_buf ||
-        !c->rows || !c->le) {
+        !c->rows || !c->in) {
         fprintf(stderr, "tachyon: %s\n", err.msg[0] ? err.msg : "out of memory");
         console_free(c);
         return 1;
@@ -1628,7 +1451,10 @@ int cmd_console(int argc, char **argv) {
     flags_init(&c->def_flags);
     c->cc.values = &c->cur_flags;
     le_set_completer(c->le, repl_complete, &c->cc);
-    if (repl_help(NULL, c->help_cmds, sizeof c->help_cmds, &err) < 0) c->help_cmds[0] = '\0';
+    char cmds[8192];
+    if (repl_help(NULL, cmds, sizeof cmds, &err) < 0) cmds[0] = '\0';
+    ui_text_add(c->help_text, UI_TXT_NORMAL, help_keys);
+    ui_text_add(c->help_text, UI_TXT_NORMAL, cmds);
     if (le_history_path(c->hist_path, sizeof c->hist_path, &err) == 0) {
         c->have_hist = true;
         le_history_load(c->le, c->hist_path, &err);
@@ -1640,6 +1466,9 @@ int cmd_console(int argc, char **argv) {
     block_ui_signals(&old);
     signal(SIGPIPE, SIG_IGN);
     fprintf(stderr, "tachyon: opening the model...\n");
+    /* what the engine says from here on (the KV-cache size) shows in the output pane too */
+    if (!(c->log = ui_log_start(on_log_line, c, &err)))
+        fprintf(stderr, "tachyon: %s: messages go to the terminal\n", err.msg);
     if (cli_engine_open(&ce) < 0) {
         console_free(c);
         return 1;
@@ -1664,7 +1493,7 @@ int cmd_console(int argc, char **argv) {
              v6 ? "]" : "", http_port(c->srv));
     int fmt = engine_chat_format(c->eng);
     c->format = engine_tokenizer(c->eng) && fmt >= 0 ? fmt : -1;
-    describe(c, &ce);
+    describe(c, &ce, &sv);
     c->t_start = now_s();
     read_flags(c);
     auto_baseline(c, &ce.opts.flags);
@@ -1678,8 +1507,10 @@ int cmd_console(int argc, char **argv) {
                 getenv("TERM") ? getenv("TERM") : "");
         rc = 1;
     } else {
+        /* a terminal's stderr is the screen now; a file keeps every line */
+        if (c->log) ui_log_echo(c->log, !isatty(ui_log_fd(c->log)));
         signal_queue = c->q;
-        struct sigaction sa = {.sa_handler = on_sigint};
+        struct sigaction sa = {.sa_handler = on_signal};
         sigemptyset(&sa.sa_mask);
         sigaction(SIGINT, &sa, NULL);
         sigaction(SIGTERM, &sa, NULL);
@@ -1689,13 +1520,17 @@ int cmd_console(int argc, char **argv) {
                      "Serving %s at %s (OpenAI API). Type a message to chat, /help for commands, "
                      "F1 for keys.",
                      sv.names[0], c->url);
+        if (results_note[0]) ui_text_add(c->text, UI_TXT_INFO, results_note);
         if (c->format < 0)
             ui_text_add(c->text, UI_TXT_INFO,
                         "(this model has no tokenizer or chat template: "
                         "chat is off)");
-        set_status(c, false, "server listening");
+        con_set_status(c, false, "server listening");
         ui_loop(c);
+        input_stop(c->in, stdout);
         endwin();
+        ui_log_stop(c->log); /* the terminal's again: what follows goes to stderr */
+        c->log = NULL;
         delscreen(c->screen);
         signal_queue = NULL;
     }

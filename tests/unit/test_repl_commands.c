@@ -62,7 +62,11 @@ static void test_simple_commands(void **state) {
     ok("/quit", REPL_QUIT, 0);
     ok("/exit", REPL_QUIT, 0);
     ok("  /quit  ", REPL_QUIT, 0);
-    bad("/quit now", "/quit takes no arguments");
+    assert_false(cmd.on);
+    ok("/quit --drain", REPL_QUIT, 1);
+    assert_true(cmd.on);
+    bad("/quit now", "usage: /quit [--drain]");
+    bad("/quit --drain now", "usage: /quit [--drain]");
     ok("/new", REPL_NEW, 0);
     bad("/new x", "/new takes no arguments");
     ok("/clear", REPL_CLEAR, 0);
@@ -253,6 +257,8 @@ static void test_complete_commands(void **state) {
     assert_string_equal(comp.cand[0], "off");
     assert_string_equal(comp.cand[1], "on");
     assert_int_equal(complete("/think of", NULL), 1);
+    assert_int_equal(complete("/quit --d", NULL), 1);
+    assert_string_equal(comp.cand[0], "--drain");
     /* Nothing to complete. */
     assert_int_equal(complete("hello", NULL), 0);
     assert_int_equal(complete("//se", NULL), 0);

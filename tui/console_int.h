@@ -1,0 +1,149 @@
+/*
+ * console_int: the console's state, shared by the files that make up `tachyon console`
+ * (console.c: set-up, keys, drawing and the UI loop; console_bench.c: benchmarks and results).
+ * Internal to them: nothing else includes it. Everything here is touched by the UI thread only,
+ * except where a field says otherwise.
+ *
+ * Each part exports its entry points with the con_ prefix; the helpers below are console.c's.
+ */
+#ifndef TACHYON_CONSOLE_INT_H
+#define TACHYON_CONSOLE_INT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <curses.h>
+
+#include "bench.h"
+#include "commands.h"
+#include "conversation.h"
+#include "engine.h"
+#include "input.h"
+#include "json.h"
+#include "layout.h"
+#include "lineedit.h"
+#include "results.h"
+#include "server.h"
+#include "ui_log.h"
+#include "ui_quit.h"
+#include "ui_queue.h"
+#include "ui_series.h"
+#include "ui_text.h"
+
+#define MAX_FLAG_VALUE 64
+
+enum { M_RUNNING, M_WAITING, M_KV, M_PROMPT_TPS, M_GEN_TPS, M_TTFT, M_TPOT, N_METRICS };
+
+typedef struct counters {
+    double t;
+    uint64_t prompt, gen;
+    double ttft_sum, tpot_sum;
+    uint64_t ttft_n, tpot_n;
+} counters_t;
+
+typedef struct console {
+    /* options */
+    bool color, ascii;
+    int max_tokens;
+    char results_dir[1024];
+    results_t *results;
+    /* engine and server */
+    engine_t *eng;
+    http_server_t *srv;
+    char url[128], model_name[256], model_note[64], model_desc[256], backend[256], layout_desc[64];
+    const char *api_key;
+    double t_start;
+    ui_queue_t *q;
+    ui_log_t *log; /* stderr, shown in the output pane while the console runs */
+    /* metrics */
+    stats_snapshot_t *snap;
+    ui_series_t series[N_METRICS];
+    counters_t hist[32]; /* recent counter readings, for rates and latency windows */
+    int n_hist;
+    double last_ttft, last_tpot; /* ms, latest non-empty window */
+    int window;                  /* index into windows_s */
+    double next_sample;
+    /* screen */
+    SCREEN *screen;
+    layout_t lay;
+    char *chart_buf;     /* [CHART_BUF_SIZE(MAX_COLS, MAX_ROWS)] */
+    char *chart_buf2;    /* the same, for the overlaid second series */
+    double *points;      /* [2 * MAX_COLS] */
+    double *points2;     /* [2 * MAX_COLS] */
+    char *line_buf;      /* [4 * MAX_COLS + 1] scratch for one screen row */
+    ui_text_row_t *rows; /* [MAX_ROWS] */
+    bool help, dirty;
+    ui_text_t *help_text; /* the keys and repl_help(NULL)'s command list, wrapped when drawn */
+    int help_scroll;      /* rows the help is scrolled up from its end (ui_text_rows) */
+    double last_frame;
+    char status[256];
+    bool status_error;
+    /* output pane */
+    ui_text_t *text;
+    int scroll;
+    bool show_reasoning;
+    /* REPL */
+    le_t *le;
+    char hist_path[4096];
+    bool have_hist;
+    repl_complete_ctx_t cc;
+    repl_cmd_t cmd;
+    flag_values_t cur_flags, def_flags;
+    char flag_text[64][MAX_FLAG_VALUE];
+    bool flag_changed[64];
+    int n_flags;
+    double flags_read_at;
+    input_t *in;
+    /* chat */
+    int format; /* chat_format_t, or -1: no chat */
+    conversation_t conv;
+    char *system;
+    bool think;
+    engine_stream_t *stream;
+    chat_reasoning_t *rs;
+    jbuf_t reply;
+    atomic_bool wake_pending;
+    int chat_id, req_prompt, req_gen;
+    char chat_rid[32]; /* "chat-<chat_id>": the request id of the reply in flight */
+    double req_t0;
+    bool req_started, reasoning_started, content_started;
+    bool reply_stopping; /* Esc or Ctrl-C cancelled the reply; its finish is on the way */
+    /* benchmark */
+    pthread_t bench_thread;
+    bool bench_running;
+    atomic_bool bench_stop;
+    bench_options_t bopts;
+    bench_progress_t prog;
+    /* flag worker (rebuild flags drain the engine: not on the UI thread) */
+    pthread_t flag_thread;
+    bool flag_busy;
+    char flag_name[64], flag_value[256];
+    double flag_t0;
+    /* quitting */
+    ui_quit_t quit;
+    bool quit_after_bench; /* /quit came while a benchmark ran: decide once it is done */
+    double shutdown_s;     /* /quit --drain and SIGTERM: seconds to let requests finish */
+} console_t;
+
+/* The status line's message (error: drawn as one); also marks the frame dirty. */
+void con_set_status(console_t *c, bool error, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* A problem: in the output pane and on the status line. */
+void con_out_error(console_t *c, const char *msg);
+
+/* pthread_create with the UI's signals blocked, so that only the UI thread takes them. */
+int con_spawn(pthread_t *t, void *(*fn)(void *), void *arg);
+
+/* console_bench.c: /bench PROFILE [OPTIONS] (argv[0] the profile) on its own thread against the
+ * embedded server; /bench stop (false when none runs); its UI_EV_BENCH_DONE event; /results;
+ * /compare. */
+void con_bench_start(console_t *c, int argc, char **argv);
+bool con_bench_stop(console_t *c);
+void con_bench_done(console_t *c, const ui_event_t *ev);
+void con_results(console_t *c);
+void con_compare(console_t *c, const repl_cmd_t *cmd);
+
+#endif
