@@ -199,6 +199,8 @@ void model_dim_explain(const model_config_t *c, wdim_t dim, char *buf, size_t si
 // ---------------------------------------------------------------------------------------------
 // config.json
 
+static double param_count(const model_config_t *c);
+
 int model_config_parse(const char *text, const char *file, model_config_t *cfg, err_t *err) {
     memset(cfg, 0, sizeof *cfg);
     snprintf(cfg->source, sizeof cfg->source, "%s", file);
@@ -239,6 +241,12 @@ int model_config_parse(const char *text, const char *file, model_config_t *cfg, 
     if (parse_torch_dtype(json, file, cfg, err) < 0 ||
         parse_quantization(json, file, cfg, err) < 0 || cfg->arch->parse(json, file, cfg, err) < 0)
         goto out;
+    double params = param_count(cfg);
+    if (params > MODEL_MAX_PARAMS) {
+        err_set(err, "%s: the shapes make %.3g parameters, more than the %.0e Tachyon addresses",
+                file, params, MODEL_MAX_PARAMS);
+        goto out;
+    }
     rc = 0;
 out:
     cJSON_Delete(json);
@@ -322,16 +330,22 @@ int model_config_preset(const char *name, bool fp8, model_config_t *cfg, err_t *
 // ---------------------------------------------------------------------------------------------
 // Derived
 
-int64_t model_param_count(const model_config_t *c) {
-    int64_t n = 0;
+/* In double, so that any config's shapes can be counted (a hostile config.json with 256 layers of
+ * 10^9 x 10^9 overflowed int64); exact below 2^53, far above MODEL_MAX_PARAMS. */
+static double param_count(const model_config_t *c) {
+    double n = 0;
     const model_arch_t *a = c->arch;
     for (int i = 0; i < a->n_tensors; i++) {
         const wspec_t *s = &a->tensors[i];
         if (s->kind == WK_LM_HEAD && c->tie_word_embeddings) continue;
-        int64_t size = model_dim(c, s->rows) * model_dim(c, s->cols);
+        double size = (double)model_dim(c, s->rows) * (double)model_dim(c, s->cols);
         n += s->per_layer ? size * c->n_layers : size;
     }
     return n;
+}
+
+int64_t model_param_count(const model_config_t *c) {
+    return (int64_t)param_count(c);
 }
 
 void model_config_describe(const model_config_t *c, char *buf, size_t size) {

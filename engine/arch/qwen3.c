@@ -22,6 +22,11 @@ static int parse(const cJSON *json, const char *file, model_config_t *cfg, err_t
     if (model_json_int(json, file, "head_dim", cfg->hidden_size / cfg->n_heads, 2, &cfg->head_dim,
                        err) < 0)
         return -1;
+    if (cfg->head_dim < 2) /* the default: hidden_size 2 with 4 heads made head_dim 0 */
+        return err_set(err,
+                       "%s: head_dim is missing and hidden_size %d / num_attention_heads %d is %d "
+                       "(at least 2)",
+                       file, cfg->hidden_size, cfg->n_heads, cfg->head_dim);
     double eps = 0;
     if (model_json_double(json, file, "rms_norm_eps", 1e-6, &eps, err) < 0) return -1;
     cfg->rms_norm_eps = (float)eps;
