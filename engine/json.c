@@ -269,14 +269,16 @@ static int annotate_numbers(cJSON *item, const char **cursor, const char *end) {
 }
 
 /* Python's json.loads refuses a raw control character inside a string; cJSON copies it (and a
- * raw NUL cuts the string short). Returns the offset of the first one, or -1. Also tells whether
- * any string holds an escaped U+0000. */
+ * raw NUL cuts the string short). Between tokens cJSON skips every byte up to 0x20 as whitespace,
+ * NUL included, where JSON allows only space, tab, LF and CR. Returns the offset of the first
+ * such byte, or -1. Also tells whether any string holds an escaped U+0000. */
 static long find_control_char(const char *text, const char *end, bool *escaped_nul) {
     bool in_string = false;
     *escaped_nul = false;
     for (const char *p = text; p < end; p++) {
         unsigned char c = (unsigned char)*p;
         if (!in_string) {
+            if (c < 0x20 && c != '\t' && c != '\n' && c != '\r') return (long)(p - text);
             in_string = c == '"';
         } else if (c == '"') {
             in_string = false;
@@ -285,6 +287,51 @@ static long find_control_char(const char *text, const char *end, bool *escaped_n
             p++;
         } else if (c < 0x20) {
             return (long)(p - text);
+        }
+    }
+    return -1;
+}
+
+/* The end of the JSON number that starts at p (-?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?), or
+ * NULL when p starts none. */
+static const char *json_number_end(const char *p, const char *end) {
+    if (p < end && *p == '-') p++;
+    if (p < end && *p == '0') {
+        p++;
+    } else {
+        if (p >= end || *p < '1' || *p > '9') return NULL;
+        while (p < end && *p >= '0' && *p <= '9')
+            p++;
+    }
+    if (p < end && *p == '.') {
+        if (++p >= end || *p < '0' || *p > '9') return NULL;
+        while (p < end && *p >= '0' && *p <= '9')
+            p++;
+    }
+    if (p < end && (*p == 'e' || *p == 'E')) {
+        if (++p < end && (*p == '+' || *p == '-')) p++;
+        if (p >= end || *p < '0' || *p > '9') return NULL;
+        while (p < end && *p >= '0' && *p <= '9')
+            p++;
+    }
+    return p;
+}
+
+/* cJSON reads a number with strtod over any run of "+-.eE" and digits, so it takes 06, 1. and
+ * 1.e5, which JSON (and Python's json.loads) refuse. Returns the offset of the first number
+ * that is not JSON's, or -1. */
+static long find_bad_number(const char *text, const char *end) {
+    for (const char *p = text; p < end;) {
+        if (*p == '"') {
+            p = skip_json_string(p, end);
+        } else if (*p == '-' || (*p >= '0' && *p <= '9')) {
+            const char *q = p;
+            while (q < end && strchr("+-.eE0123456789", *q))
+                q++;
+            if (json_number_end(p, q) != q) return (long)(p - text);
+            p = q;
+        } else {
+            p++;
         }
     }
     return -1;
@@ -367,7 +414,12 @@ cJSON *json_parse(const char *text, size_t len, err_t *err) {
     long bad = find_control_char(text, end, &escaped_nul);
     if (bad >= 0) {
         cJSON_Delete(json);
-        err_set(err, "invalid JSON: a control character inside a string at byte %ld", bad);
+        err_set(err, "invalid JSON: a control character at byte %ld", bad);
+        return NULL;
+    }
+    if ((bad = find_bad_number(text, end)) >= 0) {
+        cJSON_Delete(json);
+        err_set(err, "invalid JSON: a malformed number at byte %ld", bad);
         return NULL;
     }
     const char *cursor = text;

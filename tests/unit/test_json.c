@@ -66,6 +66,12 @@ static void test_refused(void **state) {
         "{} x",              /* data after the document */
         "{\"k\\u0000\": 1}", /* a key holding U+0000 */
         "[\"\\ud800\"]",     /* a lone surrogate */
+        "[06]",              /* numbers cJSON's strtod takes but JSON refuses (found by */
+        "{\"a\": -01}",      /* fuzz_sse: the benchmark client's validator refused them) */
+        "[1.]",
+        "[1.e5]",
+        "[-]",
+        "[1e+]",
         "",
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -78,8 +84,16 @@ static void test_refused(void **state) {
     err_t err = {{0}};
     assert_null(json_parse("{}\0x", 4, &err));
     assert_null(json_parse("{} \0", 4, &err));
-    /* whitespace after the document is fine; so are control characters outside strings */
-    cJSON *j = parse(" {\"a\":\n\t1} \r\n");
+    /* a NUL or another control character between tokens, which cJSON skips as whitespace (found
+     * by fuzz_sse: the benchmark client's validator refused what the server accepted) */
+    assert_null(json_parse("{\"a\":\0 1}", 9, &err));
+    assert_null(json_parse("[1,\x01 2]", 7, &err));
+    assert_null(json_parse("\x0b{}", 3, &err));
+    /* space, tab, LF and CR around and between tokens are fine */
+    cJSON *j = parse("[0, -0.5, 10, 1e5, 2.5E-3, -1e+2, \"06 1. x\"]");
+    assert_non_null(j);
+    cJSON_Delete(j);
+    j = parse(" {\"a\":\n\t1} \r\n");
     assert_non_null(j);
     cJSON_Delete(j);
 }
