@@ -241,6 +241,20 @@ int model_config_parse(const char *text, const char *file, model_config_t *cfg, 
     if (parse_torch_dtype(json, file, cfg, err) < 0 ||
         parse_quantization(json, file, cfg, err) < 0 || cfg->arch->parse(json, file, cfg, err) < 0)
         goto out;
+    const struct {
+        const char *name;
+        int value;
+    } dims[] = {
+        {"hidden_size", cfg->hidden_size},     {"intermediate_size", cfg->intermediate_size},
+        {"head_dim", cfg->head_dim},           {"vocab_size", cfg->vocab_size},
+        {"num_attention_heads", cfg->n_heads}, {"num_key_value_heads", cfg->n_kv_heads}};
+    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
+        if (dims[i].value > MODEL_MAX_DIM) {
+            err_set(err, "%s: %s %d is more than the %d Tachyon supports", file, dims[i].name,
+                    dims[i].value, MODEL_MAX_DIM);
+            goto out;
+        }
+    }
     double params = param_count(cfg);
     if (params > MODEL_MAX_PARAMS) {
         err_set(err, "%s: the shapes make %.3g parameters, more than the %.0e Tachyon addresses",
