@@ -1,6 +1,7 @@
 #include "json.h"
 #include "utf8.h"
 
+#include <ctype.h>
 #include <limits.h>
 #include <locale.h>
 #include <math.h>
@@ -270,11 +271,13 @@ static int annotate_numbers(cJSON *item, const char **cursor, const char *end) {
 
 /* Python's json.loads refuses a raw control character inside a string; cJSON copies it (and a
  * raw NUL cuts the string short). Between tokens cJSON skips every byte up to 0x20 as whitespace,
- * NUL included, where JSON allows only space, tab, LF and CR. Returns the offset of the first
- * such byte, or -1. Also tells whether any string holds an escaped U+0000. */
-static long find_control_char(const char *text, const char *end, bool *escaped_nul) {
+ * NUL included, where JSON allows only space, tab, LF and CR. cJSON also decodes a \u escape
+ * whose four characters are not all hex digits (\u00e[). Returns the offset of the first such
+ * byte, or -1, with *what naming it. Also tells whether any string holds an escaped U+0000. */
+static long find_bad_char(const char *text, const char *end, bool *escaped_nul, const char **what) {
     bool in_string = false;
     *escaped_nul = false;
+    *what = "a control character";
     for (const char *p = text; p < end; p++) {
         unsigned char c = (unsigned char)*p;
         if (!in_string) {
@@ -283,7 +286,15 @@ static long find_control_char(const char *text, const char *end, bool *escaped_n
         } else if (c == '"') {
             in_string = false;
         } else if (c == '\\') {
-            if (end - p >= 6 && memcmp(p + 1, "u0000", 5) == 0) *escaped_nul = true;
+            if (p + 1 < end && p[1] == 'u') {
+                for (int k = 2; k < 6; k++) {
+                    if (p + k >= end || !isxdigit((unsigned char)p[k])) {
+                        *what = "a \\u escape without four hex digits";
+                        return (long)(p - text);
+                    }
+                }
+                if (memcmp(p + 2, "0000", 4) == 0) *escaped_nul = true;
+            }
             p++;
         } else if (c < 0x20) {
             return (long)(p - text);
@@ -411,10 +422,11 @@ cJSON *json_parse(const char *text, size_t len, err_t *err) {
         }
     }
     bool escaped_nul;
-    long bad = find_control_char(text, end, &escaped_nul);
+    const char *what;
+    long bad = find_bad_char(text, end, &escaped_nul, &what);
     if (bad >= 0) {
         cJSON_Delete(json);
-        err_set(err, "invalid JSON: a control character at byte %ld", bad);
+        err_set(err, "invalid JSON: %s at byte %ld", what, bad);
         return NULL;
     }
     if ((bad = find_bad_number(text, end)) >= 0) {
