@@ -252,7 +252,7 @@ static int annotate_numbers(cJSON *item, const char **cursor, const char *end) {
                     p++;
             }
             const char *q = p;
-            while (q < end && strchr("+-.eE0123456789", *q))
+            while (q < end && *q && strchr("+-.eE0123456789", *q))
                 q++;
             if (p == end) return -1;
             char *lex = cJSON_malloc((size_t)(q - p) + 1);
@@ -337,7 +337,7 @@ static long find_bad_number(const char *text, const char *end) {
             p = skip_json_string(p, end);
         } else if (*p == '-' || (*p >= '0' && *p <= '9')) {
             const char *q = p;
-            while (q < end && strchr("+-.eE0123456789", *q))
+            while (q < end && *q && strchr("+-.eE0123456789", *q))
                 q++;
             if (json_number_end(p, q) != q) return (long)(p - text);
             p = q;
