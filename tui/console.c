@@ -1320,8 +1320,12 @@ static void ui_loop(console_t *c) {
         struct pollfd p[2] = {{.fd = STDIN_FILENO, .events = POLLIN},
                               {.fd = ui_queue_fd(c->q), .events = POLLIN}};
         int n = poll(p, 2, ms);
+        /* taken before on_signals: a drain it starts makes calls that overwrite errno, and the
+         * EINTR of the very signal that asked for the drain then read as a poll failure: the
+         * console quit at once, aborting the requests it was to wait for */
+        bool poll_failed = n < 0 && errno != EINTR;
         if (on_signals(c)) return;
-        if (n < 0 && errno != EINTR) return;
+        if (poll_failed) return;
         if (p[1].revents & POLLIN) {
             ui_queue_ack(c->q);
             ui_event_t ev;

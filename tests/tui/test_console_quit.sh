@@ -101,8 +101,7 @@ tmux_ kill-server
 for sig in TERM HUP; do
     tui_start -- --max-num-seqs 1 --shutdown-timeout 120
     tui_wait '^ready \|'
-    # long enough that the drain is still on screen when polled (3 s raced on a busy machine)
-    outside 2 "$(tokens_for 8)"
+    outside 2 "$(tokens_for 3)"
     tui_wait 'engine: 1 running, 1 waiting'
     pid=$(console_pid)
     [ -n "$pid" ] || tui_fail "no console process under the pane"
