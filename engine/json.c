@@ -407,6 +407,50 @@ static int mark_nul_strings(cJSON *item, bool members, const char **cursor, cons
     return 0;
 }
 
+typedef struct keyed {
+    cJSON *node;
+    size_t order;
+} keyed_t;
+
+static int by_key_then_order(const void *a, const void *b) {
+    const keyed_t *x = a, *y = b;
+    int c = strcmp(x->node->string, y->node->string);
+    return c ? c : (x->order > y->order) - (x->order < y->order);
+}
+
+/* An object that names a key twice: Python's json.loads (and so vLLM, transformers) keeps the
+ * last value at the first one's place; cJSON's lookups find the first. Each run of one key is
+ * replaced by its last node, put where the first was. Members are sorted by key, so that a
+ * hostile object of many keys costs n log n. */
+static int keep_last_duplicates(cJSON *item) {
+    for (; item; item = item->next) {
+        if (cJSON_IsObject(item) && item->child && item->child->next) {
+            size_t n = 0;
+            for (cJSON *c = item->child; c; c = c->next)
+                n++;
+            keyed_t *v = malloc(n * sizeof *v);
+            if (!v) return -1;
+            size_t i = 0;
+            for (cJSON *c = item->child; c; c = c->next, i++)
+                v[i] = (keyed_t){c, i};
+            qsort(v, n, sizeof *v, by_key_then_order);
+            for (size_t a = 0, b; a < n; a = b) {
+                for (b = a + 1; b < n && strcmp(v[a].node->string, v[b].node->string) == 0; b++)
+                    ;
+                if (b - a == 1) continue;
+                for (size_t k = a + 1; k + 1 < b; k++)
+                    cJSON_Delete(cJSON_DetachItemViaPointer(item, v[k].node));
+                cJSON *last = cJSON_DetachItemViaPointer(item, v[b - 1].node);
+                cJSON_ReplaceItemViaPointer(item, v[a].node, last);
+            }
+            free(v);
+        }
+        if ((cJSON_IsObject(item) || cJSON_IsArray(item)) && keep_last_duplicates(item->child) < 0)
+            return -1;
+    }
+    return 0;
+}
+
 cJSON *json_parse(const char *text, size_t len, err_t *err) {
     const char *end = NULL;
     cJSON *json = cJSON_ParseWithLengthOpts(text, len, &end, false);
@@ -443,6 +487,11 @@ cJSON *json_parse(const char *text, size_t len, err_t *err) {
     cursor = text;
     if (escaped_nul && mark_nul_strings(json, false, &cursor, end, err) < 0) {
         cJSON_Delete(json);
+        return NULL;
+    }
+    if (keep_last_duplicates(json) < 0) {
+        cJSON_Delete(json);
+        err_set(err, "out of memory parsing JSON");
         return NULL;
     }
     return json;

@@ -100,11 +100,30 @@ static void test_refused(void **state) {
     cJSON_Delete(j);
 }
 
+/* A key given twice keeps its last value at its first place, as Python's json.loads: vLLM reads
+ * {"max_tokens": 1, "max_tokens": 9} as 9, where cJSON's lookup found 1. */
+static void test_duplicate_keys_last_wins(void **state) {
+    cJSON *j =
+        parse("{\"a\": 1, \"b\": {\"x\": 1, \"x\": [2], \"x\": \"3\"}, \"a\": 4.0, \"c\": 5}");
+    assert_non_null(j);
+    const char *keys[] = {"a", "b", "c"};
+    int i = 0;
+    for (const cJSON *c = j->child; c; c = c->next, i++)
+        assert_string_equal(c->string, keys[i]);
+    assert_int_equal(i, 3);
+    assert_string_equal(cJSON_GetObjectItemCaseSensitive(j, "a")->valuestring, "4.0");
+    const cJSON *b = cJSON_GetObjectItemCaseSensitive(j, "b");
+    assert_int_equal(cJSON_GetArraySize(b), 1);
+    assert_string_equal(cJSON_GetObjectItemCaseSensitive(b, "x")->valuestring, "3");
+    cJSON_Delete(j);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_nul_strings_keep_their_length),
         cmocka_unit_test(test_number_spellings),
         cmocka_unit_test(test_refused),
+        cmocka_unit_test(test_duplicate_keys_last_wins),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
