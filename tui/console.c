@@ -1318,9 +1318,9 @@ static void ui_loop(console_t *c) {
         int ms = wait > 0 ? (int)(wait * 1e3) + 1 : 0;
         struct pollfd p[2] = {{.fd = STDIN_FILENO, .events = POLLIN},
                               {.fd = ui_queue_fd(c->q), .events = POLLIN}};
-        int n = poll(p, 2, ms);
+        int n = poll(p, 2, ms), poll_errno = errno; /* on_signals may change errno (drain) */
         if (on_signals(c)) return;
-        if (n < 0 && errno != EINTR) return;
+        if (n < 0 && poll_errno != EINTR) return;
         if (p[1].revents & POLLIN) {
             ui_queue_ack(c->q);
             ui_event_t ev;
