@@ -122,7 +122,7 @@ static int outside_requests(console_t *c) {
 /* The console's own reply is running and has not been asked to stop, or its benchmark runs:
  * until a stopped benchmark is done, the server's count still holds its requests. */
 static bool own_busy(console_t *c) {
-    return (c->stream && !c->reply_stopping) || c->bench_running;
+    return (c->reply && !c->reply_stopping) || c->bench_running;
 }
 
 /* Carries out a quit decision; true: leave the UI loop (what is in flight is then aborted). */
@@ -276,7 +276,7 @@ static void handle_event(console_t *c, const ui_event_t *ev) {
  * clamped. */
 static void frame(console_t *c) {
     double now = now_s();
-    bool busy = c->stream != NULL;
+    bool busy = c->reply != NULL;
     con_view_t v = {
         .now = now,
         .color = c->color,
@@ -420,7 +420,7 @@ static void console_free(console_t *c) {
     ui_text_destroy(c->help_text);
     ui_queue_destroy(c->q);
     conversation_free(&c->conv);
-    jb_free(&c->reply);
+    jb_free(&c->reply_text);
     free(c->system);
     free(c->snap);
     con_drawer_destroy(c->drawer);
@@ -532,7 +532,7 @@ int cmd_console(int argc, char **argv) {
         console_free(c);
         return 1;
     }
-    jb_init(&c->reply);
+    jb_init(&c->reply_text);
     for (int i = 0; i < N_METRICS; i++)
         ui_series_init(&c->series[i]);
     c->last_ttft = c->last_tpot = NAN;

@@ -179,7 +179,7 @@ static bool run_line(console_t *c, const char *line) {
         case REPL_EMPTY:
             break;
         case REPL_CHAT:
-            if (c->stream) { /* nothing typed is lost: the message waits in the line */
+            if (c->reply) { /* nothing typed is lost: the message waits in the line */
                 le_set_text(c->le, line);
                 con_set_status(c, false,
                                "a reply is still streaming: your message stays in the line; "

@@ -25,6 +25,7 @@
 #include "console_draw.h"
 #include "conversation.h"
 #include "engine.h"
+#include "frontend.h"
 #include "input.h"
 #include "json.h"
 #include "layout.h"
@@ -97,10 +98,9 @@ typedef struct console {
     conversation_t conv;
     char *system;
     bool think;
-    engine_stream_t *stream;
-    chat_reasoning_t *rs;
-    jbuf_t reply;
-    atomic_bool wake_pending;
+    fe_reply_t *reply;        /* the reply in flight (front door); NULL: none */
+    jbuf_t reply_text;        /* its raw text, for the conversation */
+    atomic_bool wake_pending; /* set by the engine thread's wake hook */
     int chat_id, req_prompt, req_gen;
     char chat_rid[32]; /* "chat-<chat_id>": the request id of the reply in flight */
     double req_t0;
