@@ -578,6 +578,9 @@ int cmd_console(int argc, char **argv) {
              v6 ? "]" : "", http_port(c->srv));
     int fmt = engine_chat_format(c->eng);
     c->format = engine_tokenizer(c->eng) && fmt >= 0 ? fmt : -1;
+    /* /tools: the calls are found as the server finds them (http_start checked the name) */
+    c->tool_format = fmt >= 0 ? tc_format_for_chat((chat_format_t)fmt) : TC_HERMES;
+    if (ho->tool_parser) tc_format_parse(ho->tool_parser, &c->tool_format);
     describe(c, &ce, &sv);
     c->t_start = now_s();
     con_read_flags(c);

@@ -234,6 +234,10 @@ static bool run_line(console_t *c, const char *line) {
         case REPL_COMPARE:
             con_compare(c, cmd);
             break;
+        case REPL_TOOLS:
+        case REPL_TOOLS_OFF:
+            con_chat_tools(c, cmd);
+            break;
         case REPL_CLEAR:
             ui_text_clear(c->text);
             c->scroll = 0;

@@ -18,7 +18,16 @@
 #define MAX_ROWS 128
 #define LINE_BUF (4 * MAX_COLS + 1)
 
-enum { PAIR_TITLE = 1, PAIR_CHART, PAIR_ERROR, PAIR_USER, PAIR_CHANGED, PAIR_BAR, PAIR_OK };
+enum {
+    PAIR_TITLE = 1,
+    PAIR_CHART,
+    PAIR_ERROR,
+    PAIR_USER,
+    PAIR_CHANGED,
+    PAIR_BAR,
+    PAIR_OK,
+    PAIR_TOOL,
+};
 
 struct con_drawer {
     char *chart_buf;     /* [CHART_BUF_SIZE(MAX_COLS, MAX_ROWS)] */
@@ -70,6 +79,7 @@ bool con_draw_colors(bool want) {
     init_pair(PAIR_CHANGED, COLOR_MAGENTA, -1);
     init_pair(PAIR_BAR, COLOR_BLACK, COLOR_CYAN);
     init_pair(PAIR_OK, COLOR_GREEN, -1);
+    init_pair(PAIR_TOOL, COLOR_MAGENTA, -1);
     return true;
 }
 
@@ -375,6 +385,8 @@ static attr_t text_attr(const con_view_t *v, ui_txt_style_t st) {
             return A_DIM;
         case UI_TXT_ERROR:
             return attr_of(v, PAIR_ERROR, A_BOLD) | A_BOLD;
+        case UI_TXT_TOOL: /* apart from the reply: coloured, or bold without colours */
+            return attr_of(v, PAIR_TOOL, A_BOLD);
         default:
             return A_NORMAL;
     }

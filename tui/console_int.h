@@ -106,6 +106,11 @@ typedef struct console {
     double req_t0;
     bool req_started, reasoning_started, content_started;
     bool reply_stopping; /* Esc or Ctrl-C cancelled the reply; its finish is on the way */
+    cJSON *tools;        /* the chat's tools (/tools FILE: an OpenAI tools array); NULL: none */
+    char tools_file[1024];
+    tc_format_t tool_format; /* how the calls in replies are found (--tool-call-parser) */
+    int tool_calls;          /* calls the reply in flight has made */
+    bool call_open;          /* the pane's last line is a call still receiving its arguments */
     /* benchmark */
     pthread_t bench_thread;
     bool bench_running;
@@ -179,7 +184,10 @@ void con_chat_stop(console_t *c);
 /* Starts the conversation over with the system message. */
 void con_chat_reset(console_t *c);
 
-/* Teardown: drops a reply still in flight. */
+/* /tools (list), /tools FILE (chat with the tools of an OpenAI tools array), /tools off. */
+void con_chat_tools(console_t *c, const repl_cmd_t *cmd);
+
+/* Teardown: drops a reply still in flight and the tools. */
 void con_chat_free(console_t *c);
 
 // ---------------------------------------------------------------------------------------------

@@ -1,9 +1,9 @@
 /* The console's drawing (console_draw.h) on a real curses SCREEN: newterm() writes to a pipe, a
  * made-up snapshot is drawn, and the cells are read back from curses (text, attributes, colour
  * pairs, the cursor) and the bytes from the pipe. Covers every panel at 120x40, the chat pane's
- * styles and scrolling, reasoning shown and folded, the REPL line's break marks, ASCII and
- * monochrome, the help overlay's scrolling and the "too small" screen. TEST_DUMP_SCREEN=1 prints
- * every frame drawn to stderr. */
+ * styles (tool calls apart from the reply) and scrolling, reasoning shown and folded, the REPL
+ * line's break marks, ASCII and monochrome, the help overlay's scrolling and the "too small"
+ * screen. TEST_DUMP_SCREEN=1 prints every frame drawn to stderr. */
 #include <fcntl.h>
 #include <locale.h>
 #include <math.h>
@@ -275,8 +275,15 @@ static void test_panels(void **state) {
 static void test_styles(void **state) {
     fixture_t *f = *state;
     f->v.show_reasoning = true;
+    ui_text_add(f->text, UI_TXT_TOOL, "\xe2\x9a\x99 get_weather({\"city\": \"Paris\"})");
     draw(f);
     short pair;
+    int tool = find_row("\xe2\x9a\x99 get_weather({\"city\": \"Paris\"})");
+    assert_int_equal(tool, f->v.lay.chat.y + f->v.lay.chat.h - 1);
+    attrs_at(tool, 2, &pair);
+    short reply_pair;
+    attrs_at(find_row("It is 4."), 0, &reply_pair);
+    assert_true(pair != 0 && pair != reply_pair); /* a colour of its own */
     int y = find_row("the user adds");
     assert_true(y >= 0);
     assert_true(attrs_at(y, 0, &pair) & A_DIM);
@@ -305,6 +312,7 @@ static void test_ascii_mono(void **state) {
 
     f->v.ascii = true;
     f->v.color = false;
+    ui_text_add(f->text, UI_TXT_TOOL, "[tool] get_weather({})");
     draw(f);
     for (int y = 0; y < LINES; y++) {
         for (const unsigned char *p = (const unsigned char *)row(y); *p; p++)
@@ -323,6 +331,8 @@ static void test_ascii_mono(void **state) {
     assert_true(glyphs);
     short pair;
     assert_true(attrs_at(find_row("something failed"), 0, &pair) & A_BOLD);
+    assert_true(attrs_at(find_row("[tool] get_weather({})"), 0, &pair) & A_BOLD);
+    assert_false(attrs_at(find_row("It is 4."), 0, &pair) & A_BOLD);
 }
 
 /* A scroll past the text is clamped and given back; a scrolled pane says so. */
