@@ -2,11 +2,12 @@
  * weights: the tensors of a model bound to its layers, from a checkpoint or made up (dummy).
  *
  * Binding is table-driven: each architecture (engine/arch/) lists the tensors it needs (name
- * pattern, slot, shape in terms of the config, kind); the binder finds each one in the safetensors set, checks dtype and
- * shape and records where its bytes are. A Linear is block-FP8 when its `.weight` is F8_E4M3
- * and `.weight_scale_inv` exists ([ceil(N/128), ceil(K/128)] in F32, BF16 or F16, converted to
- * f32 at load; the only copy the loader makes). Weight data is never copied: it points into the
- * mmapped files, or into buffers that weights_dummy() fills with seeded random values.
+ * pattern, slot, shape in terms of the config, kind); the binder finds each one in the safetensors
+ * set, checks dtype and shape and records where its bytes are. A Linear is block-FP8 when its
+ * `.weight` is F8_E4M3 and `.weight_scale_inv` exists ([ceil(N/128), ceil(K/128)] in F32, BF16 or
+ * F16, converted to f32 at load; the only copy the loader makes). Weight data is never copied: it
+ * points into the mmapped files, or into buffers that weights_dummy() fills with seeded random
+ * values.
  *
  *     model_weights_t *w;
  *     if (weights_load(dir, &cfg, &w, &err) < 0) ...
