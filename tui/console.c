@@ -265,8 +265,9 @@ static void handle_event(console_t *c, const ui_event_t *ev) {
         case UI_EV_FLAG_DONE:
             con_flag_done(c, ev);
             break;
-        case UI_EV_LOG:
-            ui_text_add(c->text, UI_TXT_INFO, ev->text);
+        case UI_EV_LOG: /* a warning stands out */
+            ui_text_add(c->text, strncmp(ev->text, "warning: ", 9) ? UI_TXT_INFO : UI_TXT_ERROR,
+                        ev->text);
             c->dirty = true;
             break;
     }
@@ -325,6 +326,21 @@ static void frame(console_t *c) {
     c->last_frame = now_s();
 }
 
+/* While draining (/quit --drain, SIGTERM) the loop waits on the server as `tachyon serve` does
+ * (http_drain, then http_wait_idle in slices of at most 0.1 s) and shows what is left between the
+ * slices; true: quit, once nothing is in flight or the grace time is over (teardown then ends
+ * with http_shutdown(srv, 0), which aborts what is left, and http_destroy). */
+static bool drain_wait(console_t *c, int ms) {
+    int left = http_wait_idle(c->srv, ms < 100 ? ms / 1e3 : 0.1);
+    double t = now_s();
+    if (quit_act(c, ui_quit_tick(&c->quit, left, t))) return true;
+    char msg[sizeof c->status];
+    snprintf(msg, sizeof msg, "draining: %d request%s in flight, %.0f s left (Ctrl-C aborts)", left,
+             left == 1 ? "" : "s", c->quit.drain_end - t);
+    if (strcmp(msg, c->status)) con_set_status(c, false, "%s", msg);
+    return false;
+}
+
 /* The UI loop: returns when the user quits. */
 static void ui_loop(console_t *c) {
     c->next_sample = now_s();
@@ -333,14 +349,6 @@ static void ui_loop(console_t *c) {
         if (t >= c->next_sample) {
             sample(c);
             if (t - c->flags_read_at > 1.0) con_read_flags(c); /* the admin endpoint changes them */
-            if (c->quit.draining) {
-                int n = http_in_flight(c->srv);
-                if (quit_act(c, ui_quit_tick(&c->quit, n, t))) return;
-                con_set_status(c, false,
-                               "draining: %d request%s in flight, %.0f s left (Ctrl-C "
-                               "aborts)",
-                               n, n == 1 ? "" : "s", c->quit.drain_end - t);
-            }
             c->next_sample += CON_SAMPLE_MS / 1e3;
             if (c->next_sample < t) c->next_sample = t + CON_SAMPLE_MS / 1e3;
         }
@@ -354,7 +362,14 @@ static void ui_loop(console_t *c) {
         int ms = wait > 0 ? (int)(wait * 1e3) + 1 : 0;
         struct pollfd p[2] = {{.fd = STDIN_FILENO, .events = POLLIN},
                               {.fd = ui_queue_fd(c->q), .events = POLLIN}};
-        int n = poll(p, 2, ms), poll_errno = errno; /* on_signals may change errno (drain) */
+        int n;
+        if (c->quit.draining) { /* the wait is the server's; keys and events are taken after it */
+            if (drain_wait(c, ms)) return;
+            n = poll(p, 2, 0);
+        } else {
+            n = poll(p, 2, ms);
+        }
+        int poll_errno = errno; /* on_signals may change errno (drain) */
         if (on_signals(c)) return;
         if (n < 0 && poll_errno != EINTR) return;
         if (p[1].revents & POLLIN) {
@@ -571,6 +586,9 @@ int cmd_console(int argc, char **argv) {
         console_free(c);
         return 1;
     }
+    char warning[512]; /* as tachyon serve says it; ui_log shows it in the pane */
+    bool warn = cli_server_warning(&sv, warning, sizeof warning);
+    if (warn) fprintf(stderr, "tachyon: %s\n", warning);
     const char *host = ho->host;
     bool any = !strcmp(host, "0.0.0.0") || !strcmp(host, "::");
     bool v6 = strchr(host, ':') != NULL && !any;
@@ -613,7 +631,10 @@ int cmd_console(int argc, char **argv) {
             ui_text_add(c->text, UI_TXT_INFO,
                         "(this model has no tokenizer or chat template: "
                         "chat is off)");
-        con_set_status(c, false, "server listening");
+        if (warn)
+            con_set_status(c, true, "%s", warning);
+        else
+            con_set_status(c, false, "server listening");
         ui_loop(c);
         input_stop(c->in, stdout);
         endwin();
