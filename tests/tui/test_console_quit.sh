@@ -106,6 +106,8 @@ pid=$(console_pid)
 [ -n "$pid" ] || tui_fail "no console process under the pane"
 kill -TERM "$pid"
 tui_wait '^draining: new requests are refused'
+# the status line counts what is left, from the server's http_wait_idle
+tui_wait '^ready \| .*\| draining: [12] requests? in flight, [0-9]+ s left \(Ctrl-C aborts\)'
 exited_ok
 wait
 for i in 1 2; do
