@@ -295,6 +295,25 @@ typedef struct stress {
     char failure[1200];
 } stress_t;
 
+/* What the engine holds, on stderr: the reason a request that never finishes is stuck. */
+static void print_engine_state(engine_t *eng) {
+    static stats_snapshot_t snap; /* large; the workers' timeouts print it one at a time */
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    static const char *states[] = {"waiting", "prefill", "decode", "preempted"};
+    pthread_mutex_lock(&lock);
+    engine_stats(eng, &snap);
+    fprintf(stderr, "engine: %d running, %d waiting, KV %d/%d, %llu steps, %d active:\n",
+            snap.running, snap.waiting, snap.kv_used, snap.kv_total,
+            (unsigned long long)snap.steps, snap.n_active);
+    for (int a = 0; a < snap.n_active && a < 64; a++) {
+        const stats_active_t *r = &snap.active[a];
+        fprintf(stderr, "  %s/%d %s prompt %d generated %d cached %d preemptions %d\n", r->id,
+                r->choice, states[r->state], r->prompt_tokens, r->generated, r->cached_tokens,
+                r->preemptions);
+    }
+    pthread_mutex_unlock(&lock);
+}
+
 /* Submits all of its requests at once (so that many run together and the pool overflows), then
  * reads their streams in order, cancelling some mid-way, and checks every finish. */
 static void *stress_worker(void *arg) {
@@ -369,8 +388,10 @@ static void *stress_worker(void *arg) {
             }
             engine_event_clear(&ev);
         }
-        if (rc != -1 && !st->failure[0])
+        if (rc != -1 && !st->failure[0]) {
             snprintf(st->failure, sizeof st->failure, "request %d timed out", i);
+            print_engine_state(st->eng);
+        }
         if (finishes != p->n && !st->failure[0])
             snprintf(st->failure, sizeof st->failure, "request %d: %d finishes for n = %d", i,
                      finishes, p->n);
@@ -594,5 +615,7 @@ int main(void) {
         cmocka_unit_test(test_stress_cpu_backend),
         cmocka_unit_test(test_active_request_list),
     };
+    const char *only = getenv("TEST_FILTER"); /* e.g. TEST_FILTER='test_stress_*' */
+    if (only) cmocka_set_test_filter(only);
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
