@@ -262,6 +262,16 @@ void cli_server_finish(cli_server_t *sv, const cli_engine_t *ce) {
     sv->ho.version = TACHYON_VERSION;
 }
 
+bool cli_server_warning(const cli_server_t *sv, char *buf, size_t size) {
+    buf[0] = '\0';
+    if (sv->ho.n_api_keys > 0 || http_host_is_loopback(sv->ho.host)) return false;
+    snprintf(buf, size,
+             "warning: listening on %s without --api-key: anyone who can reach it may use the API "
+             "(/admin answers this machine only)",
+             sv->ho.host);
+    return true;
+}
+
 int cli_engine_open(cli_engine_t *ce) {
     err_t err = {{0}};
     ce->opts.model.seed = ce->opts.flags.seed;

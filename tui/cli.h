@@ -89,6 +89,11 @@ int cli_server_args(cli_server_t *sv, int *argc, char **argv);
  * model names (the --model argument, "tiny-qwen3" for the embedded model), the version. */
 void cli_server_finish(cli_server_t *sv, const cli_engine_t *ce);
 
+/* The warning `tachyon serve` and the console give when the server listens on an address other
+ * machines can reach (not http_host_is_loopback) without an API key: written into buf ("warning:
+ * listening on ..."), true; false and buf empty when there is nothing to warn about. */
+bool cli_server_warning(const cli_server_t *sv, char *buf, size_t size);
+
 /* Opens the engine; prints the problem and returns -1 on failure. */
 int cli_engine_open(cli_engine_t *ce);
 

@@ -33,6 +33,8 @@
  *     /get FLAG              /flags [PREFIX]
  *     /bench PROFILE [OPTIONS...]   (PROFILE checked against bench_profiles())
  *     /bench stop            /results
+ *     /tools [FILE]          (none: list the tools; FILE: an OpenAI tools array to chat with)
+ *     /tools off             (REPL_TOOLS_OFF: chat without tools again)
  *     /compare [A B [C...]]  (none: the last two complete runs of a profile; otherwise a base and
  *                             the runs to compare: numbers or result files)
  */
@@ -65,6 +67,8 @@ typedef enum repl_kind {
     REPL_RESULTS,
     REPL_COMPARE, /* argc 0, or >= 2: argv[0] the base run, the others compared with it */
     REPL_CLEAR,
+    REPL_TOOLS,     /* argc 0: list the tools; 1: argv[0] the file to load */
+    REPL_TOOLS_OFF, /* /tools off */
 } repl_kind_t;
 
 typedef struct repl_cmd {
@@ -123,6 +127,7 @@ typedef struct repl_complete_ctx {
  *     "/think xx"        on, off
  *     "/quit xx"         --drain
  *     "/bench xx"        profile names and "stop"
+ *     "/tools xx"        off
  * Candidates are sorted; best is the first, except for values, where it is the current value
  * when that is a candidate. Returns the number of candidates. */
 int repl_complete(void *user, const char *line, size_t cursor, le_completion_t *out);

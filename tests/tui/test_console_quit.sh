@@ -107,6 +107,8 @@ for sig in TERM HUP; do
     [ -n "$pid" ] || tui_fail "no console process under the pane"
     kill -"$sig" "$pid"
     tui_wait '^draining: new requests are refused'
+    # the status line counts what is left, from the server's http_wait_idle
+    tui_wait '^ready \| .*\| draining: [12] requests? in flight, [0-9]+ s left \(Ctrl-C aborts\)'
     exited_ok
     wait
     for i in 1 2; do
