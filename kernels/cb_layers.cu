@@ -210,6 +210,10 @@ int cb_run_stack(cuda_backend_t *be, const run_args_t *r, err_t *err) {
                 if (full_attention(be, r, l, out, err) < 0) return -1;
                 out = be->o_out;
                 break;
+            case ATTN_GATED:
+            case ATTN_LINEAR:
+                return err_set(err, "cuda backend: layer %d: Qwen3.5 layers are not implemented",
+                               l);
         }
         switch (be->cfg->layer[l].mlp) {
             case MLP_DENSE:

@@ -66,6 +66,9 @@ static void layer_spec(const cuda_backend_t *be, int l, layer_spec_t *s) {
                            {{L_Q, 0, qd, H}, {L_K, qd, kvd, H}, {L_V, qd + kvd, kvd, H}}};
             s->lin[s->n_lin++] = lin_spec_t{&y->o, H, qd, 1, {{L_O, 0, H, qd}}};
             break;
+        case ATTN_GATED:
+        case ATTN_LINEAR:
+            break;
     }
     switch (be->cfg->layer[l].mlp) {
         case MLP_DENSE:

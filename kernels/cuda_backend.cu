@@ -272,6 +272,10 @@ static int cb_create(const backend_options_t *opts, const model_weights_t *w, ba
                 be->H, be->nH, be->nKV, be->D, OPS_MAX_GROUP);
         goto fail;
     }
+    if (model_count_attn(c, ATTN_GATED) + model_count_attn(c, ATTN_LINEAR) > 0) {
+        err_set(err, "cuda backend: %s: Qwen3.5 layers are not implemented", c->model_type);
+        goto fail;
+    }
     if (cb_check_weights(be, err) < 0) goto fail;
     be->I_pad = (be->I + 127) / 128 * 128;
     TRY_CUDA(cudaStreamCreateWithFlags(&be->stream, cudaStreamNonBlocking));
