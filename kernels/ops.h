@@ -139,6 +139,21 @@ typedef struct ops_qkv_args {
  * and v (v untouched) to the caches at slot_mapping[t]. Same f32 operation order as cpu_ops. */
 int ops_qk_norm_rope_kv(const ops_qkv_args_t *a, cudaStream_t stream, err_t *err);
 
+/* Qwen3.5's gated full attention (ATTN_GATED, kernels/gated.cu): qkv rows are
+ * [q_0 | gate_0 | q_1 | gate_1 | ... | k | v] (q_proj's per-head [q_h | gate_h], then k, v; the
+ * row width 2 n_heads head_dim + 2 n_kv_heads head_dim). Otherwise as ops_qk_norm_rope_kv, with
+ * RoPE on each head's first rotary_dim dims only (pairs (j, j + rotary_dim / 2); inv_freq
+ * [rotary_dim / 2]) and the norm weights as given (Qwen3.5's 1 + w applied by the caller).
+ * head_dim a multiple of 32 up to OPS_GATED_MAX_HEAD_DIM. */
+#define OPS_GATED_MAX_HEAD_DIM 256
+int ops_gated_qk_norm_rope_kv(const ops_qkv_args_t *a, int rotary_dim, cudaStream_t stream,
+                              err_t *err);
+
+/* att[t, h D + d] = bf16(att[t, h D + d] * sigmoid(gate_h[d])): the output gate, read from the
+ * same qkv rows (gate_h at column h 2D + D). att [T, n_heads, head_dim] bf16, in place. */
+int ops_output_gate(void *att, const void *qkv, ops_dtype_t qkv_dtype, int64_t ld_qkv, int T,
+                    int n_heads, int head_dim, cudaStream_t stream, err_t *err);
+
 /* ---- attention ------------------------------------------------------------------------------- */
 
 typedef struct ops_attn_args {
