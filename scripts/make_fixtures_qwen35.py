@@ -2,7 +2,8 @@
 """Builds the tiny Qwen3.5 test fixtures and their transformers golden outputs.
 
 Run through scripts/make-fixtures (by hand, never in CI; it reuses make_fixtures.py's corpus and
-helpers); the outputs are committed. Writes:
+helpers); the outputs are committed. With --golden-only it only recomputes the golden outputs from
+the committed checkpoints. Writes:
   tests/fixtures/tiny-qwen3.5/      BF16 Qwen3_5ForConditionalGeneration checkpoint (the released
                                     models' layout: text model under model.language_model., a
                                     tiny vision tower under model.visual., mtp.*), untied
@@ -42,9 +43,9 @@ FP8 = "tiny-qwen3.5-fp8"
 SEED = 3535
 VOCAB = 1088  # the tokenizer's 1031 ids, padded as Qwen's vocabularies are
 ENDOFTEXT_ID, IM_START_ID, IM_END_ID = 1000, 1001, 1002
-TRAIN_BATCH = 8
+TRAIN_BATCH = 6
 TRAIN_CHUNK = 16  # the chunked delta rule's chunk while training only (same math, cheaper solves)
-BF16_STEPS, FP8_STEPS, MTP_STEPS = 240, 200, 80
+BF16_STEPS, FP8_STEPS, MTP_STEPS = 30, 24, 8
 LR = 5e-3
 TOKENIZER = FIXTURES / "tokenizer" / "qwen35" / "tokenizer.json"
 CHAT_TEMPLATE = FIXTURES / "chat" / "qwen3.5.jinja"
@@ -73,10 +74,10 @@ TEXT_COMMON = {
 }
 
 # Like Qwen3.5-9B in miniature: [lin, lin, lin, full] x 2 from full_attention_interval, 4 value
-# heads over 2 key heads, head_dim 32 with 16 rotary dims, untied.
+# heads over 2 key heads, head_dim 64 with 32 rotary dims, untied.
 BF16_TEXT = dict(TEXT_COMMON, **{
     "full_attention_interval": 4,
-    "head_dim": 32,
+    "head_dim": 64,
     "intermediate_size": 192,
     "linear_conv_kernel_dim": 4,
     "linear_key_head_dim": 32,
@@ -85,7 +86,7 @@ BF16_TEXT = dict(TEXT_COMMON, **{
     "linear_value_head_dim": 32,
     "num_attention_heads": 4,
     "num_key_value_heads": 2,
-    "rope_parameters": {"mrope_interleaved": True, "mrope_section": [3, 3, 2],
+    "rope_parameters": {"mrope_interleaved": True, "mrope_section": [6, 5, 5],
                         "partial_rotary_factor": 0.5, "rope_theta": 10000000,
                         "rope_type": "default"},
     "tie_word_embeddings": False,
@@ -231,7 +232,7 @@ def train_mtp(model, text, stream):
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
-        if (step + 1) % 20 == 0:
+        if (step + 1) % 10 == 0:
             log(f"  mtp step {step + 1}/{MTP_STEPS} loss {loss.item():.3f}")
     return {"mtp." + k: v for k, v in mtp.state_dict().items()}
 
@@ -384,8 +385,13 @@ def make_golden(fixture, text, directory, tok, topics, golden_dir):
         prompts.append({"text": cand, "ids": ids, "logit_positions": positions,
                         "logits_row_offset": len(rows), "greedy": out,
                         "greedy_min_margin": round(margin, 6),
-                        "greedy_text": tok.decode(out, skip_special_tokens=False)})
+                        "greedy_text": tok.decode(out, skip_special_tokens=False),
+                        "greedy_last_logits_row": len(rows) + len(positions)})
         rows.extend(logits[p].numpy() for p in positions)
+        # the logits that pick the last greedy token (prompt + all but the last generated token,
+        # one full forward): an engine that decodes token by token must reach them through its
+        # recurrent state
+        rows.append(mf.full_logits(model, ids + out[:-1])[-1].numpy())
     logits_file = f"{fixture}.logits.f32"
     np.stack(rows).astype("<f4").tofile(golden_dir / logits_file)
     mf.write_golden_json(golden_dir / f"{fixture}.json", {
@@ -414,7 +420,25 @@ def check_from_pretrained(fixture, directory, cls, golden_dir):
 # ---------------------------------------------------------------------------------------------
 
 
+def golden_only():
+    """--golden-only: the golden outputs again from the committed checkpoints (no training)."""
+    torch.use_deterministic_algorithms(True)
+    torch.set_num_threads(1)
+    tok = Tokenizer.from_file(str(TOKENIZER))
+    topics = mf.pydoc_topics()
+    with tempfile.TemporaryDirectory(prefix="make-fixtures-qwen35-") as tmp:
+        golden_dir = Path(tmp)
+        for name, text in ((BF16, BF16_TEXT), (FP8, FP8_TEXT)):
+            make_golden(name, text, FIXTURES / name, tok, topics, golden_dir)
+        check_from_pretrained(BF16, FIXTURES / BF16, Qwen3_5ForConditionalGeneration, golden_dir)
+        for f in golden_dir.iterdir():
+            shutil.copyfile(f, FIXTURES / "golden" / f.name)
+    log("golden outputs rewritten")
+
+
 def main():
+    if sys.argv[1:] == ["--golden-only"]:
+        return golden_only()
     for pkg in ("fla", "causal_conv1d", "kernels"):
         if importlib.util.find_spec(pkg) is not None:
             sys.exit(f"{pkg} is installed: the golden outputs must come from transformers' torch "
