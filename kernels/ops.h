@@ -47,7 +47,8 @@
  * offset start at element s * n_kv_heads * head_dim. block_size is 16 or 32; pools must be
  * 16-byte aligned (cudaMalloc is). ops_kv_pool_bytes() gives one pool's size.
  *
- * Shapes supported: head_dim 64 or 128; n_heads a multiple of n_kv_heads with a group
+ * Shapes supported: head_dim 64 or 128 (256 in the attention kernels and the gated q/k kernel,
+ * with a group of at most 8: Qwen3.5); n_heads a multiple of n_kv_heads with a group
  * (n_heads / n_kv_heads) of at most 16; hidden and intermediate sizes multiples of 8.
  */
 #ifndef TACHYON_OPS_H
