@@ -20,8 +20,7 @@
 engine_t *tu_open_engine(const char *model, const char *backend, const char *const *flags);
 
 /* Submits prompt[0..n) with a copy of *p; the caller releases the stream. */
-engine_stream_t *tu_submit(engine_t *eng, const int32_t *prompt, int n,
-                           const sampling_params_t *p);
+engine_stream_t *tu_submit(engine_t *eng, const int32_t *prompt, int n, const sampling_params_t *p);
 
 /* Deterministic prompt number i: 5..80 tokens over the tiny fixture's regular vocabulary
  * (ids < 2048) into ids[96]; returns the length. */
