@@ -26,57 +26,6 @@
 #define SIZE(gpu, emu) (emu)
 #else
 #define SIZE(gpu, emu) (gpu)
-/* The K and V pools after a KV write of T tokens to slots[t] (< 0: not written), per_slot
- * elements a slot (bf16, or e4m3 times kv_scale): the written slots against k_ref / v_ref
- * [T, per_slot], every other byte still the 0xff poison. K within bf16 rounding (or half an e4m3
- * step), V exact in bf16 (copied, never computed). */
-static inline void check_kv_pools(const char *name, const std::vector<uint8_t> &kc,
-                                  const std::vector<uint8_t> &vc, const std::vector<int64_t> &slots,
-                                  int per_slot_i, bool fp8_kv, float kv_scale,
-                                  const std::vector<float> &k_ref,
-                                  const std::vector<float> &v_ref) {
-    const size_t elem = fp8_kv ? 1 : 2, per_slot = (size_t)per_slot_i;
-    const size_t n_slots = kc.size() / (per_slot * elem);
-    std::vector<float> kg, kr, vg, vr;
-    std::vector<char> written(n_slots, 0);
-    for (size_t t = 0; t < slots.size(); t++) {
-        if (slots[t] < 0) continue;
-        written[slots[t]] = 1;
-        for (size_t e = 0; e < per_slot; e++) {
-            size_t off = (size_t)slots[t] * per_slot + e;
-            float kk, vv;
-            if (fp8_kv) {
-                kk = dtype_e4m3_to_f32(kc[off]) * kv_scale;
-                vv = dtype_e4m3_to_f32(vc[off]) * kv_scale;
-            } else {
-                uint16_t b;
-                memcpy(&b, &kc[off * 2], 2);
-                kk = bf(b);
-                memcpy(&b, &vc[off * 2], 2);
-                vv = bf(b);
-            }
-            kg.push_back(kk);
-            vg.push_back(vv);
-            kr.push_back(k_ref[t * per_slot + e]);
-            vr.push_back(v_ref[t * per_slot + e]);
-        }
-    }
-    char what[200];
-    /* fp8: half an e4m3 step (2^-4 relative) plus the subnormal step of the scale. */
-    double rel = fp8_kv ? 0.0625 * 1.01 : 0x1p-8, abs_tol = fp8_kv ? kv_scale * 0x1p-10 : 1e-5;
-    snprintf(what, sizeof what, "  K cache (%s)", name);
-    close_all(what, kg.data(), kr.data(), kg.size(), rel, abs_tol);
-    snprintf(what, sizeof what, "  V cache (%s)", name);
-    close_all(what, vg.data(), vr.data(), vg.size(), fp8_kv ? rel : 0.0, fp8_kv ? abs_tol : 0.0);
-    size_t stray = 0;
-    for (size_t s = 0; s < n_slots; s++) {
-        if (written[s]) continue;
-        for (size_t b = 0; b < per_slot * elem; b++)
-            stray += (kc[s * per_slot * elem + b] != 0xff) + (vc[s * per_slot * elem + b] != 0xff);
-    }
-    if (stray) fail("  %s: %zu bytes written outside the mapped slots\n", name, stray);
-}
-
 #endif
 
 static int failures;

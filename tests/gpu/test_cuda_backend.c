@@ -37,6 +37,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cjson/cJSON.h>
 #include <cmocka.h>
@@ -400,6 +401,65 @@ static void test_engine_batch_invariance(void **state) {
         }
 }
 
+/* Qwen3.5 on the engine with backend "cuda": 8 requests alone and together, budgets that cut
+ * prompts into chunks (the recurrent state carried between steps), and a pool that the engine
+ * splits into 5 state slots (6 linear layers x 19 KiB a slot) and 10 KV blocks (2 attention
+ * layers x K,V x 16 x 2 heads x 64 x bf16 = 16 KiB a block), where sequences are preempted and
+ * recomputed; every KV block and state slot back after each run. */
+static void test_engine_qwen35_invariance(void **state) {
+    enum { N = 8 };
+    static int32_t prompts[N][96], alone[N][N_GEN], together[N][N_GEN];
+    int len[N];
+    for (int i = 0; i < N; i++) {
+        len[i] = tu_prompt(3 * i + 1, prompts[i]);
+        for (int t = 0; t < len[i]; t++)
+            prompts[i][t] %= 1000; /* the fixture's regular ids */
+    }
+    sampling_params_t p = tu_greedy(N_GEN);
+    const char *const base[] = {"max-model-len", "128", "gpu-memory-utilization", "0.3", NULL};
+    engine_t *eng = tu_open_engine(tu_fixture("tiny-qwen3.5"), "cuda", base);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(collect(tu_submit(eng, prompts[i], len[i], &p), alone[i], N_GEN), N_GEN);
+    engine_close(eng);
+    static char pool[32];
+    snprintf(pool, sizeof pool, "%d", 4 * 116736 + 18 * 16384);
+    const char *budgets[] = {"16", "2048", "64"};
+    for (int b = 0; b < 3; b++) {
+        const char *flags[] = {"max-num-batched-tokens",
+                               budgets[b],
+                               "max-model-len",
+                               "128",
+                               b == 2 ? "kv-cache-memory" : "gpu-memory-utilization",
+                               b == 2 ? pool : "0.3",
+                               NULL};
+        engine_t *e = tu_open_engine(tu_fixture("tiny-qwen3.5"), "cuda", flags);
+        engine_stream_t *st[N];
+        for (int i = 0; i < N; i++)
+            st[i] = tu_submit(e, prompts[i], len[i], &p);
+        for (int i = 0; i < N; i++) {
+            assert_int_equal(collect(st[i], together[i], N_GEN), N_GEN);
+            for (int k = 0; k < N_GEN; k++)
+                if (together[i][k] != alone[i][k])
+                    fail_msg("qwen3.5 request %d, budget %s: token %d is %d in the batch, %d alone",
+                             i, budgets[b], k, together[i][k], alone[i][k]);
+        }
+        static stats_snapshot_t snap;
+        for (int tries = 0; tries < 200; tries++) {
+            engine_stats(e, &snap);
+            if (snap.kv_used == 0 && snap.state_used == 0 && snap.running == 0) break;
+            struct timespec ts = {0, 5000000};
+            nanosleep(&ts, NULL);
+        }
+        print_message("qwen3.5 budget %s%s: %llu preemptions; %d blocks, %d state slots in use\n",
+                      budgets[b], b == 2 ? " (small pool)" : "",
+                      (unsigned long long)snap.preemptions, snap.kv_used, snap.state_used);
+        assert_int_equal(snap.kv_used, 0);
+        assert_int_equal(snap.state_used, 0);
+        if (b == 2) assert_true(snap.preemptions > 0);
+        engine_close(e);
+    }
+}
+
 /* --kv-cache-dtype fp8: greedy outputs alone and batched agree (against each other: the e4m3
  * cache legitimately changes tokens relative to bf16). */
 static void test_engine_fp8_kv(void **state) {
@@ -556,6 +616,7 @@ int main(void) {
         cmocka_unit_test(test_qwen35_bf16_fixture),
         cmocka_unit_test(test_qwen35_fp8_fixture),
         cmocka_unit_test(test_engine_batch_invariance),
+        cmocka_unit_test(test_engine_qwen35_invariance),
         cmocka_unit_test(test_engine_seeded_sampling),
         cmocka_unit_test(test_engine_fp8_kv),
     };
