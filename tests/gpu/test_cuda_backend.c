@@ -606,8 +606,10 @@ int main(void) {
         return 77;
     }
     backend_register(&cuda_backend_ops);
-    /* TACHYON_TEST_FILTER: only the tests matching a pattern (the emulated run takes minutes) */
-    if (getenv("TACHYON_TEST_FILTER")) cmocka_set_test_filter(getenv("TACHYON_TEST_FILTER"));
+    /* TEST_FILTER (as test_engine's): only the tests matching a pattern, e.g.
+     * TEST_FILTER='test_qwen35_*' (the emulated run takes minutes) */
+    const char *only = getenv("TEST_FILTER");
+    if (only) cmocka_set_test_filter(only);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dummy_fp8),
         cmocka_unit_test(test_dummy_bf16),
