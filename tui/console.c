@@ -41,6 +41,8 @@
 #define TEXT_LINES    5000 /* lines the chat/output pane keeps */
 #define LATENCY_WIN_S 5.0  /* TTFT / TPOT charts: mean over the requests of the last 5 s */
 #define RATE_WIN      4    /* tokens/s over the last 4 samples (1 s) */
+#define GPU_PERIOD_S  1.0  /* NVML and /proc read once a second (on this thread) */
+#define OPS_WIN_S     5.0  /* step time, tokens per step, preemptions/s: over the last 5 s */
 
 static const char console_usage[] =
     "usage: tachyon [console] [options]\n"
@@ -200,6 +202,35 @@ bool con_quit_command(console_t *c, bool drain) {
 // ---------------------------------------------------------------------------------------------
 // Sampling the engine
 
+/* The GPUs (or the process) once a second, the operator's numbers every sample, and the band
+ * grown when they need more rows than it has (o: the counters LATENCY_WIN_S ago). */
+static void sample_machine(console_t *c, double t, const counters_t *o) {
+    if (t >= c->next_gpu) {
+        ui_gpu_sample(c->gpu, &c->gpu_s);
+        c->next_gpu = t + GPU_PERIOD_S;
+    }
+    const ui_gpu_sample_t *g = &c->gpu_s;
+    if (g->n) {
+        ui_series_push(&c->series[M_DEV_UTIL], ui_gpu_mean_util(g));
+        ui_series_push(&c->series[M_DEV_MEM], ui_gpu_mean_mem_pct(g));
+    } else {
+        ui_series_push(&c->series[M_DEV_UTIL], g->cpu_pct / g->n_cpus);
+        ui_series_push(&c->series[M_DEV_MEM], g->mem_total > 0 ? 100 * g->rss / g->mem_total : NAN);
+    }
+    const stats_snapshot_t *s = c->snap;
+    ui_ops_from_stats(s, t, OPS_WIN_S, &c->ops);
+    c->ops.block_size = c->cur_flags.block_size;
+    c->ops.max_model_len = c->cur_flags.max_model_len;
+    const counters_t *k = &c->hist[c->n_hist - 1];
+    if (k->queue_n > o->queue_n)
+        c->ops.queue_ms = 1e3 * (k->queue_sum - o->queue_sum) / (double)(k->queue_n - o->queue_n);
+    else if (s->queue.count)
+        c->ops.queue_ms = 1e3 * s->queue.sum / (double)s->queue.count;
+    int rows;
+    ui_vitals_lay(g, &c->ops, COLS, 16, c->vsegs, UI_VITALS_MAX_SEGS, &rows);
+    if (rows > c->band_rows) con_relayout(c);
+}
+
 static void sample(console_t *c) {
     engine_stats(c->eng, c->snap);
     const stats_snapshot_t *s = c->snap;
@@ -209,7 +240,9 @@ static void sample(console_t *c) {
                     .ttft_sum = s->ttft.sum,
                     .ttft_n = s->ttft.count,
                     .tpot_sum = s->tpot.sum,
-                    .tpot_n = s->tpot.count};
+                    .tpot_n = s->tpot.count,
+                    .queue_sum = s->queue.sum,
+                    .queue_n = s->queue.count};
     int cap = (int)(sizeof c->hist / sizeof c->hist[0]);
     if (c->n_hist == cap) {
         memmove(c->hist, c->hist + 1, (size_t)(cap - 1) * sizeof *c->hist);
@@ -244,6 +277,7 @@ static void sample(console_t *c) {
     if (!isnan(tpot)) c->last_tpot = tpot;
     ui_series_push(&c->series[M_TTFT], ttft);
     ui_series_push(&c->series[M_TPOT], tpot);
+    sample_machine(c, k.t, o);
     c->dirty = true;
 }
 
@@ -294,6 +328,8 @@ static void frame(console_t *c) {
         .window = con_window_s(c),
         .last_ttft = c->last_ttft,
         .last_tpot = c->last_tpot,
+        .gpu = &c->gpu_s,
+        .ops = &c->ops,
         .n_flags = c->n_flags,
         .flag_text = (const char(*)[CON_FLAG_VALUE])c->flag_text,
         .flag_changed = c->flag_changed,
@@ -439,6 +475,7 @@ static void console_free(console_t *c) {
     free(c->system);
     free(c->snap);
     con_drawer_destroy(c->drawer);
+    ui_gpu_destroy(c->gpu);
     free(c);
 }
 
@@ -542,7 +579,8 @@ int cmd_console(int argc, char **argv) {
     c->help_text = c->text ? ui_text_create(100, &err) : NULL;
     c->le = c->help_text ? le_create(REPL_LINE_MAX - 1, 1000, &err) : NULL;
     c->in = c->le ? input_create(REPL_LINE_MAX - 1, &err) : NULL;
-    if (!c->snap || !c->in) {
+    c->gpu = ui_gpu_create(getenv("TACHYON_NVML_LIB"));
+    if (!c->snap || !c->in || !c->gpu) {
         fprintf(stderr, "tachyon: %s\n", err.msg[0] ? err.msg : "out of memory");
         console_free(c);
         return 1;

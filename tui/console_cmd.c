@@ -257,7 +257,13 @@ double con_window_s(const console_t *c) {
 }
 
 void con_relayout(console_t *c) {
-    layout_compute(COLS, LINES, &c->lay);
+    /* the numbers band as many rows as its fields need at this width: it grows as they do and
+     * starts over when the width changes, so that it does not jump back and forth */
+    int rows;
+    ui_vitals_lay(&c->gpu_s, &c->ops, COLS, 16, c->vsegs, UI_VITALS_MAX_SEGS, &rows);
+    if (COLS != c->band_cols || rows > c->band_rows) c->band_rows = rows;
+    c->band_cols = COLS;
+    layout_compute(COLS, LINES, c->band_rows, &c->lay);
     c->dirty = true;
 }
 

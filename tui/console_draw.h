@@ -14,10 +14,10 @@
  *     scroll = out.scroll; help_scroll = out.help_scroll;
  *     con_drawer_destroy(d);
  *
- * Screen (layout.h places the panels): the header, six charts, the flags panel, the requests
- * table, the chat/output pane, the REPL line and the status line; the help over the charts; a
- * "terminal too small" screen below the layout's minimum. Colour only with view.color; ASCII
- * glyphs with view.ascii.
+ * Screen (layout.h places the panels): the header, the numbers band (ui_vitals.h), six charts, the
+ * flags panel, the requests table, the chat/output pane, the REPL line and the status line; the
+ * help over the charts; a "terminal too small" screen below the layout's minimum. Colour only with
+ * view.color; ASCII glyphs with view.ascii.
  */
 #ifndef TACHYON_CONSOLE_DRAW_H
 #define TACHYON_CONSOLE_DRAW_H
@@ -29,8 +29,10 @@
 #include "err.h"
 #include "layout.h"
 #include "lineedit.h"
+#include "ui_gpu.h"
 #include "ui_series.h"
 #include "ui_text.h"
+#include "ui_vitals.h"
 
 #define CON_SAMPLE_MS     250 /* engine_stats() sampling period: one sample of each series */
 #define CON_FLAG_VALUE    64  /* bytes of a flag's value text */
@@ -38,7 +40,18 @@
 #define CON_MAX_TEXT_ROWS 128 /* rows of the chat pane and the help drawn at most */
 
 /* The series the charts draw, sampled by the console. */
-enum { M_RUNNING, M_WAITING, M_KV, M_PROMPT_TPS, M_GEN_TPS, M_TTFT, M_TPOT, N_METRICS };
+enum {
+    M_RUNNING,
+    M_WAITING,
+    M_KV,
+    M_PROMPT_TPS,
+    M_GEN_TPS,
+    M_TTFT,
+    M_TPOT,
+    M_DEV_UTIL, /* %: the GPUs' mean utilisation, or the process's CPU (of all cores) */
+    M_DEV_MEM,  /* %: the GPUs' mean memory use, or the process's resident set of the machine's */
+    N_METRICS
+};
 
 /* What one frame shows. Pointers are borrowed for the call. */
 typedef struct con_view {
@@ -52,6 +65,9 @@ typedef struct con_view {
     const ui_series_t *series;   /* [N_METRICS] */
     double window;               /* s, the charts' time window */
     double last_ttft, last_tpot; /* ms, the latest non-empty latency window (NaN: none yet) */
+    /* the numbers band (lay.vitals) and the device chart */
+    const ui_gpu_sample_t *gpu; /* NULL: none sampled yet */
+    const ui_ops_t *ops;
     /* flags panel */
     int n_flags;
     const char (*flag_text)[CON_FLAG_VALUE]; /* [n_flags], in flags_at() order */

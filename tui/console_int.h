@@ -37,12 +37,14 @@
 #include "ui_queue.h"
 #include "ui_series.h"
 #include "ui_text.h"
+#include "ui_gpu.h"
+#include "ui_vitals.h"
 
 typedef struct counters {
     double t;
     uint64_t prompt, gen;
-    double ttft_sum, tpot_sum;
-    uint64_t ttft_n, tpot_n;
+    double ttft_sum, tpot_sum, queue_sum;
+    uint64_t ttft_n, tpot_n, queue_n;
 } counters_t;
 
 typedef struct console {
@@ -67,6 +69,13 @@ typedef struct console {
     double last_ttft, last_tpot; /* ms, latest non-empty window */
     int window;                  /* index into console_cmd.c's windows (con_window_s) */
     double next_sample;
+    /* the machine (ui_gpu: NVML or the process) and the numbers band (ui_vitals) */
+    ui_gpu_t *gpu;
+    ui_gpu_sample_t gpu_s;
+    double next_gpu;
+    ui_ops_t ops;
+    int band_rows, band_cols; /* rows the band needs at band_cols columns (con_relayout) */
+    ui_vseg_t vsegs[UI_VITALS_MAX_SEGS]; /* scratch: how many rows the band needs */
     /* screen */
     SCREEN *screen;
     layout_t lay;

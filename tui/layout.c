@@ -20,7 +20,7 @@ static layout_rect_t rect(int x, int y, int w, int h) {
     return (layout_rect_t){x, y, w, h};
 }
 
-void layout_compute(int w, int h, layout_t *out) {
+void layout_compute(int w, int h, int band_want, layout_t *out) {
     memset(out, 0, sizeof *out);
     out->min_w = LAYOUT_MIN_W;
     out->min_h = LAYOUT_MIN_H;
@@ -32,6 +32,15 @@ void layout_compute(int w, int h, layout_t *out) {
     out->repl = rect(0, h - 2, w, 1);
     out->status = rect(0, h - 1, w, 1);
     int body_y = 1, body_h = h - 3;
+    /* the numbers band: what the charts at their smallest (three rows of them at the narrowest)
+     * and the chat pane leave, less two rows so that the chat pane is not squeezed first */
+    int band_max = body_h - 3 * CHART_MIN_H - CHAT_MIN_H - 2;
+    int vit = clamp(band_want, 0, band_max > 0 ? band_max : 0);
+    if (vit) {
+        out->vitals = rect(0, 1, w, vit);
+        body_y += vit;
+        body_h -= vit;
+    }
 
     int side_w = w >= SIDE_MIN_TERM_W ? clamp(w / 4, SIDE_MIN_W, SIDE_MAX_W) : 0;
     int main_w, cols, rows, chart_h, band;

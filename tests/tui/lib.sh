@@ -43,8 +43,8 @@ tui_fail() {
     exit 1
 }
 
-# tui_start [ENV=VALUE...] -- [console options...]: starts the console (120x40) on the tiny
-# fixture with a free port, results and history under the test's directory.
+# tui_start [ENV=VALUE...] -- [console options...]: starts the console (120x40, or TUI_W x
+# TUI_H) on the tiny fixture with a free port, results and history under the test's directory.
 tui_start() {
     local envs=()
     while [ $# -gt 0 ] && [ "$1" != "--" ]; do envs+=("$1"); shift; done
@@ -63,7 +63,7 @@ EOF
     rm -f "$TUI_DIR/rc"
     TUI_SOCK="tachyon-test-$$-$RANDOM-${#TUI_SOCKS[@]}"
     TUI_SOCKS+=("$TUI_SOCK")
-    tmux_ new-session -d -s t -x 120 -y 40 \
+    tmux_ new-session -d -s t -x "${TUI_W:-120}" -y "${TUI_H:-40}" \
         env -u NO_COLOR LANG=C.UTF-8 LC_ALL= TERM=screen XDG_STATE_HOME="$TUI_DIR/state" "${envs[@]}" \
         bash "$TUI_DIR/run.sh" "$TUI_DIR" "$TACHYON_BIN" console \
         --model "$TACHYON_FIXTURES/tiny-qwen3" --port 0 --threads 2 \
