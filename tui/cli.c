@@ -319,3 +319,26 @@ int cli_parse_ids(const char *text, int32_t **ids, int *n) {
     *n = count;
     return 0;
 }
+
+bool cli_stats_line(cli_stats_line_t *st, const stats_snapshot_t *s, double now, char *buf,
+                    size_t size) {
+    double dt = now - st->t;
+    if (dt <= 0) return false;
+    uint64_t dp = s->prompt_tokens - st->prompt, dg = s->generation_tokens - st->gen;
+    uint64_t dq = s->prefix_queries - st->queries, dh = s->prefix_hits - st->hits;
+    bool active = dp || dg || s->running || s->waiting, report = active || st->active;
+    if (report)
+        snprintf(buf, size,
+                 "Avg prompt throughput: %.1f tokens/s, Avg generation throughput: %.1f "
+                 "tokens/s, Running: %d reqs, Waiting: %d reqs, GPU KV cache usage: %.1f%%, "
+                 "Prefix cache hit rate: %.1f%%",
+                 dp / dt, dg / dt, s->running, s->waiting,
+                 s->kv_total ? 100.0 * s->kv_used / s->kv_total : 0.0, dq ? 100.0 * dh / dq : 0.0);
+    st->active = active;
+    st->t = now;
+    st->prompt = s->prompt_tokens;
+    st->gen = s->generation_tokens;
+    st->queries = s->prefix_queries;
+    st->hits = s->prefix_hits;
+    return report;
+}

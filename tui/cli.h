@@ -122,4 +122,18 @@ int cmd_bench_parse_workload(bench_options_t *o, int argc, char **argv, char *ms
 /* `tachyon` / `tachyon console`: the ncurses console with the engine and server embedded. */
 int cmd_console(int argc, char **argv);
 
+/* The periodic stats line of `tachyon serve` (and the console's log), as vLLM's
+ * LoggingStatLogger writes it: throughputs since the previous line, running and waiting requests,
+ * KV-cache use, prefix-cache hit rate. Set t to engine_now() at start; each call with a new
+ * snapshot fills buf and returns true when there is something to report (work since the last
+ * line, or the line after the last busy one). */
+typedef struct cli_stats_line {
+    double t;
+    uint64_t prompt, gen, queries, hits;
+    bool active;
+} cli_stats_line_t;
+
+bool cli_stats_line(cli_stats_line_t *st, const stats_snapshot_t *s, double now, char *buf,
+                    size_t size);
+
 #endif

@@ -43,6 +43,7 @@
 #define RATE_WIN      4    /* tokens/s over the last 4 samples (1 s) */
 #define GPU_PERIOD_S  1.0  /* NVML and /proc read once a second (on this thread) */
 #define OPS_WIN_S     5.0  /* step time, tokens per step, preemptions/s: over the last 5 s */
+#define STATS_LINE_S  5.0  /* the log's stats line, as often as tachyon serve's by default */
 
 static const char console_usage[] =
     "usage: tachyon [console] [options]\n"
@@ -59,6 +60,8 @@ static const char console_usage[] =
     "                       (default 30)\n"
     "  --no-color           no colours (also when NO_COLOR is set)\n"
     "  --ascii              ASCII charts and borders (automatic when the locale is not UTF-8)\n"
+    "  --no-mouse           leave the mouse to the terminal (its selection) instead of the\n"
+    "                       wheel scrolling the pane and clicks on F-keys and charts\n"
     "\n" CLI_SERVER_HELP CLI_ENGINE_HELP;
 
 static volatile sig_atomic_t got_sigint, got_sigterm;
@@ -278,6 +281,10 @@ static void sample(console_t *c) {
     ui_series_push(&c->series[M_TTFT], ttft);
     ui_series_push(&c->series[M_TPOT], tpot);
     sample_machine(c, k.t, o);
+    if (k.t - c->stats_line.t >= STATS_LINE_S) {
+        char line[512];
+        if (cli_stats_line(&c->stats_line, s, k.t, line, sizeof line)) con_log(c, "%s", line);
+    }
     c->dirty = true;
 }
 
@@ -299,10 +306,10 @@ static void handle_event(console_t *c, const ui_event_t *ev) {
         case UI_EV_FLAG_DONE:
             con_flag_done(c, ev);
             break;
-        case UI_EV_LOG: /* a warning stands out */
+        case UI_EV_LOG: /* to the log; the pane too (a warning stands out there) */
+            con_log(c, "%s", ev->text);
             ui_text_add(c->text, strncmp(ev->text, "warning: ", 9) ? UI_TXT_INFO : UI_TXT_ERROR,
                         ev->text);
-            c->dirty = true;
             break;
     }
 }
@@ -340,9 +347,11 @@ static void frame(console_t *c) {
         .reply_gen = c->req_gen,
         .reply_secs = now - c->req_t0,
         .reply_decoding = c->req_started,
-        .text = c->text,
+        .text = c->show_log ? c->log_text : c->text,
         .scroll = c->scroll,
         .show_reasoning = c->show_reasoning,
+        .log = c->show_log,
+        .zoom = c->zoom,
         .busy = busy,
         .status = c->status,
         .status_error = c->status_error,
@@ -447,6 +456,10 @@ static int init_curses(console_t *c) {
     nodelay(stdscr, TRUE);
     set_escdelay(25);
     c->color = con_draw_colors(c->color);
+    if (c->mouse) {
+        mouseinterval(0); /* a press acts at once: no wait to tell clicks from drags */
+        mousemask(BUTTON1_PRESSED | BUTTON4_PRESSED | BUTTON5_PRESSED, NULL);
+    }
     input_start(c->in, stdout);
     return 0;
 }
@@ -468,6 +481,7 @@ static void console_free(console_t *c) {
     le_destroy(c->le);
     input_destroy(c->in);
     ui_text_destroy(c->text);
+    ui_text_destroy(c->log_text);
     ui_text_destroy(c->help_text);
     ui_queue_destroy(c->q);
     conversation_free(&c->conv);
@@ -486,6 +500,7 @@ int cmd_console(int argc, char **argv) {
         {"shutdown-timeout", required_argument, 0, 'S'},
         {"no-color", no_argument, 0, 'C'},
         {"ascii", no_argument, 0, 'A'},
+        {"no-mouse", no_argument, 0, 'M'},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
@@ -505,6 +520,8 @@ int cmd_console(int argc, char **argv) {
     c->show_reasoning = true;
     c->window = 1;
     c->format = -1;
+    c->zoom = -1;
+    c->mouse = true;
     int opt;
     long v;
     float grace;
@@ -533,6 +550,9 @@ int cmd_console(int argc, char **argv) {
                 break;
             case 'A':
                 c->ascii = true;
+                break;
+            case 'M':
+                c->mouse = false;
                 break;
             case 'h':
                 fputs(console_usage, stdout);
@@ -576,7 +596,8 @@ int cmd_console(int argc, char **argv) {
     c->drawer = con_drawer_create(&err);
     c->q = c->drawer ? ui_queue_create(1024, &err) : NULL;
     c->text = c->q ? ui_text_create(TEXT_LINES, &err) : NULL;
-    c->help_text = c->text ? ui_text_create(100, &err) : NULL;
+    c->log_text = c->text ? ui_text_create(TEXT_LINES, &err) : NULL;
+    c->help_text = c->log_text ? ui_text_create(100, &err) : NULL;
     c->le = c->help_text ? le_create(REPL_LINE_MAX - 1, 1000, &err) : NULL;
     c->in = c->le ? input_create(REPL_LINE_MAX - 1, &err) : NULL;
     c->gpu = ui_gpu_create(getenv("TACHYON_NVML_LIB"));
@@ -639,6 +660,7 @@ int cmd_console(int argc, char **argv) {
     if (ho->tool_parser) tc_format_parse(ho->tool_parser, &c->tool_format);
     describe(c, &ce, &sv);
     c->t_start = now_s();
+    c->stats_line.t = c->t_start;
     con_read_flags(c);
     con_flags_baseline(c, &ce.opts.flags);
 

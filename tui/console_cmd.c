@@ -3,6 +3,7 @@
  * PgUp/PgDn, +/- on an empty line, Ctrl-L, Esc) act here; a submitted line is parsed by
  * commands.h and carried out by run_line. Flag changes run on a worker thread: a rebuild flag
  * drains the engine, and even a live one may wait for another client's rebuild. */
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,8 +22,10 @@ static const char help_keys[] =
     "  PgUp / PgDn  scroll the chat and output pane\n"
     "  Esc          stop the reply being generated\n"
     "  F2           show / hide the model's reasoning\n"
+    "  F3 log (stderr, stats, /set)  F4 zoom charts one by one  F5 rerun /bench  F10 quit\n"
     "  + / -        (on an empty line) zoom the charts' time window in / out\n"
     "  F1 or ?      (on an empty line) this help        Ctrl-L  redraw\n"
+    "  Mouse        wheel scrolls; a click runs an F-key, zooms a chart (--no-mouse)\n"
     "  Ctrl-C       stop the reply and the benchmark; then leave (asks first while\n"
     "               other clients' requests run: /quit --drain lets them finish)\n"
     "\n"
@@ -119,9 +122,12 @@ void con_flag_done(console_t *c, const ui_event_t *ev) {
     c->flag_busy = false;
     if (ev->code < 0) {
         con_out_error(c, ev->text);
+        con_log(c, "/set %s %s refused: %s", c->flag_name, c->flag_value, ev->text);
         return;
     }
     con_read_flags(c);
+    con_log(c, "/set %s %s applied in %.2f s", c->flag_name, c->flag_value,
+            engine_now() - c->flag_t0);
     const flag_def_t *f = flags_find(c->flag_name);
     if (!f) return;
     show_flag(c, f, "set ");
@@ -223,6 +229,7 @@ static bool run_line(console_t *c, const char *line) {
             con_flags(c, cmd->argc ? cmd->argv[0] : NULL);
             break;
         case REPL_BENCH:
+            snprintf(c->last_bench, sizeof c->last_bench, "%s", line);
             con_bench_start(c, cmd->argc, cmd->argv);
             break;
         case REPL_BENCH_STOP:
@@ -254,6 +261,19 @@ static const double windows_s[] = {30, 60, 300, 900};
 
 double con_window_s(const console_t *c) {
     return windows_s[c->window];
+}
+
+void con_log(console_t *c, const char *fmt, ...) {
+    char line[1024];
+    double t = engine_now() - c->t_start;
+    int n = snprintf(line, sizeof line, "[%02d:%02d:%02d] ", (int)t / 3600, (int)t / 60 % 60,
+                     (int)t % 60);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
+    va_end(ap);
+    ui_text_add(c->log_text, UI_TXT_NORMAL, line);
+    c->dirty = true;
 }
 
 void con_relayout(console_t *c) {
@@ -326,6 +346,66 @@ static bool editor_key(console_t *c, int key) {
     return false;
 }
 
+/* F1..F10 (also clicks on the F-key bar); returns true to quit. */
+static bool fkey(console_t *c, int n) {
+    switch (n) {
+        case 1:
+            open_help(c);
+            break;
+        case 2:
+            c->show_reasoning = !c->show_reasoning;
+            break;
+        case 3:
+            c->show_log = !c->show_log;
+            c->scroll = 0;
+            break;
+        case 4: /* each chart in turn, then the grid again */
+            c->zoom = c->zoom + 1 >= c->lay.n_charts ? -1 : c->zoom + 1;
+            break;
+        case 5:
+            if (!c->last_bench[0])
+                con_out_error(c, "no /bench to run again yet");
+            else if (c->bench_running)
+                con_out_error(c, "a benchmark is running (/bench stop stops it)");
+            else
+                return run_line(c, c->last_bench);
+            break;
+        case 10:
+            return con_quit_command(c, false);
+        default:
+            break;
+    }
+    c->dirty = true;
+    return false;
+}
+
+/* A mouse event: the wheel scrolls the pane, a click on the F-key bar runs the key, on a chart
+ * zooms it (or back to the grid). Returns true to quit. */
+static bool mouse_event(console_t *c) {
+    MEVENT m;
+    if (getmouse(&m) != OK) return false;
+    if (m.bstate & BUTTON4_PRESSED) {
+        scroll_by(c, 3);
+    } else if (m.bstate & BUTTON5_PRESSED) {
+        scroll_by(c, -3);
+    } else if (m.bstate & BUTTON1_PRESSED) { /* on the press: mouseinterval(0), no click wait */
+        con_view_t v = {.lay = c->lay,
+                        .zoom = c->zoom,
+                        .log = c->show_log,
+                        .help = c->help,
+                        .bench = c->bench_running ? &c->prog : NULL,
+                        .applying = c->flag_busy ? c->flag_name : NULL};
+        if (m.y == c->lay.status.y) {
+            int k = con_draw_fkey_at(&v, m.x);
+            if (k) return fkey(c, k);
+        }
+        int chart = con_draw_chart_at(&v, m.y, m.x);
+        if (chart >= 0) c->zoom = c->zoom >= 0 ? -1 : chart;
+    }
+    c->dirty = true;
+    return false;
+}
+
 /* One decoded key (input.h); returns true to quit. */
 static bool console_key(console_t *c, const input_event_t *ev) {
     c->dirty = true;
@@ -352,11 +432,9 @@ static bool console_key(console_t *c, const input_event_t *ev) {
             break;
     }
     if (ev->curses_key) {
-        if (ch == KEY_F(1))
-            open_help(c);
-        else if (ch == KEY_F(2))
-            c->show_reasoning = !c->show_reasoning;
-        else if (ch == KEY_PPAGE)
+        if (ch == KEY_MOUSE) return mouse_event(c);
+        if (ch >= KEY_F(1) && ch <= KEY_F(10)) return fkey(c, ch - KEY_F(0));
+        if (ch == KEY_PPAGE)
             scroll_by(c, c->lay.chat.h > 3 ? c->lay.chat.h - 2 : 1);
         else if (ch == KEY_NPAGE)
             scroll_by(c, -(c->lay.chat.h > 3 ? c->lay.chat.h - 2 : 1));

@@ -327,9 +327,28 @@ static void plot_row(const con_view_t *v, int y, int x, const char *a, const cha
     attrset(A_NORMAL);
 }
 
-static void draw_chart(con_drawer_t *d, const con_view_t *v, int i) {
+/* The area of the chart grid: where a zoomed chart goes. */
+static layout_rect_t chart_area(const layout_t *l) {
+    layout_rect_t a = l->charts[0], z = l->charts[l->n_charts - 1];
+    return (layout_rect_t){a.x, a.y, z.x + z.w - a.x, z.y + z.h - a.y};
+}
+
+int con_draw_chart_at(const con_view_t *v, int y, int x) {
+    const layout_t *l = &v->lay;
+    if (l->too_small || v->help) return -1;
+    if (v->zoom >= 0) {
+        layout_rect_t a = chart_area(l);
+        return y >= a.y && y < a.y + a.h && x >= a.x && x < a.x + a.w ? v->zoom : -1;
+    }
+    for (int i = 0; i < l->n_charts; i++) {
+        layout_rect_t r = l->charts[i];
+        if (y >= r.y && y < r.y + r.h && x >= r.x && x < r.x + r.w) return i;
+    }
+    return -1;
+}
+
+static void draw_chart(con_drawer_t *d, const con_view_t *v, int i, layout_rect_t r) {
     const chart_spec_t *sp = &chart_specs[i];
-    layout_rect_t r = v->lay.charts[i];
     chart_spec_t cpu_spec; /* no GPU: the process's CPU and resident memory, in % */
     if (sp->metric == M_DEV_UTIL && !(v->gpu && v->gpu->n > 0)) {
         cpu_spec = *sp;
@@ -514,8 +533,13 @@ static int draw_chat(con_drawer_t *d, const con_view_t *v) {
     layout_rect_t r = v->lay.chat;
     int h = r.h - 1 > CON_MAX_TEXT_ROWS ? CON_MAX_TEXT_ROWS : r.h - 1, scroll = v->scroll;
     int n = ui_text_rows(v->text, r.w - 1, h, &scroll, v->show_reasoning, d->rows);
-    title_rule(d, v, r,
-               scroll ? "Chat and output (scrolled up: PgDn goes back)" : "Chat and output");
+    const char *title = v->log               ? "Log (F3: back to the chat)"
+                        : !v->show_reasoning ? "Chat and output (reasoning hidden: F2)"
+                                             : "Chat and output";
+    if (scroll)
+        title = v->log ? "Log (scrolled up: PgDn goes back)"
+                       : "Chat and output (scrolled up: PgDn goes back)";
+    title_rule(d, v, r, title);
     int y0 = r.y + 1 + (h - n); /* bottom-aligned */
     for (int i = 0; i < n; i++)
         put(y0 + i, r.x, r.w, d->rows[i].text, d->rows[i].len, text_attr(v, d->rows[i].style));
@@ -545,9 +569,62 @@ static void draw_repl(const con_view_t *v) {
     move(r.y, r.x + pw + lv->cursor_col);
 }
 
+/* The F-key bar (htop's habit: the key, then its label in the bar's colour), after "ready | ";
+ * below 100 columns only help and quit. */
+typedef struct fkey {
+    int key;
+    const char *label, *label_on; /* label_on: while its mode is on */
+} fkey_t;
+
+static const fkey_t fkeys[] = {
+    {1, "Help", NULL},   {2, "Think", NULL}, {3, "Log", "Chat"},
+    {4, "Zoom", "Grid"}, {5, "Rerun", NULL}, {10, "Quit", NULL},
+};
+#define N_FKEYS ((int)(sizeof fkeys / sizeof fkeys[0]))
+#define FBAR_X  8 /* after "ready | " */
+
+static bool fkey_shown(const con_view_t *v, int i) {
+    return v->lay.status.w >= 100 || fkeys[i].key == 1 || fkeys[i].key == 10;
+}
+
+static const char *fkey_label(const con_view_t *v, int i) {
+    bool on = (fkeys[i].key == 3 && v->log) || (fkeys[i].key == 4 && v->zoom >= 0);
+    return on ? fkeys[i].label_on : fkeys[i].label;
+}
+
+/* Columns of key i's "F<n><Label>" on the status line; returns the column after it. */
+static int fkey_span(const con_view_t *v, int i, int *x0) {
+    int x = FBAR_X;
+    for (int k = 0; k < N_FKEYS; k++) {
+        if (!fkey_shown(v, k)) continue;
+        int w = (fkeys[k].key >= 10 ? 3 : 2) + (int)strlen(fkey_label(v, k));
+        if (k == i) {
+            *x0 = x;
+            return x + w;
+        }
+        x += w + 1;
+    }
+    *x0 = x;
+    return x;
+}
+
+int con_draw_fkey_at(const con_view_t *v, int x) {
+    if (v->bench || v->applying) return 0;
+    for (int i = 0; i < N_FKEYS; i++) {
+        int x0, x1 = fkey_shown(v, i) ? fkey_span(v, i, &x0) : -1;
+        if (x1 > 0 && x >= x0 && x < x1) return fkeys[i].key;
+    }
+    return 0;
+}
+
 static void draw_status(const con_view_t *v) {
     layout_rect_t r = v->lay.status;
     char left[160], bar[64] = "";
+    attr_t a = attr_of(v, PAIR_BAR, A_REVERSE);
+    attrset(a);
+    mvhline(r.y, r.x, ' ', r.w);
+    attrset(A_NORMAL);
+    int lw;
     if (v->bench) {
         progress_bar(v->bench, bar, sizeof bar, 20);
         snprintf(left, sizeof left, "ready | bench %s %d/%d |", bar, v->bench->done,
@@ -557,17 +634,25 @@ static void draw_status(const con_view_t *v) {
         snprintf(left, sizeof left, "ready | applying %s %c %.1f s |", v->applying,
                  spin[(int)(v->now * 8) % 4], v->applying_secs);
     } else {
-        char wtxt[32];
-        chart_format_window(v->window, wtxt, sizeof wtxt);
-        snprintf(left, sizeof left, "ready | F1 help | +/- window %s | F2 reasoning %s |", wtxt,
-                 v->show_reasoning ? "shown" : "hidden");
+        snprintf(left, sizeof left, "ready |");
     }
-    attr_t a = attr_of(v, PAIR_BAR, A_REVERSE);
-    attrset(a);
-    mvhline(r.y, r.x, ' ', r.w);
-    attrset(A_NORMAL);
-    int lw = (int)strlen(left);
+    lw = (int)strlen(left);
     put(r.y, r.x, r.w, left, (size_t)lw, a | A_BOLD);
+    if (!v->bench && !v->applying) {
+        char key[8];
+        int end = FBAR_X;
+        for (int i = 0; i < N_FKEYS; i++) {
+            if (!fkey_shown(v, i)) continue;
+            int x0;
+            end = fkey_span(v, i, &x0);
+            int kw = snprintf(key, sizeof key, "F%d", fkeys[i].key);
+            put(r.y, r.x + x0, r.w - x0, key, (size_t)kw, A_BOLD);
+            const char *label = fkey_label(v, i);
+            put(r.y, r.x + x0 + kw, r.w - x0 - kw, label, strlen(label), a);
+        }
+        put(r.y, r.x + end + 1, r.w - end - 1, "|", 1, a | A_BOLD);
+        lw = end + 2;
+    }
     if (r.w > lw + 1) {
         attr_t sa = v->status_error ? (attr_of(v, PAIR_ERROR, A_REVERSE) | A_BOLD) : a;
         put(r.y, r.x + lw + 1, r.w - lw - 1, v->status, strlen(v->status), sa);
@@ -629,8 +714,11 @@ void con_draw(con_drawer_t *d, const con_view_t *v, con_drawn_t *out) {
     } else {
         draw_header(d, v);
         draw_vitals(d, v);
-        for (int i = 0; i < v->lay.n_charts; i++)
-            draw_chart(d, v, i);
+        if (v->zoom >= 0 && v->zoom < v->lay.n_charts)
+            draw_chart(d, v, v->zoom, chart_area(&v->lay));
+        else
+            for (int i = 0; i < v->lay.n_charts; i++)
+                draw_chart(d, v, i, v->lay.charts[i]);
         draw_flags(d, v);
         draw_requests(d, v);
         out->scroll = draw_chat(d, v);

@@ -79,10 +79,12 @@ typedef struct con_view {
     int reply_prompt, reply_gen;   /* its tokens */
     double reply_secs;
     bool reply_decoding; /* it has produced a token */
-    /* chat/output pane */
+    /* chat/output pane, or the log pane */
     const ui_text_t *text;
     int scroll; /* rows scrolled up from the newest */
     bool show_reasoning;
+    bool log; /* text is the log (F3) */
+    int zoom; /* the chart that takes the whole chart area (-1: none) */
     /* REPL line: the editor's view, rendered con_draw_line_width() columns wide */
     le_view_t line;
     bool busy; /* a reply streams: the prompt says so */
@@ -115,6 +117,12 @@ bool con_draw_colors(bool want);
 
 /* The columns the REPL line gives the editor (le_render's width). */
 int con_draw_line_width(const layout_t *lay, bool busy);
+
+/* The chart at (y, x) in a frame of v's layout (zoomed or not); -1 when none. */
+int con_draw_chart_at(const con_view_t *v, int y, int x);
+
+/* The F-key bar's key under column x of the status line (1..10 for F1..F10); 0 when none. */
+int con_draw_fkey_at(const con_view_t *v, int x);
 
 /* Draws the frame: werase, every panel, one wnoutrefresh and one doupdate; the cursor is left
  * in the REPL line (hidden under the help and the "too small" screen). */

@@ -21,6 +21,7 @@
 #include <curses.h>
 
 #include "bench.h"
+#include "cli.h"
 #include "commands.h"
 #include "console_draw.h"
 #include "conversation.h"
@@ -86,10 +87,14 @@ typedef struct console {
     double last_frame;
     char status[256];
     bool status_error;
-    /* output pane */
-    ui_text_t *text;
+    /* output pane, and the log (F3 switches): stderr's lines, the stats line, flag changes */
+    ui_text_t *text, *log_text;
     int scroll;
-    bool show_reasoning;
+    bool show_reasoning, show_log;
+    cli_stats_line_t stats_line;    /* the log's line every 10 s, as tachyon serve's */
+    int zoom;                       /* the chart F4 or a click zoomed (-1: none) */
+    bool mouse;                     /* mouse events on (--no-mouse: off) */
+    char last_bench[REPL_LINE_MAX]; /* the last /bench line: F5 runs it again */
     /* REPL */
     le_t *le;
     char hist_path[4096];
@@ -155,6 +160,9 @@ bool con_quit_command(console_t *c, bool drain);
 
 // ---------------------------------------------------------------------------------------------
 // console_cmd.c
+
+/* Adds a line to the log pane (F3), with the time since start. */
+void con_log(console_t *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* Handles every key waiting on stdin (and a lone Esc once it is one); true: quit. */
 bool con_read_keys(console_t *c);

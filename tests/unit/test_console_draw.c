@@ -143,6 +143,7 @@ static int setup(void **state) {
         .busy = true,
         .status = "generating (Esc stops)",
         .help_text = f->help,
+        .zoom = -1,
     };
     layout_compute(COLS, LINES, 0, &v->lay);
     le_render(f->le, con_draw_line_width(&v->lay, v->busy), &v->line);
@@ -272,8 +273,9 @@ static void test_panels(void **state) {
     assert_int_equal(out.scroll, 0);
     /* the status line */
     const char *st = row(l->status.y);
-    assert_non_null(strstr(st, "ready | F1 help | +/- window 60 s | F2 reasoning hidden |"));
+    assert_non_null(strstr(st, "ready | F1Help F2Think F3Log F4Zoom F5Rerun F10Quit | "));
     assert_non_null(strstr(st, "generating (Esc stops)"));
+    assert_true(find_row("Chat and output (reasoning hidden: F2)") == l->chat.y);
     /* the REPL line: the busy prompt, the line break as a mark, the cursor after the text */
     assert_non_null(strstr(row(l->repl.y), "... hello\xe2\x8f\x8eworld"));
     assert_int_equal(f->cur_y, l->repl.y);
@@ -307,7 +309,8 @@ static void test_styles(void **state) {
     assert_true(pair != 0);
     y = find_row("It is 4.");
     assert_int_equal(attrs_at(y, 0, &pair) & (A_BOLD | A_DIM), 0);
-    assert_non_null(strstr(row(f->v.lay.status.y), "F2 reasoning shown"));
+    assert_true(find_row("Chat and output (reasoning hidden") < 0);
+    assert_true(find_row("Chat and output") == f->v.lay.chat.y);
 }
 
 /* Braille in a UTF-8 terminal; only ASCII and no colour pair with ascii and no colour. */
@@ -335,7 +338,7 @@ static void test_ascii_mono(void **state) {
         }
     }
     assert_non_null(strstr(row(f->v.lay.repl.y), "... hello|world"));
-    assert_non_null(strstr(row(f->v.lay.chat.y), "- Chat and output ---"));
+    assert_non_null(strstr(row(f->v.lay.chat.y), "- Chat and output (reasoning hidden: F2) ---"));
     bool glyphs = false;
     for (int y = c.y + 1; y < c.y + c.h; y++)
         glyphs |= strpbrk(row(y) + 6, ".:|#") != NULL;
@@ -505,6 +508,50 @@ static void test_vitals(void **state) {
     assert_true(find_row("error 1") > 1);
 }
 
+/* F4's zoom: one chart over the whole chart area, found there by a click; F3's log in the pane;
+ * the F-key bar's keys found by column, only help and quit below 100 columns. */
+static void test_zoom_log_fkeys(void **state) {
+    fixture_t *f = *state;
+    const layout_t *l = &f->v.lay;
+    layout_rect_t c0 = l->charts[0], c5 = l->charts[5];
+    assert_int_equal(con_draw_chart_at(&f->v, c5.y + 1, c5.x + 1), 5);
+    assert_int_equal(con_draw_chart_at(&f->v, l->chat.y + 1, 0), -1);
+    f->v.zoom = 3;
+    draw(f);
+    assert_true(find_row("TTFT  last 60 s  mean 120 ms") == c0.y);
+    assert_int_equal(find_row("TPOT"), -1);
+    assert_int_equal(find_row("running 39"), -1);
+    assert_int_equal(con_draw_chart_at(&f->v, c5.y + 1, c5.x + 1), 3);
+    assert_non_null(strstr(row(c5.y + c5.h - 1), "now")); /* the axis at the area's bottom */
+    assert_non_null(strstr(row(l->status.y), "F4Grid"));
+
+    ui_text_t *log = ui_text_create(100, &(err_t){{0}});
+    ui_text_add(log, UI_TXT_NORMAL, "[00:00:05] Avg prompt throughput: 1.0 tokens/s");
+    f->v.text = log;
+    f->v.log = true;
+    draw(f);
+    assert_true(find_row("Log (F3: back to the chat)") == l->chat.y);
+    assert_true(find_row("[00:00:05] Avg prompt throughput") > l->chat.y);
+    assert_int_equal(find_row("It is 4."), -1);
+    assert_non_null(strstr(row(l->status.y), "F3Chat"));
+    const char *st = row(l->status.y);
+    int x = find_col(l->status.y, "F5Rerun");
+    assert_true(strstr(st, "F5Rerun") != NULL);
+    assert_int_equal(con_draw_fkey_at(&f->v, x), 5);
+    assert_int_equal(con_draw_fkey_at(&f->v, x + 6), 5);
+    assert_int_equal(con_draw_fkey_at(&f->v, find_col(l->status.y, "F10Quit") + 1), 10);
+    assert_int_equal(con_draw_fkey_at(&f->v, 2), 0);
+    ui_text_destroy(log);
+
+    reopen(f, 80, 24);
+    f->v.text = f->text;
+    f->v.log = false;
+    draw(f);
+    st = row(f->v.lay.status.y);
+    assert_non_null(strstr(st, "ready | F1Help F10Quit | generating"));
+    assert_int_equal(con_draw_fkey_at(&f->v, find_col(f->v.lay.status.y, "F10Quit")), 10);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_panels, setup, teardown),
@@ -514,6 +561,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_help, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bench_and_flag, setup, teardown),
         cmocka_unit_test_setup_teardown(test_vitals, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_zoom_log_fkeys, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
