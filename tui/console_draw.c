@@ -436,6 +436,13 @@ static void draw_flags(con_drawer_t *d, const con_view_t *v) {
         }
 }
 
+/* The column of "N failed" in the requests table's benchmark line. */
+static int find_failed(const bench_progress_t *b) {
+    char head[96];
+    return snprintf(head, sizeof head, "bench   %d in flight, %d/%d done, ", b->in_flight, b->done,
+                    b->total);
+}
+
 static void progress_bar(const bench_progress_t *p, char *buf, size_t size, int width) {
     int total = p->total > 0 ? p->total : 1;
     int fill = (int)((long)width * p->done / total);
@@ -445,6 +452,29 @@ static void progress_bar(const bench_progress_t *p, char *buf, size_t size, int 
         buf[k++] = i < fill ? '#' : '.';
     buf[k++] = ']';
     buf[k] = '\0';
+}
+
+/* tqdm's numbers: "25% 00:12<00:36 0.8 req/s ok 10 fail 0" (the ETA from the rate so far; ok
+ * and fail only when wide, fail always when some failed), or "preparing 40 prompts" before the
+ * first request has gone out. */
+static void bench_numbers(const bench_progress_t *p, bool wide, char *buf, size_t size) {
+    if (p->done == 0 && p->in_flight == 0 && p->elapsed <= 0) {
+        snprintf(buf, size, "preparing %d prompts", p->total);
+        return;
+    }
+    int total = p->total > 0 ? p->total : 1;
+    long el = lround(p->elapsed);
+    char eta[48] = "?", counts[64] = "";
+    if (p->done > 0) {
+        long left = lround(p->elapsed * (p->total - p->done) / p->done);
+        snprintf(eta, sizeof eta, "%02ld:%02ld", left / 60, left % 60);
+    }
+    if (wide)
+        snprintf(counts, sizeof counts, " ok %d fail %d", p->done - p->failed, p->failed);
+    else if (p->failed)
+        snprintf(counts, sizeof counts, " fail %d", p->failed);
+    snprintf(buf, size, "%d%% %02ld:%02ld<%s %.1f req/s%s", 100 * p->done / total, el / 60, el % 60,
+             eta, p->request_rate_observed, counts);
 }
 
 /* The engine's live requests (oldest first; the console's chat and the benchmark's requests
@@ -464,10 +494,15 @@ static void draw_requests(con_drawer_t *d, const con_view_t *v) {
     if (b && end - y >= 8) {
         putf(d, y++, r.x + 1, w, A_NORMAL, "bench   %d in flight, %d/%d done, %d failed",
              b->in_flight, b->done, b->total, b->failed);
+        if (b->failed) /* failures stand out */
+            putf(d, y - 1, r.x + 1 + find_failed(b), w - find_failed(b),
+                 attr_of(v, PAIR_ERROR, A_BOLD) | A_BOLD, "%d failed", b->failed);
         if (y < end) {
-            char bar[128];
+            char bar[128], nums[96];
             progress_bar(b, bar, sizeof bar, w - 12 > 60 ? 60 : w - 12);
-            putf(d, y++, r.x + 1, w, attr_of(v, PAIR_OK, A_BOLD), "%s %.0f s", bar, b->elapsed);
+            putf(d, y++, r.x + 1, w, attr_of(v, PAIR_OK, A_BOLD), "%s", bar);
+            bench_numbers(b, true, nums, sizeof nums);
+            if (y < end) putf(d, y++, r.x + 1, w, A_NORMAL, "%s", nums);
         }
     }
     /* the id takes what the numbers and the state (29 columns) leave */
@@ -619,16 +654,17 @@ int con_draw_fkey_at(const con_view_t *v, int x) {
 
 static void draw_status(const con_view_t *v) {
     layout_rect_t r = v->lay.status;
-    char left[160], bar[64] = "";
+    char left[256], bar[64] = "", nums[96];
     attr_t a = attr_of(v, PAIR_BAR, A_REVERSE);
     attrset(a);
     mvhline(r.y, r.x, ' ', r.w);
     attrset(A_NORMAL);
     int lw;
     if (v->bench) {
-        progress_bar(v->bench, bar, sizeof bar, 20);
-        snprintf(left, sizeof left, "ready | bench %s %d/%d |", bar, v->bench->done,
-                 v->bench->total);
+        progress_bar(v->bench, bar, sizeof bar, r.w < 160 ? 10 : 20);
+        bench_numbers(v->bench, r.w >= 160, nums, sizeof nums);
+        snprintf(left, sizeof left, "ready | bench %s %d/%d %s |", bar, v->bench->done,
+                 v->bench->total, nums);
     } else if (v->applying) {
         static const char spin[] = "|/-\\";
         snprintf(left, sizeof left, "ready | applying %s %c %.1f s |", v->applying,

@@ -9,8 +9,9 @@
 #define CHART_MIN_H     3 /* a title row and two plot rows */
 #define CHART_MAX_H     12
 #define CHAT_MIN_H      4
-#define REQUESTS_MAX_H  7  /* title, engine line, column heads, chat and bench rows, totals */
-#define STRIP_MIN_REST  14 /* rows under the charts needed before flags/requests get a strip */
+#define REQUESTS_MAX_H  14  /* title, engine line, bench lines, column heads, rows, totals */
+#define TALL_TABLE_W    160 /* from here the requests table runs down beside the chat pane */
+#define STRIP_MIN_REST  14  /* rows under the charts needed before flags/requests get a strip */
 
 static int clamp(int v, int lo, int hi) {
     return v < lo ? lo : v > hi ? hi : v;
@@ -69,7 +70,12 @@ void layout_compute(int w, int h, int band_want, layout_t *out) {
     }
 
     int rest_y = body_y + band, rest_h = body_h - band;
-    if (side_w) { /* beside the charts, so that the chat pane gets the whole width for tables */
+    if (side_w && w >= TALL_TABLE_W) { /* wide enough for the chat's tables beside a requests
+                                           table that grows down beside the chat */
+        out->flags = rect(main_w, body_y, side_w, band);
+        out->requests = rect(main_w, rest_y, side_w, rest_h);
+        out->chat = rect(0, rest_y, main_w, rest_h);
+    } else if (side_w) { /* beside the charts: the chat pane gets the whole width for tables */
         int req_h = clamp(band / 2, 3, REQUESTS_MAX_H);
         out->flags = rect(main_w, body_y, side_w, band - req_h);
         out->requests = rect(main_w, body_y + band - req_h, side_w, req_h);

@@ -11,8 +11,8 @@
  * wanted: ui_vitals.h; it gets fewer, or none, where the charts and the chat pane need the
  * rows), the charts, the chat/output pane, the
  * REPL line and the status line (bottom row). The flags panel and the requests table are shown
- * where there is room (a column beside the charts on wide terminals, a strip under the charts on
- * medium ones)
+ * where there is room (a column beside the charts on wide terminals, the requests table running
+ * down beside the chat pane from 160 columns, a strip under the charts on medium ones)
  * and have w = h = 0 otherwise. Shown rectangles lie inside the screen and never overlap.
  */
 #ifndef TACHYON_LAYOUT_H

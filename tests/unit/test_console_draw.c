@@ -261,7 +261,7 @@ static void test_panels(void **state) {
     int chat = find_row("chat-1"), other = find_row("req-a");
     assert_true(chat > ry && other > chat);
     assert_non_null(strstr(row(chat), "decode"));
-    assert_true(find_row("... and 1 more") > other);
+    assert_true(find_row("~bcdef ") > other); /* a long id by its end */
     assert_true(find_row("7 submitted, 0 done, 0 preempted") > other);
     /* the chat pane: bottom-aligned, reasoning folded */
     int cy = find_row("Chat and output");
@@ -402,16 +402,34 @@ static void test_bench_and_flag(void **state) {
     /* no layout gives the table the rows it needs for the benchmark's lines yet: a made-up one */
     f->v.lay.requests = (layout_rect_t){0, 17, 60, 20};
     f->v.lay.chat = (layout_rect_t){60, 17, 60, 21};
-    f->bench = (bench_progress_t){.total = 40, .done = 10, .in_flight = 3, .elapsed = 12};
+    f->bench = (bench_progress_t){.total = 40,
+                                  .done = 10,
+                                  .failed = 2,
+                                  .in_flight = 3,
+                                  .elapsed = 12,
+                                  .request_rate_observed = 0.8};
     f->v.bench = &f->bench;
     draw(f);
     const char *st = row(f->v.lay.status.y);
-    assert_non_null(strstr(st, "ready | bench [#####...............] 10/40 |"));
-    int y = find_row("bench   3 in flight, 10/40 done, 0 failed");
+    assert_non_null(
+        strstr(st, "ready | bench [##........] 10/40 25% 00:12<00:36 0.8 req/s fail 2 |"));
+    int y = find_row("bench   3 in flight, 10/40 done, 2 failed");
     assert_true(y > 17);
+    short pair;
+    attrs_at(y, find_col(y, "2 failed"), &pair);
+    assert_true(pair != 0); /* failures in the error colour */
     assert_int_equal(find_col(y + 1, "[####"), 1);
-    assert_non_null(strstr(row(y + 1), "] 12 s"));
+    assert_non_null(strstr(row(y + 2), "25% 00:12<00:36 0.8 req/s ok 8 fail 2"));
     assert_true(find_row("~3456789abcdef0123456789abcdef ") > y); /* a long id by its end */
+    f->bench = (bench_progress_t){.total = 400};
+    draw(f);
+    assert_non_null(strstr(row(f->v.lay.status.y), "0/400 preparing 400 prompts |"));
+    reopen(f, 200, 50); /* wide: ok and fail on the status line too */
+    f->bench = (bench_progress_t){.total = 40, .done = 10, .in_flight = 3, .elapsed = 12};
+    f->v.bench = &f->bench;
+    draw(f);
+    assert_non_null(strstr(row(LINES - 1), "ready | bench [#####...............] 10/40 25% "
+                                           "00:12<00:36 0.0 req/s ok 10 fail 0 |"));
     f->v.bench = NULL;
     f->v.applying = "block-size";
     f->v.applying_secs = 2.5;
