@@ -35,6 +35,7 @@
 #include "cli.h"
 #include "console_int.h"
 #include "mdir.h"
+#include "sweep.h"
 #include "ui_log.h"
 
 #define FRAME_MS      100  /* at most ten frames a second */
@@ -305,6 +306,9 @@ static void handle_event(console_t *c, const ui_event_t *ev) {
             break;
         case UI_EV_FLAG_DONE:
             con_flag_done(c, ev);
+            break;
+        case UI_EV_SWEEP_DONE:
+            con_sweep_done(c, ev);
             break;
         case UI_EV_LOG: /* to the log; the pane too (a warning stands out there) */
             con_log(c, "%s", ev->text);
@@ -709,7 +713,12 @@ int cmd_console(int argc, char **argv) {
         pthread_join(c->bench_thread, NULL);
         ui_event_t ev;
         while (ui_queue_pop(c->q, &ev))
-            if (ev.type == UI_EV_BENCH_DONE) bench_result_destroy(ev.ptr);
+            if (ev.type == UI_EV_BENCH_DONE) {
+                bench_result_destroy(ev.ptr);
+            } else if (ev.type == UI_EV_SWEEP_DONE) {
+                bench_sweep_free(ev.ptr);
+                free(ev.ptr);
+            }
     }
     if (c->flag_busy) pthread_join(c->flag_thread, NULL);
     con_chat_free(c); /* before the engine closes */

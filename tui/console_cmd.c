@@ -232,6 +232,9 @@ static bool run_line(console_t *c, const char *line) {
             snprintf(c->last_bench, sizeof c->last_bench, "%s", line);
             con_bench_start(c, cmd->argc, cmd->argv);
             break;
+        case REPL_SWEEP:
+            con_sweep_start(c, cmd);
+            break;
         case REPL_BENCH_STOP:
             if (!con_bench_stop(c)) con_out_error(c, "no benchmark is running");
             break;

@@ -211,8 +211,12 @@ void con_chat_free(console_t *c);
 // console_bench.c
 
 /* /bench PROFILE [OPTIONS] (argv[0] the profile) on its own thread against the embedded server;
- * /bench stop (false when none runs); its UI_EV_BENCH_DONE event; /results; /compare. */
+ * /bench stop (false when none runs); its UI_EV_BENCH_DONE event; /results; /compare. /sweep
+ * (bench/sweep.h on the same thread: the flag set through the engine for each value) and its
+ * UI_EV_SWEEP_DONE: the table and plot, each point kept as a run. */
 void con_bench_start(console_t *c, int argc, char **argv);
+void con_sweep_start(console_t *c, repl_cmd_t *cmd);
+void con_sweep_done(console_t *c, const ui_event_t *ev);
 bool con_bench_stop(console_t *c);
 void con_bench_done(console_t *c, const ui_event_t *ev);
 void con_results(console_t *c);

@@ -128,3 +128,20 @@ tui_quit() {
     cmp -s "$TUI_DIR/stty.before" "$TUI_DIR/stty.after" ||
         tui_fail "terminal modes not restored: $(cat "$TUI_DIR/stty.before") vs $(cat "$TUI_DIR/stty.after")"
 }
+
+# tui_sizes FN: FN against a fresh console at 80x24, 120x40 and 200x50, then at 120x40 with
+# NO_COLOR in the C locale, where the screen must hold only ASCII; each console is quit (exit
+# status 0, terminal restored) and its server removed.
+tui_sizes() {
+    local fn=$1 size
+    for size in 80x24 120x40 200x50 120x40-plain; do
+        TUI_W=${size%%x*} TUI_H=${size#*x} TUI_H=${TUI_H%-plain}
+        if [ "${size%-plain}" = "$size" ]; then tui_start; else tui_start NO_COLOR=1 LANG=C LC_ALL=C --; fi
+        "$fn"
+        if [ "${size%-plain}" != "$size" ] && tui_screen | LC_ALL=C grep -q '[^ -~]'; then
+            tui_fail "non-ASCII on the screen in the C locale"
+        fi
+        tui_quit
+        tmux_ kill-server
+    done
+}

@@ -20,17 +20,5 @@ run() {
     tui_wait_gone "$prog"
 }
 
-for size in 80x24 120x40 200x50; do
-    TUI_W=${size%x*} TUI_H=${size#*x}
-    tui_start
-    run
-    tui_quit
-    tmux_ kill-server
-done
-
-TUI_W=120 TUI_H=40
-tui_start NO_COLOR=1 LANG=C LC_ALL=C --
-run
-tui_screen | LC_ALL=C grep -q '[^ -~]' && tui_fail "non-ASCII on the screen in the C locale"
-tui_quit
+tui_sizes run
 echo PASS
