@@ -442,6 +442,8 @@ static void describe(console_t *c, const cli_engine_t *ce, const cli_server_t *s
     const engine_opts_t *o = &ce->opts;
     model_config_describe(engine_model_config(c->eng), c->model_desc, sizeof c->model_desc);
     snprintf(c->model_name, sizeof c->model_name, "%s", sv->names[0]);
+    if (strcmp(o->model.model, MDIR_EMBEDDED))
+        snprintf(c->model_arg, sizeof c->model_arg, "%s", o->model.model);
     if (!strcmp(o->model.model, MDIR_EMBEDDED))
         snprintf(c->model_note, sizeof c->model_note, "(demo model, toy weights)");
     else if (o->model.format == LOAD_DUMMY)

@@ -79,6 +79,36 @@ static void show_flag(console_t *c, const flag_def_t *f, const char *prefix) {
     }
     ui_text_addf(c->text, UI_TXT_NORMAL, "%s%s = %s   (default %s, %s)", prefix, f->name, v, f->def,
                  flag_apply_name(f->apply));
+    if (*prefix) { /* /set: the value is what was asked; /get also says what the flag takes */
+        c->scroll = 0;
+        return;
+    }
+    char takes[512] = "";
+    switch (f->type) {
+        case FLAG_INT:
+        case FLAG_SIZE:
+            snprintf(takes, sizeof takes, "%s in [%.17g, %.17g]%s",
+                     f->type == FLAG_SIZE ? "a size (bytes, K/M/G/KiB/MiB/GiB)" : "an integer",
+                     f->min, f->max, f->can_unset ? ", or unset" : "");
+            break;
+        case FLAG_FLOAT:
+            snprintf(takes, sizeof takes, "a number in %c%.17g, %.17g]%s", f->min_open ? '(' : '[',
+                     f->min, f->max, f->can_unset ? ", or unset" : "");
+            break;
+        case FLAG_BOOL:
+            snprintf(takes, sizeof takes, "true or false");
+            break;
+        case FLAG_ENUM: {
+            size_t k = 0;
+            for (const char *const *ch = f->choices; ch && *ch && k < sizeof takes; ch++)
+                k += (size_t)snprintf(takes + k, sizeof takes - k, "%s%s", k ? ", " : "one of ",
+                                      *ch);
+            break;
+        }
+        default:
+            break;
+    }
+    ui_text_addf(c->text, UI_TXT_INFO, "  %s; takes %s", f->help, takes[0] ? takes : "text");
     c->scroll = 0;
 }
 
@@ -139,7 +169,60 @@ void con_flag_done(console_t *c, const ui_event_t *ev) {
                        c->flag_value);
 }
 
+/* s for a shell: as is when plain, else in single quotes. */
+static void shell_word(jbuf_t *b, const char *s) {
+    bool plain = *s != '\0';
+    for (const char *p = s; *p; p++)
+        plain &= (bool)(strchr("._/:=+-,@%", *p) || (*p >= '0' && *p <= '9') ||
+                        (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z'));
+    if (plain) {
+        jb_lit(b, s);
+        return;
+    }
+    jb_raw(b, "'", 1);
+    for (const char *p = s; *p; p++)
+        *p == '\'' ? jb_lit(b, "'\\''") : jb_raw(b, p, 1);
+    jb_raw(b, "'", 1);
+}
+
+/* /flags diff: the `tachyon serve` command line that reproduces the model and every flag that
+ * differs from its default (flags the engine chose itself, such as an automatic max-model-len,
+ * are left to it). */
+static void con_flags_diff(console_t *c) {
+    con_read_flags(c);
+    jbuf_t b;
+    jb_init(&b);
+    jb_lit(&b, "tachyon serve");
+    if (c->model_arg[0]) {
+        jb_lit(&b, " --model ");
+        shell_word(&b, c->model_arg);
+    }
+    int n = 0;
+    for (int i = 0; i < c->n_flags; i++) {
+        const flag_def_t *f = flags_at(i);
+        if (!c->flag_changed[i]) continue;
+        char v[CON_FLAG_VALUE];
+        flags_format(f, &c->cur_flags, v, sizeof v);
+        bool on = f->type == FLAG_BOOL && !strcmp(v, "true");
+        jb_printf(&b, " --%s%s", f->type == FLAG_BOOL && !on ? "no-" : "", f->name);
+        if (f->type != FLAG_BOOL) {
+            jb_raw(&b, " ", 1);
+            shell_word(&b, v);
+        }
+        n++;
+    }
+    ui_text_add(c->text, UI_TXT_PRE, b.p && !b.oom ? b.p : "(out of memory)");
+    ui_text_addf(c->text, UI_TXT_INFO, "(%d flag%s changed from the defaults)", n,
+                 n == 1 ? "" : "s");
+    jb_free(&b);
+    c->scroll = 0;
+}
+
 static void con_flags(console_t *c, const char *prefix) {
+    if (prefix && !strcmp(prefix, "diff")) {
+        con_flags_diff(c);
+        return;
+    }
     size_t plen = prefix ? strlen(prefix) : 0;
     con_read_flags(c);
     ui_text_add(c->text, UI_TXT_PRE,

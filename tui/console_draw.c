@@ -420,7 +420,7 @@ static void draw_chart(con_drawer_t *d, const con_view_t *v, int i, layout_rect_
 static void draw_flags(con_drawer_t *d, const con_view_t *v) {
     layout_rect_t r = v->lay.flags;
     if (layout_rect_empty(r)) return;
-    title_rule(d, v, r, "Flags (* changed)");
+    title_rule(d, v, r, v->applying ? "Flags (* changed, > applying)" : "Flags (* changed)");
     int y = r.y + 1, w = r.w - 1;
     /* changed flags first, so that a /set is always in view */
     for (int pass = 0; pass < 2; pass++)
@@ -428,11 +428,16 @@ static void draw_flags(con_drawer_t *d, const con_view_t *v) {
             if (v->flag_changed[i] != (pass == 0)) continue;
             attr_t a = v->flag_changed[i] ? attr_of(v, PAIR_CHANGED, A_BOLD) | A_BOLD : A_NORMAL;
             const char *name = flags_at(i)->name, *value = v->flag_text[i];
+            char mark = v->flag_changed[i] ? '*' : ' ';
+            if (v->applying && !strcmp(v->applying, name)) { /* a /set being applied: rebuild */
+                a = attr_of(v, PAIR_USER, A_BOLD) | A_BOLD;
+                value = "applying...";
+                mark = '>';
+            }
             /* the value right-aligned and never cut; the name cut to what is left */
             int vw = (int)strlen(value), nw = w - 2 - vw;
             if (nw < 1) nw = 1;
-            putf(d, y++, r.x + 1, w, a, "%c%-*.*s %s", v->flag_changed[i] ? '*' : ' ', nw, nw, name,
-                 value);
+            putf(d, y++, r.x + 1, w, a, "%c%-*.*s %s", mark, nw, nw, name, value);
         }
 }
 

@@ -57,6 +57,7 @@ typedef struct console {
     /* engine and server */
     engine_t *eng;
     http_server_t *srv;
+    char model_arg[1024]; /* --model as given ("": the embedded demo model), for /flags diff */
     char url[128], model_name[256], model_note[64], model_desc[256], backend[256], layout_desc[64];
     const char *api_key;
     double t_start;

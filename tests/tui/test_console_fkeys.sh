@@ -55,7 +55,7 @@ for size in 80x24 120x40 200x50; do
     mouse 0 2 $y
     tui_wait 'KV cache'
     for i in $(seq 1 60); do tui_send "/get block-size" Enter; done
-    tui_wait_count '^block-size = 16' 3
+    tui_wait_count '^block-size = 16' 2
     mouse 64 5 $((TUI_H - 4))
     tui_wait 'Chat and output \(scrolled up: PgDn goes back\)'
     mouse 65 5 $((TUI_H - 4))

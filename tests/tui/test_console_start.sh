@@ -23,10 +23,10 @@ if command -v curl >/dev/null; then
 fi
 
 tui_keys F1
-tui_wait 'Help \(any key closes\)'
+tui_wait 'Help \((any key closes|Up/Down, PgUp/PgDn scroll; any other key closes)\)'
 tui_wait 'PgUp / PgDn'
 tui_keys Space
-tui_wait_gone 'Help \(any key closes\)'
+tui_wait_gone 'Help \('
 tui_wait 'Chat and output'
 
 tui_quit

@@ -431,10 +431,17 @@ static void test_bench_and_flag(void **state) {
     assert_non_null(strstr(row(LINES - 1), "ready | bench [#####...............] 10/40 25% "
                                            "00:12<00:36 0.0 req/s ok 10 fail 0 |"));
     f->v.bench = NULL;
-    f->v.applying = "block-size";
+    f->v.applying = flags_at(0)->name;
     f->v.applying_secs = 2.5;
     draw(f);
-    assert_true(strstr(row(f->v.lay.status.y), "ready | applying block-size ") != NULL);
+    char want[80];
+    snprintf(want, sizeof want, ">%s", flags_at(0)->name);
+    int ay = find_row(want); /* the flags panel marks the flag being applied */
+    assert_true(ay > 0);
+    assert_non_null(strstr(row(ay), "applying..."));
+    assert_true(find_row("Flags (* changed, > applying)") >= 0);
+    snprintf(want, sizeof want, "ready | applying %s ", flags_at(0)->name);
+    assert_true(strstr(row(f->v.lay.status.y), want) != NULL);
     assert_true(strstr(row(f->v.lay.status.y), " 2.5 s |") != NULL);
     assert_int_equal(find_col(f->v.lay.status.y, "ready"), 0);
 }
