@@ -14,6 +14,7 @@
 #include "cli.h"
 #include "sweep.h"
 #include "mdir.h"
+#include "statedir.h"
 #include "tokenizer.h"
 
 static const char bench_usage[] =
@@ -665,6 +666,13 @@ int cmd_bench(int argc, char **argv) {
     if (c.list_profiles) return list_profiles();
     finish_options(&c);
 
+    if (c.save) { /* mkdir -p, as vLLM does; a directory that cannot be made fails before the run */
+        err_t de = {{0}};
+        if (statedir_mkdirs(c.result_dir, &de) < 0) {
+            fprintf(stderr, "tachyon bench: --result-dir %s: %s\n", c.result_dir, de.msg);
+            return 1;
+        }
+    }
     local_tok_t lt = {0};
     if (c.tokenizer) {
         if (lt_open(&lt, c.tokenizer) < 0) return 1;
