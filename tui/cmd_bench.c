@@ -587,6 +587,17 @@ static void finish_options(cli_bench_t *cb) {
     *cb = c;
 }
 
+/* --save-result: mkdir -p the result directory, as vLLM does, so that one that cannot be made
+ * fails before the run; -1 after saying why. */
+static int make_result_dir(const cli_bench_t *c) {
+    err_t de = {{0}};
+    if (c->save && statedir_mkdirs(c->result_dir, &de) < 0) {
+        fprintf(stderr, "tachyon bench: --result-dir %s: %s\n", c->result_dir, de.msg);
+        return -1;
+    }
+    return 0;
+}
+
 /* Saves a result in the result directory: as named (--result-filename), else vLLM's name with
  * prefix before it. 0, or 1 after saying why not. */
 static int save(const cli_bench_t *c, const bench_result_t *r, const char *prefix) {
@@ -624,6 +635,7 @@ static int sweep(int argc, char **argv) {
         return 2;
     }
     finish_options(&c);
+    if (make_result_dir(&c) < 0) return 1;
     static bench_sweep_t sw;
     bench_err_t e;
     if (bench_sweep_parse(argv[1], argv[2], &sw, &e) < 0) {
@@ -666,13 +678,7 @@ int cmd_bench(int argc, char **argv) {
     if (c.list_profiles) return list_profiles();
     finish_options(&c);
 
-    if (c.save) { /* mkdir -p, as vLLM does; a directory that cannot be made fails before the run */
-        err_t de = {{0}};
-        if (statedir_mkdirs(c.result_dir, &de) < 0) {
-            fprintf(stderr, "tachyon bench: --result-dir %s: %s\n", c.result_dir, de.msg);
-            return 1;
-        }
-    }
+    if (make_result_dir(&c) < 0) return 1;
     local_tok_t lt = {0};
     if (c.tokenizer) {
         if (lt_open(&lt, c.tokenizer) < 0) return 1;
