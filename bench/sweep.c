@@ -147,15 +147,15 @@ static void plot(FILE *f, const bench_sweep_t *sw, int width) {
 
 void bench_sweep_print(FILE *f, const bench_sweep_t *sw, int width) {
     fprintf(f, "Sweep of %s%s\n", sw->flag, sw->stopped ? " (stopped: partial)" : "");
-    fprintf(f, "%3s %-12s %8s %11s %9s %9s %9s\n", "#", "value", "req/s", "out tok/s", "TTFT ms",
+    fprintf(f, "%2s %-10s %8s %11s %9s %9s %9s\n", "#", "value", "req/s", "out tok/s", "TTFT ms",
             "TPOT ms", "P99 TPOT");
     for (int i = 0; i < sw->n; i++) {
         const bench_sweep_point_t *p = &sw->pts[i];
         if (!p->ok) {
-            fprintf(f, "%3d %-12s %s\n", i + 1, p->value, p->error);
+            fprintf(f, "%2d %-10s %s\n", i + 1, p->value, p->error);
             continue;
         }
-        fprintf(f, "%3d %-12s %8.2f %11.1f %9.2f %9.2f %9.2f  %s%s\n", i + 1, p->value, p->req_tps,
+        fprintf(f, "%2d %-10s %8.2f %11.1f %9.2f %9.2f %9.2f  %s%s\n", i + 1, p->value, p->req_tps,
                 p->out_tps, p->ttft_ms, p->tpot_ms, p->p99_tpot_ms, p->pareto ? "pareto" : "",
                 p->best ? " best *" : "");
     }

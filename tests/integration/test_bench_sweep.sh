@@ -28,8 +28,8 @@ work=(--base-url "$base" --profile short --num-prompts 12 --input-len 16 --outpu
 "$bin" bench sweep max-num-seqs 1,8 "${work[@]}" --save-result --result-dir "$tmp" \
     >"$tmp/out" 2>"$tmp/err" || fail "exit status $?: $(cat "$tmp/err")"
 grep -q '^Sweep of max-num-seqs$' "$tmp/out" || fail "no title"
-grep -Eq '^ +1 1 +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ ' "$tmp/out" || fail "no row for 1"
-grep -Eq '^ +2 8 +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ ' "$tmp/out" || fail "no row for 8"
+grep -Eq '^ 1 1 +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ ' "$tmp/out" || fail "no row for 1"
+grep -Eq '^ 2 8 +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ ' "$tmp/out" || fail "no row for 8"
 [ "$(grep -c 'best \*' "$tmp/out")" = 1 ] || fail "not exactly one best point"
 grep -q 'pareto' "$tmp/out" || fail "no Pareto point"
 grep -q '^output tok/s$' "$tmp/out" || fail "no plot"
@@ -41,8 +41,8 @@ curl -sf "$base/admin/flags/max-num-seqs" | grep -q '"value":"8"' || fail "the f
 
 # a value the server refuses: that point says why, the other runs
 "$bin" bench sweep max-num-seqs 0,4 "${work[@]}" >"$tmp/out" 2>"$tmp/err" || fail "exit $?"
-grep -Eq '^ +1 0 +max-num-seqs=0: HTTP 400' "$tmp/out" || fail "the refused value is not reported"
-grep -Eq '^ +2 4 +[0-9.]+ .*best \*' "$tmp/out" || fail "the other point did not run"
+grep -Eq '^ 1 0 +max-num-seqs=0: HTTP 400' "$tmp/out" || fail "the refused value is not reported"
+grep -Eq '^ 2 4 +[0-9.]+ .*best \*' "$tmp/out" || fail "the other point did not run"
 
 "$bin" bench sweep max-num-seqs >/dev/null 2>&1; [ $? = 2 ] || fail "usage: not 2"
 "$bin" bench sweep max-num-seqs 1,,2 "${work[@]}" >/dev/null 2>&1; [ $? = 2 ] || fail "bad list: not 2"
