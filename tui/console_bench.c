@@ -132,6 +132,12 @@ void con_bench_done(console_t *c, const ui_event_t *ev) {
     pthread_join(c->bench_thread, NULL);
     c->bench_running = false;
     bench_result_t *r = ev->ptr;
+    if (!r && atomic_load(&c->bench_stop)) { /* /bench stop before the first request */
+        ui_text_addf(c->text, UI_TXT_INFO, "benchmark stopped (%s)", ev->text);
+        con_set_status(c, false, "benchmark stopped");
+        c->scroll = 0;
+        return;
+    }
     if (!r) {
         char msg[600];
         snprintf(msg, sizeof msg, "benchmark failed: %s", ev->text);
