@@ -1,6 +1,9 @@
 #include "cli.h"
 
 #include <errno.h>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -341,4 +344,34 @@ bool cli_stats_line(cli_stats_line_t *st, const stats_snapshot_t *s, double now,
     st->queries = s->prefix_queries;
     st->hits = s->prefix_hits;
     return report;
+}
+
+int cli_server_check_port(const cli_server_t *sv, char *msg, size_t size) {
+    const char *host = sv->ho.host ? sv->ho.host : "127.0.0.1";
+    if (sv->ho.port == 0) return 0;
+    char port[16];
+    snprintf(port, sizeof port, "%d", sv->ho.port);
+    struct addrinfo hints = {
+        .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE};
+    struct addrinfo *ai;
+    if (getaddrinfo(host, port, &hints, &ai)) return 0; /* the server says why, later */
+    int e = 0, ok = 0;
+    for (struct addrinfo *a = ai; a && !ok; a = a->ai_next) {
+        int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+        if (fd < 0) continue;
+        int one = 1; /* as the server binds: a port in TIME_WAIT is free */
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        if (bind(fd, a->ai_addr, a->ai_addrlen) == 0)
+            ok = 1;
+        else
+            e = errno;
+        close(fd);
+    }
+    freeaddrinfo(ai);
+    if (ok || e != EADDRINUSE) return 0;
+    snprintf(msg, size,
+             "cannot listen on %s:%d: %s (found before loading the model; --port 0 picks a free "
+             "port)",
+             host, sv->ho.port, strerror(e));
+    return -1;
 }

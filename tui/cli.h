@@ -94,6 +94,10 @@ void cli_server_finish(cli_server_t *sv, const cli_engine_t *ce);
  * listening on ..."), true; false and buf empty when there is nothing to warn about. */
 bool cli_server_warning(const cli_server_t *sv, char *buf, size_t size);
 
+/* Whether the server's port is already taken (EADDRINUSE), before minutes of loading weights:
+ * -1 with the message in msg; 0 otherwise (other problems are the server's to report). */
+int cli_server_check_port(const cli_server_t *sv, char *msg, size_t size);
+
 /* Opens the engine; prints the problem and returns -1 on failure. */
 int cli_engine_open(cli_engine_t *ce);
 

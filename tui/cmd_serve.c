@@ -142,6 +142,11 @@ int cmd_serve(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);
     raise_nofile();
 
+    char busy[512];
+    if (cli_server_check_port(&sv, busy, sizeof busy) < 0) {
+        fprintf(stderr, "tachyon: %s\n", busy);
+        return 1;
+    }
     if (cli_engine_open(&ce) < 0) return 1;
     engine_t *eng = ce.eng;
     http_server_t *srv;

@@ -630,6 +630,12 @@ int cmd_console(int argc, char **argv) {
     sigset_t old;
     block_ui_signals(&old);
     signal(SIGPIPE, SIG_IGN);
+    char busy[512];
+    if (cli_server_check_port(&sv, busy, sizeof busy) < 0) {
+        fprintf(stderr, "tachyon: %s\n", busy);
+        console_free(c);
+        return 1;
+    }
     fprintf(stderr, "tachyon: opening the model...\n");
     /* what the engine says from here on (the KV-cache size) shows in the output pane too */
     if (!(c->log = ui_log_start(on_log_line, c, &err)))
