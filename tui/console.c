@@ -61,6 +61,8 @@ static const char console_usage[] =
     "                       (default 30)\n"
     "  --no-color           no colours (also when NO_COLOR is set)\n"
     "  --ascii              ASCII charts and borders (automatic when the locale is not UTF-8)\n"
+    "  --chat-idle S        seconds without use before the chat pane shrinks and the charts\n"
+    "                       grow (default 30; 0 = never)\n"
     "  --no-mouse           leave the mouse to the terminal (its selection) instead of the\n"
     "                       wheel scrolling the pane and clicks on F-keys and charts\n"
     "\n" CLI_SERVER_HELP CLI_ENGINE_HELP;
@@ -398,6 +400,7 @@ static void ui_loop(console_t *c) {
         if (t >= c->next_sample) {
             sample(c);
             if (t - c->flags_read_at > 1.0) con_read_flags(c); /* the admin endpoint changes them */
+            con_chat_idle_check(c);
             c->next_sample += CON_SAMPLE_MS / 1e3;
             if (c->next_sample < t) c->next_sample = t + CON_SAMPLE_MS / 1e3;
         }
@@ -507,6 +510,7 @@ int cmd_console(int argc, char **argv) {
         {"no-color", no_argument, 0, 'C'},
         {"ascii", no_argument, 0, 'A'},
         {"no-mouse", no_argument, 0, 'M'},
+        {"chat-idle", required_argument, 0, 'I'},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
@@ -528,6 +532,7 @@ int cmd_console(int argc, char **argv) {
     c->format = -1;
     c->zoom = -1;
     c->mouse = true;
+    c->idle_s = 30;
     int opt;
     long v;
     float grace;
@@ -559,6 +564,13 @@ int cmd_console(int argc, char **argv) {
                 break;
             case 'M':
                 c->mouse = false;
+                break;
+            case 'I':
+                if (cli_parse_float(optarg, 0, 1e6f, &grace) < 0) {
+                    fprintf(stderr, "tachyon: --chat-idle must be a number of seconds\n");
+                    goto usage_error;
+                }
+                c->idle_s = grace;
                 break;
             case 'h':
                 fputs(console_usage, stdout);
@@ -673,6 +685,7 @@ int cmd_console(int argc, char **argv) {
     describe(c, &ce, &sv);
     c->t_start = now_s();
     c->stats_line.t = c->t_start;
+    c->last_activity = c->t_start;
     con_read_flags(c);
     con_flags_baseline(c, &ce.opts.flags);
 

@@ -131,6 +131,7 @@ static int print_compare(console_t *c, FILE *f, const void *cmd, err_t *err) {
 void con_bench_done(console_t *c, const ui_event_t *ev) {
     pthread_join(c->bench_thread, NULL);
     c->bench_running = false;
+    con_chat_touch(c); /* the report is in the pane */
     bench_result_t *r = ev->ptr;
     if (!r && atomic_load(&c->bench_stop)) { /* /bench stop before the first request */
         ui_text_addf(c->text, UI_TXT_INFO, "benchmark stopped (%s)", ev->text);
@@ -266,6 +267,7 @@ static int print_sweep(console_t *c, FILE *f, const void *sw, err_t *err) {
 void con_sweep_done(console_t *c, const ui_event_t *ev) {
     pthread_join(c->bench_thread, NULL);
     c->bench_running = false;
+    con_chat_touch(c);
     bench_sweep_t *sw = ev->ptr;
     if (!sw) {
         con_out_error(c, "sweep: out of memory");

@@ -369,7 +369,7 @@ void con_relayout(console_t *c) {
     ui_vitals_lay(&c->gpu_s, &c->ops, COLS, 16, c->vsegs, UI_VITALS_MAX_SEGS, &rows);
     if (COLS != c->band_cols || rows > c->band_rows) c->band_rows = rows;
     c->band_cols = COLS;
-    layout_compute(COLS, LINES, c->band_rows, &c->lay);
+    layout_compute_idle(COLS, LINES, c->band_rows, c->chat_idle, &c->lay);
     c->dirty = true;
 }
 
@@ -492,9 +492,27 @@ static bool mouse_event(console_t *c) {
     return false;
 }
 
+void con_chat_touch(console_t *c) {
+    c->last_activity = engine_now();
+    if (c->chat_idle) {
+        c->chat_idle = false;
+        con_relayout(c);
+    }
+}
+
+void con_chat_idle_check(console_t *c) {
+    if (c->reply) c->last_activity = engine_now(); /* a streaming reply is use */
+    if (c->chat_idle || c->idle_s <= 0 || c->reply || c->help || le_text(c->le)[0] ||
+        engine_now() - c->last_activity < c->idle_s)
+        return;
+    c->chat_idle = true;
+    con_relayout(c);
+}
+
 /* One decoded key (input.h); returns true to quit. */
 static bool console_key(console_t *c, const input_event_t *ev) {
     c->dirty = true;
+    if (!(ev->kind == INPUT_KEY && ev->curses_key && ev->key == KEY_RESIZE)) con_chat_touch(c);
     int ch = ev->key;
     if (ev->kind == INPUT_KEY && ev->curses_key && ch == KEY_RESIZE) {
         con_relayout(c);

@@ -92,9 +92,12 @@ typedef struct console {
     ui_text_t *text, *log_text;
     int scroll;
     bool show_reasoning, show_log;
-    cli_stats_line_t stats_line;    /* the log's line every 10 s, as tachyon serve's */
-    int zoom;                       /* the chart F4 or a click zoomed (-1: none) */
-    bool mouse;                     /* mouse events on (--no-mouse: off) */
+    cli_stats_line_t stats_line; /* the log's line every 10 s, as tachyon serve's */
+    int zoom;                    /* the chart F4 or a click zoomed (-1: none) */
+    double idle_s;               /* --chat-idle: seconds without use before the chat pane shrinks */
+    double last_activity;        /* engine_now() of the last key, reply or benchmark report */
+    bool chat_idle;              /* the pane is shrunk: the charts have the rows */
+    bool mouse;                  /* mouse events on (--no-mouse: off) */
     char last_bench[REPL_LINE_MAX]; /* the last /bench line: F5 runs it again */
     /* REPL */
     le_t *le;
@@ -170,6 +173,13 @@ bool con_read_keys(console_t *c);
 
 /* The charts' time window in seconds (+ and - switch it). */
 double con_window_s(const console_t *c);
+
+/* The chat was used (a key, a reply, a report): the pane gets its rows back. */
+void con_chat_touch(console_t *c);
+
+/* Shrinks the chat pane once it has not been used for --chat-idle seconds (no reply streaming,
+ * an empty line, no help open). */
+void con_chat_idle_check(console_t *c);
 
 /* Lays the panels out for the terminal's size and marks the frame dirty. */
 void con_relayout(console_t *c);

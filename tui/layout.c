@@ -2,16 +2,18 @@
 
 #include <string.h>
 
-#define SIDE_MIN_TERM_W 110 /* terminals this wide get a side column for flags and requests */
-#define SIDE_MIN_W      34
-#define SIDE_MAX_W      50
-#define SIDE_MIN_H      6 /* flags and requests, three rows each */
-#define CHART_MIN_H     3 /* a title row and two plot rows */
-#define CHART_MAX_H     12
-#define CHAT_MIN_H      4
-#define REQUESTS_MAX_H  14  /* title, engine line, bench lines, column heads, rows, totals */
-#define TALL_TABLE_W    160 /* from here the requests table runs down beside the chat pane */
-#define STRIP_MIN_REST  14  /* rows under the charts needed before flags/requests get a strip */
+#define SIDE_MIN_TERM_W  110 /* terminals this wide get a side column for flags and requests */
+#define SIDE_MIN_W       34
+#define SIDE_MAX_W       50
+#define SIDE_MIN_H       6 /* flags and requests, three rows each */
+#define CHART_MIN_H      3 /* a title row and two plot rows */
+#define CHART_MAX_H      12
+#define CHAT_MIN_H       4
+#define IDLE_SHARE       70 /* % of the body the charts take while the chat is idle */
+#define IDLE_CHART_MAX_H 24
+#define REQUESTS_MAX_H   14  /* title, engine line, bench lines, column heads, rows, totals */
+#define TALL_TABLE_W     160 /* from here the requests table runs down beside the chat pane */
+#define STRIP_MIN_REST   14  /* rows under the charts needed before flags/requests get a strip */
 
 static int clamp(int v, int lo, int hi) {
     return v < lo ? lo : v > hi ? hi : v;
@@ -22,6 +24,10 @@ static layout_rect_t rect(int x, int y, int w, int h) {
 }
 
 void layout_compute(int w, int h, int band_want, layout_t *out) {
+    layout_compute_idle(w, h, band_want, false, out);
+}
+
+void layout_compute_idle(int w, int h, int band_want, bool idle, layout_t *out) {
     memset(out, 0, sizeof *out);
     out->min_w = LAYOUT_MIN_W;
     out->min_h = LAYOUT_MIN_H;
@@ -51,7 +57,8 @@ void layout_compute(int w, int h, int band_want, layout_t *out) {
         rows = LAYOUT_CHARTS / cols;
         /* The charts take a bit under half the body; the chat pane keeps at least CHAT_MIN_H
          * rows (LAYOUT_MIN_H leaves room for both at the smallest chart height). */
-        chart_h = clamp(body_h * 45 / 100 / rows, CHART_MIN_H, CHART_MAX_H);
+        chart_h = clamp(body_h * (idle ? IDLE_SHARE : 45) / 100 / rows, CHART_MIN_H,
+                        idle ? IDLE_CHART_MAX_H : CHART_MAX_H);
         /* the side column stacks flags over requests: it needs SIDE_MIN_H rows of charts */
         if (side_w && chart_h * rows < SIDE_MIN_H) chart_h = (SIDE_MIN_H + rows - 1) / rows;
         while (chart_h > CHART_MIN_H && chart_h * rows > body_h - CHAT_MIN_H)

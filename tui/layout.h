@@ -47,6 +47,10 @@ typedef struct layout {
  * to band rows for the numbers band. */
 void layout_compute(int w, int h, int band, layout_t *out);
 
+/* The same with the chat idle: the charts take most of the body (and grow taller), the chat pane
+ * what is left (at least its minimum). */
+void layout_compute_idle(int w, int h, int band, bool idle, layout_t *out);
+
 bool layout_rect_empty(layout_rect_t r);
 
 /* True when a and b share a cell. */

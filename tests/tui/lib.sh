@@ -44,7 +44,8 @@ tui_fail() {
 }
 
 # tui_start [ENV=VALUE...] -- [console options...]: starts the console (120x40, or TUI_W x
-# TUI_H) on the tiny fixture with a free port, results and history under the test's directory.
+# TUI_H) on the tiny fixture with a free port, results and history under the test's directory
+# (and the options in TUI_EXTRA, for tui_sizes).
 tui_start() {
     local envs=()
     while [ $# -gt 0 ] && [ "$1" != "--" ]; do envs+=("$1"); shift; done
@@ -67,7 +68,7 @@ EOF
         env -u NO_COLOR LANG=C.UTF-8 LC_ALL= TERM=screen XDG_STATE_HOME="$TUI_DIR/state" "${envs[@]}" \
         bash "$TUI_DIR/run.sh" "$TUI_DIR" "$TACHYON_BIN" console \
         --model "$TACHYON_FIXTURES/tiny-qwen3" --port 0 --threads 2 \
-        --results-dir "$TUI_DIR/results" "$@"
+        --results-dir "$TUI_DIR/results" ${TUI_EXTRA:-} "$@"
 }
 
 tui_screen() { tmux_ capture-pane -p -t t; }

@@ -29,9 +29,9 @@ static int shown(const layout_t *l, layout_rect_t *out) {
     return n;
 }
 
-static void check_size(int w, int h, int band) {
+static void check_size(int w, int h, int band, bool idle) {
     layout_t l;
-    layout_compute(w, h, band, &l);
+    layout_compute_idle(w, h, band, idle, &l);
     assert_int_equal(l.min_w, LAYOUT_MIN_W);
     assert_int_equal(l.min_h, LAYOUT_MIN_H);
     if (w < LAYOUT_MIN_W || h < LAYOUT_MIN_H) {
@@ -84,7 +84,8 @@ static void test_all_sizes(void **state) {
     for (int w = 40; w <= 300; w++)
         for (int h = 12; h <= 100; h++)
             for (int band = 0; band <= 8; band += 4)
-                check_size(w, h, band);
+                for (int idle = 0; idle < 2; idle++)
+                    check_size(w, h, band, idle);
 }
 
 static void test_degenerate(void **state) {
