@@ -14,10 +14,11 @@
  *     scroll = out.scroll; help_scroll = out.help_scroll;
  *     con_drawer_destroy(d);
  *
- * Screen (layout.h places the panels): the header, the numbers band (ui_vitals.h), six charts, the
- * flags panel, the requests table, the chat/output pane, the REPL line and the status line; the
- * help over the charts; a "terminal too small" screen below the layout's minimum. Colour only with
- * view.color; ASCII glyphs with view.ascii.
+ * Screen (layout.h places the panels): the header, the numbers band (ui_vitals.h), six charts
+ * (one over the whole chart area when zoomed), the flags panel, the requests table, the chat/output
+ * pane (or the log), the REPL line and the status line with the F-key bar (con_draw_fkey_at and
+ * con_draw_chart_at tell what a click hit); the help over the charts; a "terminal too small"
+ * screen below the layout's minimum. Colour only with view.color; ASCII glyphs with view.ascii.
  */
 #ifndef TACHYON_CONSOLE_DRAW_H
 #define TACHYON_CONSOLE_DRAW_H
