@@ -517,6 +517,18 @@ int repl_complete(void *user, const char *line, size_t cursor, le_completion_t *
         case REPL_FLAGS:
             if (nw != 0) return 0;
             complete_flag_names(prefix, out);
+            if (c->kind == REPL_FLAGS && strncmp("diff", prefix, pl) == 0) add_cand(out, "diff");
+            return finish(out, NULL);
+        case REPL_SWEEP: /* FLAG, the values (none offered), PROFILE */
+            if (nw == 0) {
+                complete_flag_names(prefix, out);
+                finish(out, NULL);
+                out->space_after = true;
+                return out->n;
+            }
+            if (nw != 2) return 0;
+            for (const bench_profile_t *b = bench_profiles(); b && b->name; b++)
+                if (strncmp(b->name, prefix, pl) == 0) add_cand(out, b->name);
             return finish(out, NULL);
         case REPL_QUIT:
             if (nw == 0 && strncmp("--drain", prefix, pl) == 0) add_cand(out, "--drain");
