@@ -1039,6 +1039,7 @@ int engine_open(const engine_opts_t *o, engine_t **out, err_t *err) {
         goto fail;
     }
     e->flags = e->f = f;
+    stats_set_kv(e->stats, 0, e->num_blocks); /* the pool's size before the first step */
     if (pthread_create(&e->thread, NULL, engine_main, e) != 0) {
         err_set(err, "cannot start the engine thread");
         goto fail;

@@ -102,6 +102,13 @@ void stats_record_step(stats_t *st, const stats_step_t *step) {
     pthread_mutex_unlock(&st->mu);
 }
 
+void stats_set_kv(stats_t *st, int used, int total) {
+    pthread_mutex_lock(&st->mu);
+    st->head.kv_used = used;
+    st->head.kv_total = total;
+    pthread_mutex_unlock(&st->mu);
+}
+
 void stats_record_request(stats_t *st, const stats_request_t *req) {
     pthread_mutex_lock(&st->mu);
     stats_snapshot_t *h = &st->head;

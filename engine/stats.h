@@ -111,6 +111,8 @@ stats_t *stats_create(void); /* NULL when out of memory */
 void stats_destroy(stats_t *st);
 
 void stats_record_step(stats_t *st, const stats_step_t *step);
+/* Sets the KV gauges without recording a step: the pool's size, known before the first one. */
+void stats_set_kv(stats_t *st, int used, int total);
 void stats_record_request(stats_t *st, const stats_request_t *req);
 /* One inter-token latency, seconds (every decode token after the first). */
 void stats_record_itl(stats_t *st, double itl_s);
