@@ -88,6 +88,8 @@ struct engine {
     size_t max_chunk; /* tok_stream_max_chunk */
     stats_t *stats;
     struct scripted *scripted; /* replies scripted for tests, or NULL */
+    bool has_state;            /* the model keeps recurrent state per sequence (Qwen3.5): state
+                                  slots in the pool, prefix caching off, forks copy state */
 
     /* shared, under mu */
     pthread_mutex_t mu;
@@ -108,7 +110,7 @@ struct engine {
     unsigned news_seen; /* `news` when the engine thread last took it */
     flag_values_t f;    /* applied */
     uint64_t applied_gen;
-    int mml, num_blocks;
+    int mml, num_blocks, num_slots;
     kv_pool_t *kv;
     sched_t *sched;
     sampler_t *smp; /* NULL when the backend samples */

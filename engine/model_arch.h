@@ -24,13 +24,20 @@
 
 /* A dimension of a tensor, in terms of the config. */
 typedef enum wdim {
-    WD_ONE,    /* 1: vectors are [1, n] */
-    WD_HIDDEN, /* hidden_size */
-    WD_Q,      /* num_attention_heads * head_dim */
-    WD_KV,     /* num_key_value_heads * head_dim */
-    WD_HEAD,   /* head_dim */
-    WD_INTER,  /* intermediate_size */
-    WD_VOCAB,  /* vocab_size */
+    WD_ONE,      /* 1: vectors are [1, n] */
+    WD_HIDDEN,   /* hidden_size */
+    WD_Q,        /* num_attention_heads * head_dim */
+    WD_KV,       /* num_key_value_heads * head_dim */
+    WD_HEAD,     /* head_dim */
+    WD_INTER,    /* intermediate_size */
+    WD_VOCAB,    /* vocab_size */
+    WD_Q_PROJ,   /* q_proj rows: WD_Q, twice that when the attention is gated (q | gate per head) */
+    WD_2HIDDEN,  /* 2 x hidden_size (the MTP head's fc input: embedding | hidden) */
+    WD_LIN_CONV, /* Gated DeltaNet conv channels: 2 x key heads x key dim + value dim */
+    WD_LIN_V,    /* Gated DeltaNet value dim: value heads x value head dim */
+    WD_LIN_HEADS, /* Gated DeltaNet value heads */
+    WD_LIN_DV,    /* Gated DeltaNet value head dim */
+    WD_CONV_K,    /* Gated DeltaNet conv kernel size */
 } wdim_t;
 
 typedef enum wkind {
@@ -40,10 +47,17 @@ typedef enum wkind {
     WK_LM_HEAD, /* the output projection: a linear, absent when tie_word_embeddings (the
                    embedding serves); BF16 in dummy FP8 weights, as real -FP8 checkpoints keep
                    it */
+    WK_LINEAR_BF16, /* a projection real -FP8 checkpoints leave in BF16 (Qwen3.5's in_proj_a /
+                       in_proj_b): as WK_LINEAR, but BF16 in dummy FP8 weights */
+    WK_PARAM,       /* a float vector stored under its name, without ".weight" (A_log, dt_bias) */
+    WK_CONV,        /* a depthwise conv1d weight [rows, 1, cols]: float, never quantized */
 } wkind_t;
 
 /* One tensor of a checkpoint. `name` is a printf pattern taking the layer index for per-layer
- * tensors, without the ".weight" suffix. */
+ * tensors, without the ".weight" suffix. A per-layer tensor is held by the layers whose kinds
+ * use its slot (weights.h). Names that start with "mtp." belong to the multi-token-prediction
+ * head, as Qwen checkpoints name it: per-layer ones are held by the MTP layers (the name takes
+ * the MTP layer's own index), model-wide ones exist when the config has MTP layers. */
 typedef struct wspec {
     bool per_layer;
     int slot; /* gslot_t or lslot_t (weights.h) */
@@ -51,6 +65,12 @@ typedef struct wspec {
     wkind_t kind;
     wdim_t rows, cols;
 } wspec_t;
+
+/* Whether tensor s is part of the MTP head ("mtp." names). */
+bool wspec_is_mtp(const wspec_t *s);
+
+/* Whether layer l (decoder layers, then MTP layers) holds the per-layer tensor s. */
+bool wspec_in_layer(const wspec_t *s, const model_config_t *cfg, int l);
 
 struct model_arch {
     const char *model_type; /* config.json model_type */
@@ -64,6 +84,8 @@ struct model_arch {
 
 /* The architectures (engine/arch/). */
 extern const model_arch_t model_arch_qwen3;
+extern const model_arch_t model_arch_qwen3_5;      /* Qwen3_5ForConditionalGeneration */
+extern const model_arch_t model_arch_qwen3_5_text; /* Qwen3_5ForCausalLM */
 
 /* The architecture of that model_type, or NULL. */
 const model_arch_t *model_arch_find(const char *model_type);
@@ -89,5 +111,13 @@ const char *model_json_string(const cJSON *json, const char *key);
 /* rope_theta (or rope_parameters.rope_theta) into cfg->rope_theta; any RoPE scaling is refused,
  * since running a model with its scaling ignored would silently produce wrong output. */
 int model_json_rope(const cJSON *json, const char *file, model_config_t *cfg, err_t *err);
+
+/* The fields every Qwen decoder config has, with HF's defaults: hidden_size, num_hidden_layers,
+ * num_attention_heads, num_key_value_heads, intermediate_size, vocab_size,
+ * max_position_embeddings, head_dim, rms_norm_eps, RoPE (model_json_rope); refuses
+ * attention_bias, an activation other than silu, heads that do not group, an odd head_dim and
+ * more layers than MODEL_MAX_LAYERS (less extra_layers, e.g. MTP layers). */
+int model_json_decoder(const cJSON *json, const char *file, int extra_layers, model_config_t *cfg,
+                       err_t *err);
 
 #endif

@@ -12,11 +12,12 @@
 struct model_weights {
     model_config_t config;
     wtensor_t global[G_COUNT];
-    wtensor_t *layers; /* [n_layers][L_COUNT] */
+    wtensor_t *layers; /* [n_layers + n_mtp_layers][L_COUNT] */
     mdir_t *dir;       /* owned when weights_open opened it */
     st_set_t *st;      /* the checkpoint, when loaded */
     void **owned;      /* buffers to free: converted scales, dummy data */
     int n_owned, cap_owned;
+    char note[512]; /* what loading left out (weights_note) */
 };
 
 static int own(model_weights_t *w, void *p, err_t *err) {
@@ -35,9 +36,46 @@ static int own(model_weights_t *w, void *p, err_t *err) {
     return 0;
 }
 
+/* Decoder layers and MTP layers: every per-layer slot array. */
+static int all_layers(const model_config_t *cfg) {
+    return cfg->n_layers + cfg->n_mtp_layers;
+}
+
+/* Whether a layer of kinds k holds the slot: the norms always, and the slots of its attention
+ * and MLP kinds (weights.h lists each kind's slots as one run). */
+static bool kinds_hold(model_layer_t k, int slot) {
+    if (slot == L_ATTN_NORM || slot == L_MLP_NORM) return true;
+    bool attn = false, mlp = false;
+    switch (k.attn) {
+        case ATTN_FULL:
+        case ATTN_GATED:
+            attn = slot >= L_Q && slot <= L_K_NORM;
+            break;
+        case ATTN_LINEAR:
+            attn = slot >= L_LIN_QKV && slot <= L_LIN_OUT;
+            break;
+    }
+    switch (k.mlp) {
+        case MLP_DENSE:
+            mlp = slot >= L_GATE && slot <= L_DOWN;
+            break;
+    }
+    return attn || mlp;
+}
+
+bool wspec_is_mtp(const wspec_t *s) {
+    return strncmp(s->name, "mtp.", 4) == 0;
+}
+
+bool wspec_in_layer(const wspec_t *s, const model_config_t *cfg, int l) {
+    bool mtp_layer = l >= cfg->n_layers;
+    if (l < 0 || l >= all_layers(cfg) || wspec_is_mtp(s) != mtp_layer) return false;
+    return kinds_hold(cfg->layer[l], s->slot);
+}
+
 static model_weights_t *weights_new(const model_config_t *cfg, err_t *err) {
     model_weights_t *w = calloc(1, sizeof *w);
-    if (w) w->layers = calloc((size_t)cfg->n_layers * L_COUNT, sizeof *w->layers);
+    if (w) w->layers = calloc((size_t)all_layers(cfg) * L_COUNT, sizeof *w->layers);
     if (!w || !w->layers) {
         free(w);
         err_set(err, "out of memory");
@@ -69,6 +107,9 @@ mdir_t *weights_dir(const model_weights_t *w) {
 const model_config_t *weights_config(const model_weights_t *w) {
     return &w->config;
 }
+const char *weights_note(const model_weights_t *w) {
+    return w->note;
+}
 const wtensor_t *weights_global(const model_weights_t *w, gslot_t slot) {
     return &w->global[slot];
 }
@@ -86,7 +127,7 @@ uint64_t weights_bytes(const model_weights_t *w) {
     uint64_t n = 0;
     for (int g = 0; g < G_COUNT; g++)
         if (!(g == G_LM_HEAD && w->config.tie_word_embeddings)) n += wtensor_bytes(&w->global[g]);
-    for (int i = 0; i < w->config.n_layers * L_COUNT; i++)
+    for (int i = 0; i < all_layers(&w->config) * L_COUNT; i++)
         n += wtensor_bytes(&w->layers[i]);
     return n;
 }
@@ -136,7 +177,9 @@ static int check_shape(mdir_t *dir, const model_config_t *cfg, const wspec_t *s,
                        const st_tensor_t *t, err_t *err) {
     int64_t rows = model_dim(cfg, s->rows), cols = model_dim(cfg, s->cols);
     bool ok = s->rows == WD_ONE ? (t->ndim == 1 && t->shape[0] == cols)
-                                : (t->ndim == 2 && t->shape[0] == rows && t->shape[1] == cols);
+              : s->kind == WK_CONV
+                  ? (t->ndim == 3 && t->shape[0] == rows && t->shape[1] == 1 && t->shape[2] == cols)
+                  : (t->ndim == 2 && t->shape[0] == rows && t->shape[1] == cols);
     if (ok) return 0;
     char have[128], rdim[128], cdim[128];
     shape_str(t, have, sizeof have);
@@ -145,6 +188,11 @@ static int check_shape(mdir_t *dir, const model_config_t *cfg, const wspec_t *s,
     if (s->rows == WD_ONE)
         return err_set(err, "%s/%s: tensor '%s' has shape %s but config.json implies [%lld] (%s)",
                        WHERE(t), have, (long long)cols, cdim);
+    if (s->kind == WK_CONV)
+        return err_set(err,
+                       "%s/%s: tensor '%s' has shape %s but config.json implies [%lld, 1, %lld] "
+                       "(%s; %s)",
+                       WHERE(t), have, (long long)rows, (long long)cols, rdim, cdim);
     return err_set(err,
                    "%s/%s: tensor '%s' has shape %s but config.json implies [%lld, %lld] (%s; %s)",
                    WHERE(t), have, (long long)rows, (long long)cols, rdim, cdim);
@@ -182,11 +230,29 @@ static int bind_scale(model_weights_t *w, mdir_t *dir, const st_tensor_t *t, con
     return 0;
 }
 
-static int bind_one(model_weights_t *w, mdir_t *dir, const wspec_t *s, int layer, err_t *err) {
+/* A projection: the kinds that may be block FP8. */
+static bool is_linear(wkind_t k) {
+    return k == WK_LINEAR || k == WK_LM_HEAD || k == WK_LINEAR_BF16;
+}
+
+/* The checkpoint name of tensor s of layer `layer` (its base, without ".weight"). */
+static void tensor_base(const model_config_t *cfg, const wspec_t *s, int layer, char *buf,
+                        size_t size) {
+    snprintf(buf, size, s->name, wspec_is_mtp(s) ? layer - cfg->n_layers : layer);
+}
+
+/* The checkpoint tensors bound so far (weights and scales), for note_unused. */
+typedef struct bound {
+    const void **t;
+    int n;
+} bound_t;
+
+static int bind_one(model_weights_t *w, mdir_t *dir, const wspec_t *s, int layer, bound_t *b,
+                    err_t *err) {
     const model_config_t *cfg = &w->config;
     char base[256], name[300];
-    snprintf(base, sizeof base, s->name, layer);
-    snprintf(name, sizeof name, "%s.weight", base);
+    tensor_base(cfg, s, layer, base, sizeof base);
+    snprintf(name, sizeof name, s->kind == WK_PARAM ? "%s" : "%s.weight", base);
     const st_tensor_t *t = st_find(w->st, name);
     if (!t) {
         const char *ckpt = mdir_has(dir, "model.safetensors.index.json")
@@ -198,17 +264,18 @@ static int bind_one(model_weights_t *w, mdir_t *dir, const wspec_t *s, int layer
         return err_set(err, "%s/%s: missing tensor '%s'", mdir_path(dir), ckpt, name);
     }
     if (check_shape(dir, cfg, s, t, err) < 0) return -1;
+    b->t[b->n++] = t;
 
     wtensor_t *out = slot_of(w, s, layer);
     *out = (wtensor_t){.dtype = t->dtype,
-                       .rows = t->ndim == 2 ? t->shape[0] : 1,
-                       .cols = t->ndim == 2 ? t->shape[1] : t->shape[0],
+                       .rows = t->ndim >= 2 ? t->shape[0] : 1,
+                       .cols = t->shape[t->ndim - 1],
                        .data = t->data};
     char scale_name[320];
     snprintf(scale_name, sizeof scale_name, "%s.weight_scale_inv", base);
     const st_tensor_t *sc = st_find(w->st, scale_name);
     if (t->dtype == DT_F8_E4M3) {
-        if (s->kind != WK_LINEAR && s->kind != WK_LM_HEAD)
+        if (!is_linear(s->kind))
             return err_set(err, "%s/%s: tensor '%s' is F8_E4M3 but only projections can be FP8",
                            WHERE(t));
         if (!cfg->fp8)
@@ -219,34 +286,103 @@ static int bind_one(model_weights_t *w, mdir_t *dir, const wspec_t *s, int layer
         if (!sc)
             return err_set(err, "%s/%s: tensor '%s' is F8_E4M3 but '%s' is missing", WHERE(t),
                            scale_name);
+        b->t[b->n++] = sc;
         return bind_scale(w, dir, t, sc, out, err);
     }
     if (t->dtype != DT_BF16 && t->dtype != DT_F16 && t->dtype != DT_F32)
         return err_set(err, "%s/%s: tensor '%s' has dtype %s; expected BF16, F16, F32%s", WHERE(t),
-                       dtype_name(t->dtype),
-                       s->kind == WK_LINEAR || s->kind == WK_LM_HEAD ? " or F8_E4M3" : "");
+                       dtype_name(t->dtype), is_linear(s->kind) ? " or F8_E4M3" : "");
     if (sc)
         return err_set(err, "%s/%s: tensor '%s' has a weight_scale_inv but dtype %s (not F8_E4M3)",
                        WHERE(t), dtype_name(t->dtype));
     return 0;
 }
 
+/* Whether tensor s is bound for layer l (0 for a model-wide tensor). */
+static bool wanted(const model_config_t *cfg, const wspec_t *s, int l) {
+    if (s->kind == WK_LM_HEAD && cfg->tie_word_embeddings) return false;
+    if (!s->per_layer) return !wspec_is_mtp(s) || cfg->n_mtp_layers > 0;
+    return wspec_in_layer(s, cfg, l);
+}
+
+/* MTP tensors are optional as a whole: a checkpoint without the first one (transformers'
+ * save_pretrained drops them) has no MTP layers. */
+static void check_mtp(model_weights_t *w) {
+    model_config_t *cfg = &w->config;
+    const model_arch_t *a = cfg->arch;
+    for (int i = 0; i < a->n_tensors && cfg->n_mtp_layers > 0; i++) {
+        const wspec_t *s = &a->tensors[i];
+        if (!wspec_is_mtp(s)) continue;
+        char base[256], name[300];
+        tensor_base(cfg, s, cfg->n_layers, base, sizeof base);
+        snprintf(name, sizeof name, "%s.weight", base);
+        if (st_find(w->st, name)) return;
+        snprintf(w->note + strlen(w->note), sizeof w->note - strlen(w->note),
+                 "%sconfig.json has %d MTP layer%s but the checkpoint no '%s': MTP is not loaded",
+                 w->note[0] ? "; " : "", cfg->n_mtp_layers, cfg->n_mtp_layers == 1 ? "" : "s",
+                 name);
+        cfg->n_mtp_layers = 0;
+        return;
+    }
+}
+
+static int cmp_ptr(const void *a, const void *b) {
+    uintptr_t x = (uintptr_t) * (const void *const *)a, y = (uintptr_t) * (const void *const *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Notes the checkpoint's tensors nothing bound: a vision tower (text-only serving) or others. */
+static void note_unused(model_weights_t *w, const bound_t *b) {
+    const void **bound = b->t;
+    size_t n_bound = (size_t)b->n;
+    qsort(bound, n_bound, sizeof *bound, cmp_ptr);
+    int vision = 0, other = 0;
+    const char *first = NULL;
+    for (int i = 0; i < st_count(w->st); i++) {
+        const st_tensor_t *t = st_at(w->st, i);
+        if (bsearch(&t, bound, n_bound, sizeof *bound, cmp_ptr)) continue;
+        if (!strncmp(t->name, "model.visual.", 13) || !strncmp(t->name, "visual.", 7)) {
+            vision++;
+        } else if (other++ == 0) {
+            first = t->name;
+        }
+    }
+    size_t n = strlen(w->note);
+    if (vision)
+        n += (size_t)snprintf(w->note + n, sizeof w->note - n,
+                              "%sthe vision tower (%d tensors under model.visual.) is not loaded: "
+                              "text-only serving, as vLLM's --language-model-only",
+                              n ? "; " : "", vision);
+    if (other && n < sizeof w->note)
+        snprintf(w->note + n, sizeof w->note - n, "%s%d checkpoint tensor%s not used (first: %s)",
+                 n ? "; " : "", other, other == 1 ? " is" : "s are", first);
+}
+
 int weights_load(mdir_t *dir, const model_config_t *cfg, model_weights_t **out, err_t *err) {
     *out = NULL;
     model_weights_t *w = weights_new(cfg, err);
     if (!w) return -1;
+    bound_t b = {NULL, 0};
     if (st_open(dir, &w->st, err) < 0) goto fail;
+    if (!(b.t = malloc(((size_t)st_count(w->st) + 1) * sizeof *b.t))) {
+        err_set(err, "out of memory");
+        goto fail;
+    }
+    check_mtp(w);
+    cfg = &w->config;
     const model_arch_t *a = cfg->arch;
     for (int i = 0; i < a->n_tensors; i++) {
         const wspec_t *s = &a->tensors[i];
-        if (s->kind == WK_LM_HEAD && cfg->tie_word_embeddings) continue;
-        for (int l = 0; l < (s->per_layer ? cfg->n_layers : 1); l++)
-            if (bind_one(w, dir, s, l, err) < 0) goto fail;
+        for (int l = 0; l < (s->per_layer ? all_layers(cfg) : 1); l++)
+            if (wanted(cfg, s, l) && bind_one(w, dir, s, l, &b, err) < 0) goto fail;
     }
     if (cfg->tie_word_embeddings) w->global[G_LM_HEAD] = w->global[G_EMBED];
+    note_unused(w, &b);
+    free(b.t);
     *out = w;
     return 0;
 fail:
+    free(b.t);
     weights_destroy(w);
     return -1;
 }
@@ -264,8 +400,9 @@ uint8_t weights_dummy_e4m3(uint64_t seed, uint64_t stream, uint64_t i) {
     return dtype_f32_to_e4m3(x / WEIGHTS_DUMMY_FP8_SCALE);
 }
 
-/* Norm vectors are made eagerly even when lazy: they are tiny and every backend reads them on
- * the host. */
+/* Norm vectors and parameters are made eagerly even when lazy: they are tiny and every backend
+ * reads them on the host. Both are 1 (A_log 1 and dt_bias 1 decay the Gated DeltaNet's state
+ * by about e^-3.5 a token: finite for any length). */
 static int make_dummy(model_weights_t *w, const wspec_t *s, uint64_t stream, uint64_t seed,
                       bool lazy, wtensor_t *out, err_t *err) {
     const model_config_t *cfg = &w->config;
@@ -286,7 +423,8 @@ static int make_dummy(model_weights_t *w, const wspec_t *s, uint64_t stream, uin
             scales[i] = WEIGHTS_DUMMY_FP8_SCALE;
         out->scale_inv = scales;
     }
-    if (lazy && s->kind != WK_VECTOR) {
+    bool vector = s->kind == WK_VECTOR || s->kind == WK_PARAM;
+    if (lazy && !vector) {
         out->dummy = true;
         out->dummy_seed = seed;
         out->dummy_stream = stream;
@@ -295,7 +433,7 @@ static int make_dummy(model_weights_t *w, const wspec_t *s, uint64_t stream, uin
     void *data = malloc(n * dtype_size(out->dtype));
     if (own(w, data, err) < 0) return -1;
     out->data = data;
-    if (s->kind == WK_VECTOR) {
+    if (vector) {
         uint16_t one = dtype_f32_to_bf16(1.0f);
         for (size_t i = 0; i < n; i++)
             ((uint16_t *)data)[i] = one;
@@ -317,8 +455,8 @@ static int dummy(const model_config_t *cfg, uint64_t seed, bool lazy, model_weig
     const model_arch_t *a = cfg->arch;
     for (int i = 0; i < a->n_tensors; i++) {
         const wspec_t *s = &a->tensors[i];
-        if (s->kind == WK_LM_HEAD && cfg->tie_word_embeddings) continue;
-        for (int l = 0; l < (s->per_layer ? cfg->n_layers : 1); l++) {
+        for (int l = 0; l < (s->per_layer ? all_layers(cfg) : 1); l++) {
+            if (!wanted(cfg, s, l)) continue;
             uint64_t stream = (uint64_t)i << 32 | (uint64_t)l;
             if (make_dummy(w, s, stream, seed, lazy, slot_of(w, s, l), err) < 0) {
                 weights_destroy(w);

@@ -43,128 +43,7 @@
 #include "ops.h"
 #include "gpu_check.h"
 
-/* Sizes: full on the GPU; smaller under the host emulation (tests/gpu/emu), where every CUDA
- * thread is a fiber. */
-#ifdef OPS_HOST_EMULATION
-#define SIZE(gpu, emu) (emu)
-#else
-#define SIZE(gpu, emu) (gpu)
-#endif
-
-static int failures;
-static uint64_t seed;
-static uint64_t counter;
-
-#define OPS(call)                                                                                  \
-    do {                                                                                           \
-        err_t err_ = {{0}};                                                                        \
-        if ((call) < 0) {                                                                          \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, err_.msg);               \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
-#define ERR (&err_)
-
-static float uni(void) {
-    return rng_uniform(seed, 11, counter++);
-}
-static float sym(float a) {
-    return (2.0f * uni() - 1.0f) * a;
-}
-static int irand(int n) {
-    int r = (int)(uni() * (float)n);
-    return r < n ? r : n - 1;
-}
-
-static void fail(const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vprintf(fmt, ap);
-    va_end(ap);
-    failures++;
-}
-
-/* ---- host/device buffers -------------------------------------------------------------------- */
-
-template <typename T> static T *dev(size_t n) {
-    T *p;
-    CK(cudaMalloc((void **)&p, (n ? n : 1) * sizeof(T)));
-    CK(cudaMemset(p, 0xff, (n ? n : 1) * sizeof(T)));
-    return p;
-}
-template <typename T> static void put(T *d, const std::vector<T> &h) {
-    CK(cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
-}
-template <typename T> static std::vector<T> get(const T *d, size_t n) {
-    std::vector<T> h(n);
-    CK(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost));
-    return h;
-}
-template <typename T> static void poison(T *d, size_t n) {
-    CK(cudaMemset(d, 0xff, n * sizeof(T)));
-}
-
-static float bf(uint16_t b) {
-    return dtype_bf16_to_f32(b);
-}
-/* Random bf16 values in [-a, a] (bits) and their exact f32 values. */
-static void rand_bf16(size_t n, float a, std::vector<uint16_t> &bits, std::vector<float> &f) {
-    bits.resize(n);
-    f.resize(n);
-    for (size_t i = 0; i < n; i++) {
-        bits[i] = dtype_f32_to_bf16(sym(a));
-        f[i] = bf(bits[i]);
-    }
-}
-
-/* Uploads an activation as f32 (f) or as its bf16 bits (b), the two input types of the ops. */
-static void *put_act(bool f32, const std::vector<uint16_t> &b, const std::vector<float> &f) {
-    if (f32) {
-        float *p = dev<float>(f.size());
-        put(p, f);
-        return p;
-    }
-    uint16_t *p = dev<uint16_t>(b.size());
-    put(p, b);
-    return p;
-}
-
-/* ---- comparisons ---------------------------------------------------------------------------- */
-
-/* Counts elements outside rel * |ref| + abs (NaN counts as outside); reports the worst. */
-static bool close_all(const char *what, const float *got, const float *ref, size_t n, double rel,
-                      double abs_tol) {
-    size_t bad = 0, first = 0;
-    double worst = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        double e = fabs((double)got[i] - (double)ref[i]);
-        bool ok = e <= rel * fabs((double)ref[i]) + abs_tol;
-        if (!ok) {
-            if (!bad) first = i;
-            bad++;
-        }
-        if (!(e <= worst)) worst = e;
-    }
-    if (bad) {
-        fail(
-            "%-60s FAIL: %zu of %zu outside tolerance, first at %zu (gpu %g, ref %g), max err %g\n",
-            what, bad, n, first, (double)got[first], (double)ref[first], worst);
-        return false;
-    }
-    printf("%-60s ok (max abs err %.3g)\n", what, worst);
-    return true;
-}
-
-static void frob(const char *what, const float *got, const float *ref, size_t n, double tol) {
-    double num = 0.0, den = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        double d = (double)got[i] - (double)ref[i];
-        num += d * d;
-        den += (double)ref[i] * (double)ref[i];
-    }
-    double rel = den > 0.0 ? sqrt(num / den) : sqrt(num);
-    if (!(rel <= tol)) fail("%-60s FAIL: relative Frobenius error %.3g > %.1g\n", what, rel, tol);
-}
+#include "kernel_test.h"
 
 /* An fp8 GEMM input against the f32 values it quantizes: codes [T_pad, K_pad], scales
  * [ceil(K_pad / 128), T_pad]. exact: codes and scales must equal the CPU's bit for bit. */
@@ -220,13 +99,6 @@ static void check_fp8(const char *what, const std::vector<uint8_t> &q, const std
         fail("%-60s FAIL: %zu bad: %s\n", what, bad, msg);
     else
         printf("%-60s ok (%zu of %zu codes differ)\n", what, differ, n);
-}
-
-static std::vector<float> bf16_vec(const std::vector<uint16_t> &b) {
-    std::vector<float> f(b.size());
-    for (size_t i = 0; i < b.size(); i++)
-        f[i] = bf(b[i]);
-    return f;
 }
 
 /* ---- embedding ------------------------------------------------------------------------------ */
@@ -515,48 +387,8 @@ static void test_qkv_case(int D, int Hq, int Hkv, bool f32_in, bool fp8_kv) {
     std::vector<float> q = bf16_vec(get(d_q, (size_t)T * Hq * D));
     close_all(name, q.data(), q_ref.data(), q.size(), 0x1p-8, 1e-5);
 
-    /* The caches: written slots against the reference, every other slot still poisoned. */
-    std::vector<uint8_t> kc = get(d_k, pool), vc = get(d_v, pool);
-    const size_t elem = fp8_kv ? 1 : 2, per_slot = (size_t)Hkv * D;
-    std::vector<float> kg, kr, vg, vr;
-    std::vector<char> written(n_slots, 0);
-    for (int t = 0; t < T; t++) {
-        if (slot[t] < 0) continue;
-        written[slot[t]] = 1;
-        for (size_t e = 0; e < per_slot; e++) {
-            size_t off = (size_t)slot[t] * per_slot + e;
-            float kk, vv;
-            if (fp8_kv) {
-                kk = dtype_e4m3_to_f32(kc[off]) * kv_scale;
-                vv = dtype_e4m3_to_f32(vc[off]) * kv_scale;
-            } else {
-                uint16_t b;
-                memcpy(&b, &kc[off * 2], 2);
-                kk = bf(b);
-                memcpy(&b, &vc[off * 2], 2);
-                vv = bf(b);
-            }
-            kg.push_back(kk);
-            vg.push_back(vv);
-            kr.push_back(k_ref[(size_t)t * per_slot + e]);
-            vr.push_back(v_ref[(size_t)t * per_slot + e]);
-        }
-    }
-    char kn_[160];
-    /* fp8: half an e4m3 step (2^-4 relative) plus the subnormal step of the scale. */
-    double rel = fp8_kv ? 0.0625 * 1.01 : 0x1p-8, abs_tol = fp8_kv ? kv_scale * 0x1p-10 : 1e-5;
-    snprintf(kn_, sizeof kn_, "  K cache (%s)", name);
-    close_all(kn_, kg.data(), kr.data(), kg.size(), rel, abs_tol);
-    snprintf(kn_, sizeof kn_, "  V cache (%s)", name);
-    close_all(kn_, vg.data(), vr.data(), vg.size(), fp8_kv ? rel : 0.0, fp8_kv ? abs_tol : 0.0);
-    size_t stray = 0;
-    for (int64_t s = 0; s < n_slots; s++) {
-        if (written[s]) continue;
-        for (size_t b = 0; b < per_slot * elem; b++)
-            stray += (kc[(size_t)s * per_slot * elem + b] != 0xff) +
-                     (vc[(size_t)s * per_slot * elem + b] != 0xff);
-    }
-    if (stray) fail("  %s: %zu bytes written outside the mapped slots\n", name, stray);
+    check_kv_pools(name, get(d_k, pool), get(d_v, pool), slot, Hkv * D, fp8_kv, kv_scale, k_ref,
+                   v_ref);
     cudaFree(d_x);
     cudaFree(d_qn);
     cudaFree(d_kn);
@@ -727,12 +559,12 @@ static void run_attention(const AttnCase &c) {
 static void test_attention(void) {
     struct Shape {
         int D, Hq, Hkv;
-    } shapes[] = {{128, 4, 2}, {128, 40, 8}, {128, 64, 8}, {64, 8, 8}, {128, 16, 1}};
+    } shapes[] = {{128, 4, 2}, {128, 40, 8}, {128, 64, 8}, {64, 8, 8}, {128, 16, 1}, {256, 16, 4}};
     for (const Shape &sh : shapes) {
         if (SIZE(false, sh.Hq > 16)) continue; /* emulation: the wide shapes take too long */
         for (int bs : {16, 32})
             for (int fp8 = 0; fp8 < 2; fp8++) {
-                if (fp8 && sh.Hq != 40 && sh.Hq != 4) continue;
+                if (fp8 && sh.Hq != 40 && sh.Hq != 4 && sh.D != 256) continue;
                 /* Prefill: fresh prompts, chunks after cached prefixes, decodes mixed in, a prefix
                  * ending mid-block and one ending on a block edge. */
                 AttnCase p = {sh.D, sh.Hq, sh.Hkv, bs, fp8 != 0, false, 0, {}, {}};

@@ -16,6 +16,7 @@ dim3 emu_block_dim, emu_grid_dim;
 namespace {
 
 constexpr size_t kStack = 64 * 1024;
+constexpr int kMmaWords = 6; /* a0..a3, b0, b1 */
 
 /* A counting barrier over fibers; a fiber that finishes leaves it (arrive-and-drop), as an
  * exited CUDA thread no longer takes part in __syncthreads. */
@@ -40,6 +41,7 @@ struct Block {
     std::vector<char> done;
     std::vector<Barrier> warps;
     std::vector<uint64_t> exchange; /* 32 slots per warp */
+    std::vector<uint32_t> mma;      /* kMmaWords per lane: an mma's fragments */
     Barrier block;
     jmp_buf sched;
     ucontext_t sched_ctx;
@@ -110,6 +112,43 @@ void emu_syncwarp(void) {
     wait(blk->warps[blk->cur / 32]);
 }
 
+uint32_t emu_cvt_rna_tf32(float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    if ((u & 0x7f800000u) == 0x7f800000u) return u; /* inf, NaN */
+    return (u + 0x1000u) & ~0x1fffu;                /* half an ulp of tf32 into the magnitude */
+}
+
+void emu_mma_m16n8k8_tf32(float d[4], const uint32_t a[4], const uint32_t b[2]) {
+    const int lane = emu_lane();
+    uint32_t *ex = &blk->mma[(size_t)(blk->cur / 32) * 32 * kMmaWords];
+    for (int i = 0; i < 4; i++)
+        ex[lane * kMmaWords + i] = a[i];
+    ex[lane * kMmaWords + 4] = b[0];
+    ex[lane * kMmaWords + 5] = b[1];
+    emu_syncwarp();
+    auto f = [](uint32_t u) {
+        float x;
+        memcpy(&x, &u, sizeof x);
+        return (double)x;
+    };
+    const int g = lane >> 2, t = lane & 3;
+    float r[4];
+    for (int e = 0; e < 4; e++) {
+        const int row = g + 8 * (e >> 1), col = 2 * t + (e & 1);
+        double acc = d[e];
+        for (int k = 0; k < 8; k++) {
+            const int la = (row % 8) * 4 + k % 4, ra = (row >= 8) + 2 * (k >= 4);
+            const int lb = col * 4 + k % 4, rb = 4 + (k >= 4);
+            acc += f(ex[la * kMmaWords + ra]) * f(ex[lb * kMmaWords + rb]);
+        }
+        r[e] = (float)acc;
+    }
+    emu_syncwarp(); /* every lane has read the fragments before any lane writes new ones */
+    for (int e = 0; e < 4; e++)
+        d[e] = r[e];
+}
+
 uint32_t *ops_dynamic_smem_u32(void) {
     return dyn_smem.data();
 }
@@ -148,6 +187,7 @@ void emu_run_grid(dim3 grid, dim3 block, size_t smem, const std::function<void()
                 for (auto &w : b.warps)
                     w.expected = 32;
                 b.exchange.assign((size_t)n, 0);
+                b.mma.assign((size_t)n * kMmaWords, 0);
                 b.block = Barrier{};
                 b.block.expected = n;
                 blk = &b;
