@@ -187,7 +187,7 @@ static const char *scan_string(const char *p, const char *e) {
                 for (int k = 1; k <= 4; k++)
                     if (!is_hex(p[k])) return NULL;
                 p += 4;
-            } else if (!strchr("\"\\/bfnrt", *p)) {
+            } else if (!*p || !strchr("\"\\/bfnrt", *p)) { /* strchr finds the NUL too */
                 return NULL;
             }
         }

@@ -1,6 +1,7 @@
 #include "json.h"
 #include "utf8.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <limits.h>
 #include <locale.h>
@@ -252,7 +253,7 @@ static int annotate_numbers(cJSON *item, const char **cursor, const char *end) {
                     p++;
             }
             const char *q = p;
-            while (q < end && strchr("+-.eE0123456789", *q))
+            while (q < end && *q && strchr("+-.eE0123456789", *q))
                 q++;
             if (p == end) return -1;
             char *lex = cJSON_malloc((size_t)(q - p) + 1);
@@ -270,22 +271,79 @@ static int annotate_numbers(cJSON *item, const char **cursor, const char *end) {
 }
 
 /* Python's json.loads refuses a raw control character inside a string; cJSON copies it (and a
- * raw NUL cuts the string short). Returns the offset of the first one, or -1. Also tells whether
- * any string holds an escaped U+0000. */
-static long find_control_char(const char *text, const char *end, bool *escaped_nul) {
+ * raw NUL cuts the string short). Between tokens cJSON skips every byte up to 0x20 as whitespace,
+ * NUL included, where JSON allows only space, tab, LF and CR. cJSON also decodes a \u escape
+ * whose four characters are not all hex digits (\u00e[). Returns the offset of the first such
+ * byte, or -1, with *what naming it. Also tells whether any string holds an escaped U+0000. */
+static long find_bad_char(const char *text, const char *end, bool *escaped_nul, const char **what) {
     bool in_string = false;
     *escaped_nul = false;
+    *what = "a control character";
     for (const char *p = text; p < end; p++) {
         unsigned char c = (unsigned char)*p;
         if (!in_string) {
+            if (c < 0x20 && c != '\t' && c != '\n' && c != '\r') return (long)(p - text);
             in_string = c == '"';
         } else if (c == '"') {
             in_string = false;
         } else if (c == '\\') {
-            if (end - p >= 6 && memcmp(p + 1, "u0000", 5) == 0) *escaped_nul = true;
+            if (p + 1 < end && p[1] == 'u') {
+                for (int k = 2; k < 6; k++) {
+                    if (p + k >= end || !isxdigit((unsigned char)p[k])) {
+                        *what = "a \\u escape without four hex digits";
+                        return (long)(p - text);
+                    }
+                }
+                if (memcmp(p + 2, "0000", 4) == 0) *escaped_nul = true;
+            }
             p++;
         } else if (c < 0x20) {
             return (long)(p - text);
+        }
+    }
+    return -1;
+}
+
+/* The end of the JSON number that starts at p (-?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?), or
+ * NULL when p starts none. */
+static const char *json_number_end(const char *p, const char *end) {
+    if (p < end && *p == '-') p++;
+    if (p < end && *p == '0') {
+        p++;
+    } else {
+        if (p >= end || *p < '1' || *p > '9') return NULL;
+        while (p < end && *p >= '0' && *p <= '9')
+            p++;
+    }
+    if (p < end && *p == '.') {
+        if (++p >= end || *p < '0' || *p > '9') return NULL;
+        while (p < end && *p >= '0' && *p <= '9')
+            p++;
+    }
+    if (p < end && (*p == 'e' || *p == 'E')) {
+        if (++p < end && (*p == '+' || *p == '-')) p++;
+        if (p >= end || *p < '0' || *p > '9') return NULL;
+        while (p < end && *p >= '0' && *p <= '9')
+            p++;
+    }
+    return p;
+}
+
+/* cJSON reads a number with strtod over any run of "+-.eE" and digits, so it takes 06, 1. and
+ * 1.e5, which JSON (and Python's json.loads) refuse. Returns the offset of the first number
+ * that is not JSON's, or -1. */
+static long find_bad_number(const char *text, const char *end) {
+    for (const char *p = text; p < end;) {
+        if (*p == '"') {
+            p = skip_json_string(p, end);
+        } else if (*p == '-' || (*p >= '0' && *p <= '9')) {
+            const char *q = p;
+            while (q < end && *q && strchr("+-.eE0123456789", *q))
+                q++;
+            if (json_number_end(p, q) != q) return (long)(p - text);
+            p = q;
+        } else {
+            p++;
         }
     }
     return -1;
@@ -350,6 +408,50 @@ static int mark_nul_strings(cJSON *item, bool members, const char **cursor, cons
     return 0;
 }
 
+typedef struct keyed {
+    cJSON *node;
+    size_t order;
+} keyed_t;
+
+static int by_key_then_order(const void *a, const void *b) {
+    const keyed_t *x = a, *y = b;
+    int c = strcmp(x->node->string, y->node->string);
+    return c ? c : (x->order > y->order) - (x->order < y->order);
+}
+
+/* An object that names a key twice: Python's json.loads (and so vLLM, transformers) keeps the
+ * last value at the first one's place; cJSON's lookups find the first. Each run of one key is
+ * replaced by its last node, put where the first was. Members are sorted by key, so that a
+ * hostile object of many keys costs n log n. */
+static int keep_last_duplicates(cJSON *item) {
+    for (; item; item = item->next) {
+        if (cJSON_IsObject(item) && item->child && item->child->next) {
+            size_t n = 0;
+            for (cJSON *c = item->child; c; c = c->next)
+                n++;
+            keyed_t *v = malloc(n * sizeof *v);
+            if (!v) return -1;
+            size_t i = 0;
+            for (cJSON *c = item->child; c; c = c->next, i++)
+                v[i] = (keyed_t){c, i};
+            qsort(v, n, sizeof *v, by_key_then_order);
+            for (size_t a = 0, b; a < n; a = b) {
+                for (b = a + 1; b < n && strcmp(v[a].node->string, v[b].node->string) == 0; b++)
+                    ;
+                if (b - a == 1) continue;
+                for (size_t k = a + 1; k + 1 < b; k++)
+                    cJSON_Delete(cJSON_DetachItemViaPointer(item, v[k].node));
+                cJSON *last = cJSON_DetachItemViaPointer(item, v[b - 1].node);
+                cJSON_ReplaceItemViaPointer(item, v[a].node, last);
+            }
+            free(v);
+        }
+        if ((cJSON_IsObject(item) || cJSON_IsArray(item)) && keep_last_duplicates(item->child) < 0)
+            return -1;
+    }
+    return 0;
+}
+
 cJSON *json_parse(const char *text, size_t len, err_t *err) {
     const char *end = NULL;
     cJSON *json = cJSON_ParseWithLengthOpts(text, len, &end, false);
@@ -365,10 +467,16 @@ cJSON *json_parse(const char *text, size_t len, err_t *err) {
         }
     }
     bool escaped_nul;
-    long bad = find_control_char(text, end, &escaped_nul);
+    const char *what;
+    long bad = find_bad_char(text, end, &escaped_nul, &what);
     if (bad >= 0) {
         cJSON_Delete(json);
-        err_set(err, "invalid JSON: a control character inside a string at byte %ld", bad);
+        err_set(err, "invalid JSON: %s at byte %ld", what, bad);
+        return NULL;
+    }
+    if ((bad = find_bad_number(text, end)) >= 0) {
+        cJSON_Delete(json);
+        err_set(err, "invalid JSON: a malformed number at byte %ld", bad);
         return NULL;
     }
     const char *cursor = text;
@@ -380,6 +488,11 @@ cJSON *json_parse(const char *text, size_t len, err_t *err) {
     cursor = text;
     if (escaped_nul && mark_nul_strings(json, false, &cursor, end, err) < 0) {
         cJSON_Delete(json);
+        return NULL;
+    }
+    if (keep_last_duplicates(json) < 0) {
+        cJSON_Delete(json);
+        err_set(err, "out of memory parsing JSON");
         return NULL;
     }
     return json;

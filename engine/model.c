@@ -104,6 +104,11 @@ int model_json_decoder(const cJSON *json, const char *file, int extra_layers, mo
     if (model_json_int(json, file, "head_dim", cfg->hidden_size / cfg->n_heads, 2, &cfg->head_dim,
                        err) < 0)
         return -1;
+    if (cfg->head_dim < 2) /* the default: hidden_size 2 with 4 heads made head_dim 0 */
+        return err_set(err,
+                       "%s: head_dim is missing and hidden_size %d / num_attention_heads %d is %d "
+                       "(at least 2)",
+                       file, cfg->hidden_size, cfg->n_heads, cfg->head_dim);
     double eps = 0;
     if (model_json_double(json, file, "rms_norm_eps", 1e-6, &eps, err) < 0) return -1;
     cfg->rms_norm_eps = (float)eps;
@@ -301,6 +306,8 @@ void model_dim_explain(const model_config_t *c, wdim_t dim, char *buf, size_t si
 // ---------------------------------------------------------------------------------------------
 // config.json
 
+static double param_count(const model_config_t *c);
+
 int model_config_parse(const char *text, const char *file, model_config_t *cfg, err_t *err) {
     memset(cfg, 0, sizeof *cfg);
     snprintf(cfg->source, sizeof cfg->source, "%s", file);
@@ -342,6 +349,26 @@ int model_config_parse(const char *text, const char *file, model_config_t *cfg, 
         parse_quantization(json, file, cfg, err) < 0 || cfg->arch->parse(json, file, cfg, err) < 0)
         goto out;
     if (cfg->rotary_dim == 0) cfg->rotary_dim = cfg->head_dim;
+    const struct {
+        const char *name;
+        int value;
+    } dims[] = {
+        {"hidden_size", cfg->hidden_size},     {"intermediate_size", cfg->intermediate_size},
+        {"head_dim", cfg->head_dim},           {"vocab_size", cfg->vocab_size},
+        {"num_attention_heads", cfg->n_heads}, {"num_key_value_heads", cfg->n_kv_heads}};
+    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
+        if (dims[i].value > MODEL_MAX_DIM) {
+            err_set(err, "%s: %s %d is more than the %d Tachyon supports", file, dims[i].name,
+                    dims[i].value, MODEL_MAX_DIM);
+            goto out;
+        }
+    }
+    double params = param_count(cfg);
+    if (params > MODEL_MAX_PARAMS) {
+        err_set(err, "%s: the shapes make %.3g parameters, more than the %.0e Tachyon addresses",
+                file, params, MODEL_MAX_PARAMS);
+        goto out;
+    }
     rc = 0;
 out:
     cJSON_Delete(json);
@@ -440,14 +467,16 @@ int model_config_preset(const char *name, bool fp8, model_config_t *cfg, err_t *
 // ---------------------------------------------------------------------------------------------
 // Derived
 
-int64_t model_param_count(const model_config_t *c) {
-    int64_t n = 0;
+/* In double, so that any config's shapes can be counted (a hostile config.json with 256 layers of
+ * 10^9 x 10^9 overflowed int64); exact below 2^53, far above MODEL_MAX_PARAMS. */
+static double param_count(const model_config_t *c) {
+    double n = 0;
     const model_arch_t *a = c->arch;
     for (int i = 0; i < a->n_tensors; i++) {
         const wspec_t *s = &a->tensors[i];
         if (s->kind == WK_LM_HEAD && c->tie_word_embeddings) continue;
         if (wspec_is_mtp(s)) continue; /* the draft head is not part of the model's size */
-        int64_t size = model_dim(c, s->rows) * model_dim(c, s->cols);
+        double size = (double)model_dim(c, s->rows) * (double)model_dim(c, s->cols);
         if (!s->per_layer) {
             n += size;
             continue;
@@ -456,6 +485,10 @@ int64_t model_param_count(const model_config_t *c) {
             if (wspec_in_layer(s, c, l)) n += size;
     }
     return n;
+}
+
+int64_t model_param_count(const model_config_t *c) {
+    return (int64_t)param_count(c);
 }
 
 void model_config_describe(const model_config_t *c, char *buf, size_t size) {

@@ -85,8 +85,18 @@ typedef struct model_config {
                                               architecture's description) */
 } model_config_t;
 
+/* A bound on every width of a config (hidden, intermediate, head_dim, vocabulary, heads), far
+ * above any model's (the widest are vocabularies of about 2^18): a hostile config.json with
+ * head_dim 10^9 made --load-format dummy fill 2 GB norm vectors per layer. */
+#define MODEL_MAX_DIM (1 << 20)
+
+/* More parameters than any model has (the largest are about 10^12); refusing configs beyond it
+ * keeps every tensor's element count and byte size far inside int64. */
+#define MODEL_MAX_PARAMS 1e15
+
 /* Parses a config.json text; `file` names it in messages. Refuses an unknown model_type, a
- * missing or invalid field, and rope_scaling the engine does not implement. */
+ * missing or invalid field, rope_scaling the engine does not implement, a width beyond
+ * MODEL_MAX_DIM, and shapes that make more than MODEL_MAX_PARAMS parameters. */
 int model_config_parse(const char *json_text, const char *file, model_config_t *cfg, err_t *err);
 
 /* Reads and parses config.json of a model directory. */

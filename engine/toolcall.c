@@ -98,9 +98,11 @@ void tc_new_id(tc_format_t fmt, char *buf, size_t size) {
 // The request's tools
 
 /* The function object of the tool called `name`, through *fn (NULL without tools). False when
- * the request has tools and none is called so. */
+ * the request has tools and none is called so, and for a name holding a NUL byte, which the
+ * whole reply's calls (C strings) would cut where the streamed header does not. */
 static bool known_function(const cJSON *tools, const char *name, size_t n, const cJSON **fn) {
     *fn = NULL;
+    if (memchr(name, '\0', n)) return false;
     if (!tools) return true;
     for (const cJSON *t = tools->child; t; t = t->next) {
         const cJSON *f = cJSON_GetObjectItemCaseSensitive(t, "function");

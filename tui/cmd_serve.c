@@ -21,7 +21,8 @@ static const char serve_usage[] =
     "\n"
     "Serves the model over an OpenAI-compatible HTTP API (/v1/chat/completions,\n"
     "/v1/completions, /v1/models, /tokenize, /detokenize, /metrics, /health, /admin/flags)\n"
-    "until SIGINT or SIGTERM.\n"
+    "until SIGINT or SIGTERM. SIGHUP re-reads nothing (engine flags change through\n"
+    "/admin/flags): it is logged and serving goes on.\n"
     "\n"
     "  --shutdown-timeout S       on SIGTERM, seconds to let requests finish (default 30)\n"
     "  --stats-interval S         seconds between stats lines (default 5; 0 = none)\n";
@@ -30,10 +31,11 @@ static const char serve_usage_flags[] =
     "Engine flags also change at run time: POST /admin/flags/NAME {\"value\": ...}.\n";
 
 static int wake_pipe[2] = {-1, -1};
-static atomic_int signals;
+static atomic_int signals; /* SIGINT and SIGTERM: stop */
+static atomic_int hangups; /* SIGHUP */
 
 static void on_signal(int sig) {
-    atomic_fetch_add(&signals, 1);
+    atomic_fetch_add(sig == SIGHUP ? &hangups : &signals, 1);
     int saved = errno;
     ssize_t n = write(wake_pipe[1], "x", 1);
     (void)n;
@@ -139,6 +141,10 @@ int cmd_serve(int argc, char **argv) {
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+    /* SIGHUP's default ends the process without a drain (a closed terminal, a service manager's
+     * reload); nothing it could re-read is safe to change under running requests, so it is
+     * noted and ignored */
+    sigaction(SIGHUP, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
     raise_nofile();
 
@@ -166,8 +172,17 @@ int cmd_serve(int argc, char **argv) {
 
     stats_state_t st = {.snap = malloc(sizeof(stats_snapshot_t)), .line = {.t = engine_now()}};
     int stats_ms = stats_s > 0 ? (int)(stats_s * 1000) : -1;
+    int hups_seen = 0;
     while (atomic_load(&signals) == 0) {
-        if (wait_signal(stats_ms)) break;
+        if (wait_signal(stats_ms)) {
+            int hups = atomic_load(&hangups);
+            if (hups != hups_seen) {
+                hups_seen = hups;
+                fprintf(stderr, "tachyon: SIGHUP: nothing to re-read (engine flags change "
+                                "through /admin/flags); still serving\n");
+            }
+            continue;
+        }
         if (st.snap) stats_line(eng, &st);
     }
     fprintf(stderr,

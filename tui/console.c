@@ -57,8 +57,8 @@ static const char console_usage[] =
     "  --results-dir DIR    where /bench keeps its results, loaded at start-up (default\n"
     "                       $XDG_STATE_HOME/tachyon/results or ~/.local/state/tachyon/results)\n"
     "  --max-tokens N       tokens per chat reply (default 512)\n"
-    "  --shutdown-timeout S /quit --drain and SIGTERM: seconds to let requests finish\n"
-    "                       (default 30)\n"
+    "  --shutdown-timeout S /quit --drain, SIGTERM and SIGHUP: seconds to let requests\n"
+    "                       finish (default 30)\n"
     "  --no-color           no colours (also when NO_COLOR is set)\n"
     "  --ascii              ASCII charts and borders (automatic when the locale is not UTF-8)\n"
     "  --chat-idle S        seconds without use before the chat pane shrinks and the charts\n"
@@ -71,7 +71,7 @@ static volatile sig_atomic_t got_sigint, got_sigterm;
 static ui_queue_t *signal_queue;
 
 static void on_signal(int sig) {
-    if (sig == SIGTERM)
+    if (sig == SIGTERM || sig == SIGHUP) /* a hang-up: the terminal is gone, drain and quit */
         got_sigterm = 1;
     else
         got_sigint = 1;
@@ -98,13 +98,14 @@ void con_out_error(console_t *c, const char *msg) {
     c->scroll = 0;
 }
 
-/* Blocks SIGINT, SIGTERM and SIGWINCH in the calling thread (and the threads it starts next);
- * *old receives the mask to restore. */
+/* Blocks SIGINT, SIGTERM, SIGHUP and SIGWINCH in the calling thread (and the threads it starts
+ * next); *old receives the mask to restore. */
 static void block_ui_signals(sigset_t *old) {
     sigset_t block;
     sigemptyset(&block);
     sigaddset(&block, SIGINT);
     sigaddset(&block, SIGTERM);
+    sigaddset(&block, SIGHUP);
     sigaddset(&block, SIGWINCH);
     pthread_sigmask(SIG_BLOCK, &block, old);
 }
@@ -705,6 +706,7 @@ int cmd_console(int argc, char **argv) {
         sigemptyset(&sa.sa_mask);
         sigaction(SIGINT, &sa, NULL);
         sigaction(SIGTERM, &sa, NULL);
+        sigaction(SIGHUP, &sa, NULL);
         pthread_sigmask(SIG_SETMASK, &old, NULL);
         con_relayout(c);
         ui_text_addf(c->text, UI_TXT_INFO,

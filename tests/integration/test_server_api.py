@@ -686,6 +686,33 @@ def test_drain_refuses_new_connections():
         assert s.stop() == 0
 
 
+def test_sighup_keeps_serving():
+    """SIGHUP re-reads nothing: it is logged, the stream in flight goes on to its end, new requests
+    are answered, and SIGTERM still drains and exits 0 (its default action killed the server)."""
+    s = Server()
+    try:
+        c1 = connect(s)
+        c1.sendall(build("POST", "/v1/completions", long_body(stream=True, max_tokens=200)))
+        r1 = Reader(c1)
+        code, hs1 = r1.head()
+        assert code == 200
+        s.proc.send_signal(signal.SIGHUP)
+        end = time.time() + 10
+        while "SIGHUP" not in s.log() and time.time() < end:
+            time.sleep(0.01)
+        assert "nothing to re-read" in s.log(), s.log()
+        body = b"".join(r1.chunks(hs1)).decode()
+        events = [e[6:] for e in body.split("\n\n") if e.startswith("data: ")]
+        assert events[-1] == "[DONE]"
+        assert json.loads(events[-2])["choices"][0]["finish_reason"] == "length"
+        c1.close()
+        s.proc.send_signal(signal.SIGHUP)
+        code, _, _ = request(s, "GET", "/health")
+        assert code == 200 and s.proc.poll() is None
+    finally:
+        assert s.stop() == 0
+
+
 TESTS = [test_models, test_served_model_names_vllm_form, test_health_version_ping_load, test_unknown_path_and_method,
          test_keep_alive_connection_reuse, test_completions_golden_greedy, test_completions_shape,
          test_completions_default_max_tokens_16, test_context_length_400,
@@ -697,7 +724,8 @@ TESTS = [test_models, test_served_model_names_vllm_form, test_health_version_pin
          test_tokenize_detokenize, test_metrics, test_admin_flags, test_auth, test_api_key_from_env,
          test_reasoning_nonstream, test_reasoning_stream, test_reasoning_thinking_disabled,
          test_overload_503_and_keepalive, test_nonstream_disconnect_is_noticed,
-         test_shutdown_answers_in_flight, test_drain_refuses_new_connections]
+         test_shutdown_answers_in_flight, test_drain_refuses_new_connections,
+         test_sighup_keeps_serving]
 
 if __name__ == "__main__":
     run_tests(TESTS, servers=[A, B])

@@ -111,6 +111,15 @@ class Server:
             time.sleep(0.1)
 
 
+def rss_mib(pid):
+    """A process's resident set size in MiB (/proc)."""
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
 def parse_metrics(text):
     """{(name, frozenset(labels)): value}"""
     out = {}

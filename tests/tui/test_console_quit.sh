@@ -3,8 +3,8 @@
 # Ctrl-C first stops what the console itself is doing (its reply and its benchmark) and the
 # console stays. With requests from other clients in flight it says how many and stays; /quit
 # --drain then refuses new requests and quits once those have finished (each one complete,
-# finish_reason "length", none "abort"), and so does SIGTERM; a second Ctrl-C instead aborts them
-# and quits.
+# finish_reason "length", none "abort"), and so do SIGTERM and SIGHUP (the terminal hung up: its
+# default action killed the console mid-request); a second Ctrl-C instead aborts them and quits.
 source "$(dirname "$0")/lib.sh"
 command -v curl >/dev/null || { echo "SKIP: curl not installed"; exit 77; }
 
@@ -97,24 +97,26 @@ for i in 1 2 3; do
 done
 tmux_ kill-server
 
-# SIGTERM drains as it does for tachyon serve
-tui_start -- --max-num-seqs 1 --shutdown-timeout 120
-tui_wait '^ready \|'
-outside 2 "$(tokens_for 3)"
-tui_wait 'engine: 1 running, 1 waiting'
-pid=$(console_pid)
-[ -n "$pid" ] || tui_fail "no console process under the pane"
-kill -TERM "$pid"
-tui_wait '^draining: new requests are refused'
-# the status line counts what is left, from the server's http_wait_idle
-tui_wait '^ready \| .*\| draining: [12] requests? in flight, [0-9]+ s left \(Ctrl-C aborts\)'
-exited_ok
-wait
-for i in 1 2; do
-    grep -q '"finish_reason":"length"' "$TUI_DIR/out.$i" ||
-        tui_fail "after SIGTERM, request $i did not complete: $(cat "$TUI_DIR/out.$i")"
+# SIGTERM drains as it does for tachyon serve; so does SIGHUP
+for sig in TERM HUP; do
+    tui_start -- --max-num-seqs 1 --shutdown-timeout 120
+    tui_wait '^ready \|'
+    outside 2 "$(tokens_for 3)"
+    tui_wait 'engine: 1 running, 1 waiting'
+    pid=$(console_pid)
+    [ -n "$pid" ] || tui_fail "no console process under the pane"
+    kill -"$sig" "$pid"
+    tui_wait '^draining: new requests are refused'
+    # the status line counts what is left, from the server's http_wait_idle
+    tui_wait '^ready \| .*\| draining: [12] requests? in flight, [0-9]+ s left \(Ctrl-C aborts\)'
+    exited_ok
+    wait
+    for i in 1 2; do
+        grep -q '"finish_reason":"length"' "$TUI_DIR/out.$i" ||
+            tui_fail "after SIG$sig, request $i did not complete: $(cat "$TUI_DIR/out.$i")"
+    done
+    tmux_ kill-server
 done
-tmux_ kill-server
 
 # a second Ctrl-C aborts them and quits
 tui_start -- --max-num-seqs 1

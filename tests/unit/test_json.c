@@ -68,6 +68,14 @@ static void test_refused(void **state) {
         "{} x",              /* data after the document */
         "{\"k\\u0000\": 1}", /* a key holding U+0000 */
         "[\"\\ud800\"]",     /* a lone surrogate */
+        "[06]",              /* numbers cJSON's strtod takes but JSON refuses (found by */
+        "{\"a\": -01}",      /* fuzz_sse: the benchmark client's validator refused them) */
+        "[1.]",
+        "[1.e5]",
+        "[-]",
+        "[1e+]",
+        "[\"\\u00e[\"]", /* a \u escape cJSON decodes without four hex digits (fuzz_sse) */
+        "{\"\\u12\": 1}",
         "",
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -80,9 +88,35 @@ static void test_refused(void **state) {
     err_t err = {{0}};
     assert_null(json_parse("{}\0x", 4, &err));
     assert_null(json_parse("{} \0", 4, &err));
-    /* whitespace after the document is fine; so are control characters outside strings */
-    cJSON *j = parse(" {\"a\":\n\t1} \r\n");
+    /* a NUL or another control character between tokens, which cJSON skips as whitespace (found
+     * by fuzz_sse: the benchmark client's validator refused what the server accepted) */
+    assert_null(json_parse("{\"a\":\0 1}", 9, &err));
+    assert_null(json_parse("[1,\x01 2]", 7, &err));
+    assert_null(json_parse("\x0b{}", 3, &err));
+    /* space, tab, LF and CR around and between tokens are fine */
+    cJSON *j = parse("[0, -0.5, 10, 1e5, 2.5E-3, -1e+2, \"06 1. x\"]");
     assert_non_null(j);
+    cJSON_Delete(j);
+    j = parse(" {\"a\":\n\t1} \r\n");
+    assert_non_null(j);
+    cJSON_Delete(j);
+}
+
+/* A key given twice keeps its last value at its first place, as Python's json.loads: vLLM reads
+ * {"max_tokens": 1, "max_tokens": 9} as 9, where cJSON's lookup found 1. */
+static void test_duplicate_keys_last_wins(void **state) {
+    cJSON *j =
+        parse("{\"a\": 1, \"b\": {\"x\": 1, \"x\": [2], \"x\": \"3\"}, \"a\": 4.0, \"c\": 5}");
+    assert_non_null(j);
+    const char *keys[] = {"a", "b", "c"};
+    int i = 0;
+    for (const cJSON *c = j->child; c; c = c->next, i++)
+        assert_string_equal(c->string, keys[i]);
+    assert_int_equal(i, 3);
+    assert_string_equal(cJSON_GetObjectItemCaseSensitive(j, "a")->valuestring, "4.0");
+    const cJSON *b = cJSON_GetObjectItemCaseSensitive(j, "b");
+    assert_int_equal(cJSON_GetArraySize(b), 1);
+    assert_string_equal(cJSON_GetObjectItemCaseSensitive(b, "x")->valuestring, "3");
     cJSON_Delete(j);
 }
 
@@ -116,6 +150,7 @@ int main(void) {
         cmocka_unit_test(test_nul_strings_keep_their_length),
         cmocka_unit_test(test_number_spellings),
         cmocka_unit_test(test_refused),
+        cmocka_unit_test(test_duplicate_keys_last_wins),
         cmocka_unit_test(test_parse_file),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

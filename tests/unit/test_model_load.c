@@ -234,6 +234,44 @@ static void test_rope_parameters_scaling_refused(void **state) {
     done(dir);
 }
 
+/* Found by fuzz_config (tests/fuzz/corpus/config/crash-*): head_dim's default of hidden_size /
+ * num_attention_heads made 0, accepted; shapes whose parameter count overflowed int64. */
+static void test_config_head_dim_default_zero(void **state) {
+    model_config_t cfg;
+    err_t err = {{0}};
+    const char *text =
+        "{\"model_type\": \"qwen3\", \"hidden_size\": 2, \"num_attention_heads\": 4, "
+        "\"num_key_value_heads\": 4, \"intermediate_size\": 8, \"vocab_size\": 16, "
+        "\"num_hidden_layers\": 1, \"max_position_embeddings\": 64}";
+    assert_int_equal(model_config_parse(text, "config.json", &cfg, &err), -1);
+    assert_non_null(strstr(err.msg, "head_dim"));
+}
+
+static void test_config_too_many_params(void **state) {
+    model_config_t cfg;
+    err_t err = {{0}};
+    const char *text =
+        "{\"model_type\": \"qwen3\", \"hidden_size\": 1000000, \"num_attention_heads\": 1000, "
+        "\"num_key_value_heads\": 1000, \"head_dim\": 1000, \"intermediate_size\": 1000000, "
+        "\"vocab_size\": 1000000, \"num_hidden_layers\": 256, \"max_position_embeddings\": 64}";
+    assert_int_equal(model_config_parse(text, "config.json", &cfg, &err), -1);
+    assert_non_null(strstr(err.msg, "parameters"));
+}
+
+/* Found by fuzz_config (crash-huge-head-dim, a timeout): head_dim 10^9 with hidden_size 2 made
+ * few enough parameters, but --load-format dummy filled 2 GB q_norm and k_norm vectors per
+ * layer. */
+static void test_config_width_beyond_limit(void **state) {
+    model_config_t cfg;
+    err_t err = {{0}};
+    const char *text =
+        "{\"model_type\": \"qwen3\", \"hidden_size\": 2, \"num_attention_heads\": 1, "
+        "\"head_dim\": 1000000000, \"intermediate_size\": 8, \"vocab_size\": 16, "
+        "\"num_hidden_layers\": 1, \"max_position_embeddings\": 64}";
+    assert_int_equal(model_config_parse(text, "config.json", &cfg, &err), -1);
+    assert_non_null(strstr(err.msg, "head_dim 1000000000 is more than"));
+}
+
 // ---------------------------------------------------------------------------------------------
 // Config and checkpoint disagree
 
@@ -480,6 +518,9 @@ int main(void) {
         cmocka_unit_test(test_unknown_model_type),
         cmocka_unit_test(test_rope_scaling_refused),
         cmocka_unit_test(test_rope_parameters_scaling_refused),
+        cmocka_unit_test(test_config_head_dim_default_zero),
+        cmocka_unit_test(test_config_too_many_params),
+        cmocka_unit_test(test_config_width_beyond_limit),
         cmocka_unit_test(test_shape_mismatch),
         cmocka_unit_test(test_missing_tensor),
         cmocka_unit_test(test_dtype_mismatch),

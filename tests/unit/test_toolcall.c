@@ -236,6 +236,12 @@ static void test_prefix_and_no_tools(void **state) {
     assert_true(!strncmp(r.calls[0].id, "call_", 5));
     tc_result_free(&r);
     assert_int_equal(tc_call_prefix(TC_HERMES, "x", prefix, 8), -1);
+    /* a name holding a NUL byte is no call (found by fuzz_toolcall: the whole reply's name was
+     * cut at the NUL, the streamed one was not) */
+    static const char nul_name[] = "<tool_call>\n<function=f\0x>\n</function>\n</tool_call>";
+    assert_int_equal(tc_extract(TC_QWEN3_CODER, nul_name, sizeof nul_name - 1, NULL, &r, &err), 0);
+    assert_int_equal(r.n_calls, 0);
+    tc_result_free(&r);
 }
 
 /* The normalizer alone: Python's json.dumps(json.loads(x), ensure_ascii=False). */
