@@ -98,6 +98,10 @@ typedef struct backend_ops {
     /* True when the backend makes --load-format dummy values itself (weights_open with
      * lazy_dummy: no host copy of the random weights). */
     bool makes_dummy_weights;
+    /* Optional. Tokens routed to each expert of each MLP_MOE layer since create, cumulative:
+     * out [n_layers][n_experts] (rows of other layers stay 0), as of the last forward that
+     * returned. Fails for a model without experts. */
+    int (*expert_load)(backend_t *be, uint64_t *out, err_t *err);
 } backend_ops_t;
 
 /* Every backend instance starts with this header. */
