@@ -18,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "expert_load.h"
 #include "grow.h"
 #include "output.h"
 #include "rng.h"
@@ -579,11 +580,13 @@ static void *engine_main(void *arg) {
             if (ran) record_step(e, &st);
             record_idle(e);
             record_active(e, true);
+            expert_load_poll(e->experts, true, engine_now());
             output_flush(e);
         } else {
             output_flush(e);
             if (ran) record_step(e, &st);
             record_active(e, false);
+            expert_load_poll(e->experts, false, engine_now());
         }
         free_done(e);
     }
@@ -858,6 +861,7 @@ static void engine_free(engine_t *e) {
     sched_destroy(e->sched);
     kv_destroy(e->kv);
     sampler_destroy(e->smp);
+    expert_load_free(e->experts);
     backend_destroy(e->be);
     scripted_free(e->scripted);
     tok_destroy(e->tok);
@@ -951,6 +955,7 @@ int engine_open(const engine_opts_t *o, engine_t **out, err_t *err) {
         err_set(err, "out of memory");
         goto fail;
     }
+    e->experts = expert_load_open(e->cfg, e->be, e->stats, engine_now());
     e->flags = e->f = f;
     if (pthread_create(&e->thread, NULL, engine_main, e) != 0) {
         err_set(err, "cannot start the engine thread");

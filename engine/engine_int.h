@@ -87,7 +87,8 @@ struct engine {
     int n_stop_ids;
     size_t max_chunk; /* tok_stream_max_chunk */
     stats_t *stats;
-    struct scripted *scripted; /* replies scripted for tests, or NULL */
+    struct expert_load *experts; /* MoE models: the expert-load statistics, or NULL */
+    struct scripted *scripted;   /* replies scripted for tests, or NULL */
 
     /* shared, under mu */
     pthread_mutex_t mu;

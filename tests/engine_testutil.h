@@ -20,8 +20,7 @@
 engine_t *tu_open_engine(const char *model, const char *backend, const char *const *flags);
 
 /* Submits prompt[0..n) with a copy of *p; the caller releases the stream. */
-engine_stream_t *tu_submit(engine_t *eng, const int32_t *prompt, int n,
-                           const sampling_params_t *p);
+engine_stream_t *tu_submit(engine_t *eng, const int32_t *prompt, int n, const sampling_params_t *p);
 
 /* Deterministic prompt number i: 5..80 tokens over the tiny fixture's regular vocabulary
  * (ids < 2048) into ids[96]; returns the length. */
@@ -29,5 +28,10 @@ int tu_prompt(int i, int32_t *ids);
 
 /* Greedy decoding of max_tokens tokens, EOS ignored. */
 sampling_params_t tu_greedy(int max_tokens);
+
+/* The expert-load statistics of an idle engine on an MoE model: every MoE layer's counts sum
+ * to the model's num_experts_per_tok x `forwarded` tokens, and more than one expert got some;
+ * the window holds no more than the totals and something of them. Prints each layer's sums. */
+void tu_check_expert_load(engine_t *eng, uint64_t forwarded);
 
 #endif
