@@ -23,6 +23,7 @@
 #include "output.h"
 #include "rng.h"
 #include "scripted.h"
+#include "shard_plan.h"
 
 #define AUTO_POOL_MAX (4ull << 30) /* bytes: the automatic pool is 25% of RAM, at most this */
 #define TOKENS_AHEAD  64           /* room for output tokens reserved at submit */
@@ -930,6 +931,10 @@ int engine_open(const engine_opts_t *o, engine_t **out, err_t *err) {
     }
     model_source_t src = o->model;
     src.lazy_dummy = e->ops->makes_dummy_weights;
+    if (o->flags.tensor_parallel_size > 1) {
+        shard_plan_refuse(&src, o->flags.tensor_parallel_size, err);
+        goto fail;
+    }
     if (weights_open(&src, &e->w, err) < 0) goto fail;
     e->cfg = weights_config(e->w);
     if (load_text(e, o->tokenizer, err) < 0) goto fail;
