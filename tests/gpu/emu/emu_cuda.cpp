@@ -8,6 +8,9 @@
 #include <ucontext.h>
 #include <vector>
 
+extern "C" {
+#include "dtype.h"
+}
 #include "ops.h"
 
 uint3 emu_block_idx;
@@ -16,6 +19,7 @@ dim3 emu_block_dim, emu_grid_dim;
 namespace {
 
 constexpr size_t kStack = 64 * 1024;
+constexpr int kMmaRegs = 6; /* A's 4 and B's 2 registers of one lane */
 
 /* A counting barrier over fibers; a fiber that finishes leaves it (arrive-and-drop), as an
  * exited CUDA thread no longer takes part in __syncthreads. */
@@ -37,6 +41,7 @@ struct Block {
     std::vector<Fiber> fibers;
     std::vector<Barrier> warps;
     std::vector<uint64_t> exchange; /* 32 slots per warp */
+    std::vector<uint32_t> mma;      /* per warp: each lane's fragment registers (emu_mma) */
     Barrier block;
     jmp_buf sched;
     ucontext_t sched_ctx;
@@ -104,6 +109,60 @@ void emu_syncwarp(void) {
     wait(blk->warps[blk->cur / 32]);
 }
 
+/* A tensor-core mma.sync over the warp (kernels/mma.cuh has the fragment layouts): each lane
+ * deposits its A and B registers, every lane rebuilds the 16 x 32-byte A slice and the 8 x
+ * 32-byte B slice from all of them and computes its own four outputs, summing the products in k
+ * order in f32 and adding the sum to its accumulator. `esize` bytes an element, decoded by
+ * `decode`. */
+static void emu_mma(float d[4], const uint32_t a[4], const uint32_t b[2], int esize,
+                    float (*decode)(const uint8_t *)) {
+    uint32_t *slots = &blk->mma[(size_t)(blk->cur / 32) * 32 * kMmaRegs];
+    const int lane = emu_lane();
+    for (int i = 0; i < 4; i++)
+        slots[lane * kMmaRegs + i] = a[i];
+    slots[lane * kMmaRegs + 4] = b[0];
+    slots[lane * kMmaRegs + 5] = b[1];
+    emu_syncwarp();
+    uint8_t A[16][32], B[8][32];
+    for (int l = 0; l < 32; l++) {
+        const int g = l >> 2, t = l & 3;
+        const uint32_t *r = &slots[l * kMmaRegs];
+        memcpy(&A[g][4 * t], &r[0], 4);
+        memcpy(&A[g + 8][4 * t], &r[1], 4);
+        memcpy(&A[g][16 + 4 * t], &r[2], 4);
+        memcpy(&A[g + 8][16 + 4 * t], &r[3], 4);
+        memcpy(&B[g][4 * t], &r[4], 4);
+        memcpy(&B[g][16 + 4 * t], &r[5], 4);
+    }
+    emu_syncwarp(); /* every lane has read the slots before any lane's next mma writes them */
+    const int g = lane >> 2, t = lane & 3;
+    for (int i = 0; i < 4; i++) {
+        const int row = g + (i >= 2 ? 8 : 0), col = 2 * t + (i & 1);
+        float sum = 0.0f;
+        for (int k = 0; k < 32; k += esize)
+            sum += decode(&A[row][k]) * decode(&B[col][k]);
+        d[i] += sum;
+    }
+}
+
+static float decode_e4m3(const uint8_t *p) {
+    return dtype_e4m3_to_f32(*p);
+}
+
+static float decode_bf16(const uint8_t *p) {
+    uint16_t bits;
+    memcpy(&bits, p, 2);
+    return dtype_bf16_to_f32(bits);
+}
+
+void emu_mma_e4m3_16x8x32(float d[4], const uint32_t a[4], const uint32_t b[2]) {
+    emu_mma(d, a, b, 1, decode_e4m3);
+}
+
+void emu_mma_bf16_16x8x16(float d[4], const uint32_t a[4], const uint32_t b[2]) {
+    emu_mma(d, a, b, 2, decode_bf16);
+}
+
 uint32_t *ops_dynamic_smem_u32(void) {
     return dyn_smem.data();
 }
@@ -127,6 +186,7 @@ void emu_run_grid(dim3 grid, dim3 block, size_t smem, const std::function<void()
                 b.fibers.resize(n);
                 b.warps.resize(n / 32);
                 b.exchange.assign((size_t)n, 0);
+                b.mma.assign((size_t)n * kMmaRegs, 0);
                 b.block.expected = n;
                 for (auto &w : b.warps)
                     w.expected = 32;
