@@ -45,7 +45,11 @@ typedef enum {
     BENCH_DATASET_SHAREGPT,           /* from dataset_path */
     BENCH_DATASET_SHAREGPT_SYNTHETIC, /* seeded generator matching ShareGPT's length statistics */
 } bench_dataset_t;
-typedef enum { BENCH_REPORT_VLLM, BENCH_REPORT_GUIDELLM, BENCH_REPORT_GPUSTACK } bench_report_style_t;
+typedef enum {
+    BENCH_REPORT_VLLM,
+    BENCH_REPORT_GUIDELLM,
+    BENCH_REPORT_GPUSTACK
+} bench_report_style_t;
 
 /* A tokenizer for building datasets. bench_run uses the one in the options when given (tachyon
  * bench passes Tachyon's own tokenizer for --tokenizer DIR), else the server's /tokenize and
@@ -57,8 +61,8 @@ typedef struct bench_tokenizer {
                   bench_err_t *err);
     /* Text of ids. Caller frees *text. */
     int (*decode)(void *ctx, const int32_t *ids, int n, char **text, bench_err_t *err);
-    int vocab_size;                /* ids are 0 .. vocab_size-1 */
-    const int32_t *special_ids;    /* [n_special] never drawn for random prompts */
+    int vocab_size;             /* ids are 0 .. vocab_size-1 */
+    const int32_t *special_ids; /* [n_special] never drawn for random prompts */
     int n_special;
     int num_special_tokens_to_add; /* BOS-style tokens encode(add_special) adds (0 for Qwen3) */
 } bench_tokenizer_t;
@@ -67,43 +71,44 @@ typedef struct bench_tokenizer {
 enum { BENCH_METRIC_TTFT = 1, BENCH_METRIC_TPOT = 2, BENCH_METRIC_ITL = 4, BENCH_METRIC_E2EL = 8 };
 
 #define BENCH_MAX_PERCENTILES 16
-#define BENCH_MAX_EXTRA_BODY 1024
+#define BENCH_MAX_EXTRA_BODY  1024
 
 typedef struct bench_options {
     /* Target */
-    char base_url[256];     /* "http://127.0.0.1:8000" (no trailing slash) */
-    char endpoint[128];     /* "" = the backend's default: /v1/completions or /v1/chat/completions */
+    char base_url[256]; /* "http://127.0.0.1:8000" (no trailing slash) */
+    char endpoint[128]; /* "" = the backend's default: /v1/completions or /v1/chat/completions */
     bench_backend_t backend;
-    char model[256];        /* "" = the first id of GET /v1/models */
-    char api_key[256];      /* "" = $OPENAI_API_KEY when set; sent as a bearer token */
+    char model[256];   /* "" = the first id of GET /v1/models */
+    char api_key[256]; /* "" = $OPENAI_API_KEY when set; sent as a bearer token */
     /* Workload */
-    char profile[64];       /* name of the bundled profile applied, "" if none (reports show it) */
+    char profile[64]; /* name of the bundled profile applied, "" if none (reports show it) */
     bench_dataset_t dataset;
     char dataset_path[1024];
-    int num_prompts;        /* 1000 */
-    int input_len;          /* random: 1024 */
-    int output_len;         /* random: 128; sharegpt: > 0 fixes the output length */
-    double range_ratio;     /* random: [0, 1) */
-    int prefix_len;         /* random: shared prefix tokens */
-    bool ignore_eos;        /* forced on for random, as vLLM does */
-    uint64_t seed;          /* 0 */
+    int num_prompts;    /* 1000 */
+    int input_len;      /* random: 1024 */
+    int output_len;     /* random: 128; sharegpt: > 0 fixes the output length */
+    double range_ratio; /* random: [0, 1) */
+    int prefix_len;     /* random: shared prefix tokens */
+    bool ignore_eos;    /* forced on for random, as vLLM does */
+    uint64_t seed;      /* 0 */
     /* Arrival */
-    double request_rate;    /* INFINITY = all at once */
-    double burstiness;      /* 1.0 = Poisson; INFINITY = constant interval */
-    int max_concurrency;    /* 0 = unlimited */
-    int num_warmups;        /* 0 */
+    double request_rate; /* INFINITY = all at once */
+    double burstiness;   /* 1.0 = Poisson; INFINITY = constant interval */
+    int max_concurrency; /* 0 = unlimited */
+    int num_warmups;     /* 0 */
     /* Metrics and report */
-    unsigned percentile_metrics;                 /* BENCH_METRIC_* bits; ttft|tpot|itl */
+    unsigned percentile_metrics;                      /* BENCH_METRIC_* bits; ttft|tpot|itl */
     double metric_percentiles[BENCH_MAX_PERCENTILES]; /* {99} */
     int n_metric_percentiles;
     double goodput_ttft_ms, goodput_tpot_ms, goodput_e2el_ms; /* 0 = no SLO on that metric */
-    char extra_body[BENCH_MAX_EXTRA_BODY]; /* JSON object merged into every request body, "" = none */
-    char label[64];         /* result label, "" = backend name */
-    const bench_tokenizer_t *tokenizer; /* NULL = through the server (see bench_tokenizer_t) */
+    char extra_body[BENCH_MAX_EXTRA_BODY]; /* JSON object merged into every request body, "" = none
+                                            */
+    char label[64];                        /* result label, "" = backend name */
+    const bench_tokenizer_t *tokenizer;    /* NULL = through the server (see bench_tokenizer_t) */
     /* Control */
-    double timeout_s;       /* per request; 0 = 6 hours as vLLM */
-    atomic_bool *stop;      /* when set (from any thread), in-flight requests are aborted and
-                               bench_run returns the partial result with stopped = true */
+    double timeout_s;  /* per request; 0 = 6 hours as vLLM */
+    atomic_bool *stop; /* when set (from any thread), in-flight requests are aborted and
+                          bench_run returns the partial result with stopped = true */
 } bench_options_t;
 
 /* vLLM's defaults (random 1024/128, 1000 prompts, rate inf, percentiles ttft,tpot,itl at 99). */
@@ -131,16 +136,17 @@ int bench_profile_apply(const char *name, bench_options_t *o, bench_err_t *err);
 
 /* What the client measured for one request (vLLM's RequestFuncOutput). */
 typedef struct bench_record {
-    bool success;        /* at least one token event arrived and the status was 200 */
-    double start_time;   /* s, when the POST was issued (run clock: 0 = benchmark start) */
-    double ttft;         /* s, first event with non-empty choices - start_time */
-    double latency;      /* s, last token event - start_time */
-    double *itl;         /* [n_itl] s, gaps between consecutive token events (owned by result) */
+    bool success;      /* at least one token event arrived, the status was 200 and the
+                          finish_reason was not "abort" or "error" */
+    double start_time; /* s, when the POST was issued (run clock: 0 = benchmark start) */
+    double ttft;       /* s, first event with non-empty choices - start_time */
+    double latency;    /* s, last token event - start_time */
+    double *itl;       /* [n_itl] s, gaps between consecutive token events (owned by result) */
     int n_itl;
-    int prompt_len;      /* usage.prompt_tokens when sent, else the dataset's length */
-    int output_len;      /* usage.completion_tokens when sent, else token events (min 1) */
+    int prompt_len;           /* usage.prompt_tokens when sent, else the dataset's length */
+    int output_len;           /* usage.completion_tokens when sent, else token events (min 1) */
     double client_queue_time; /* s, waiting on max_concurrency before the POST */
-    char error[160];     /* why it failed: HTTP status and reason, curl error, ... */
+    char error[160];          /* why it failed: HTTP status and reason, curl error, ... */
 } bench_record_t;
 
 /* One latency metric's statistics in ms, numpy semantics (population std, linear percentiles;
@@ -153,12 +159,12 @@ typedef struct bench_stat {
 /* vLLM's calculate_metrics over successful requests. */
 typedef struct bench_metrics {
     int completed, failed;
-    double duration;              /* s */
+    double duration; /* s */
     int64_t total_input_tokens, total_output_tokens;
-    double request_throughput;    /* req/s */
-    double request_goodput;       /* req/s; meaningful when any goodput SLO is set */
-    double output_throughput;     /* tok/s */
-    double total_token_throughput;/* tok/s */
+    double request_throughput;      /* req/s */
+    double request_goodput;         /* req/s; meaningful when any goodput SLO is set */
+    double output_throughput;       /* tok/s */
+    double total_token_throughput;  /* tok/s */
     double max_output_tokens_per_s; /* peak 1-second bucket of token events */
     double max_concurrent_requests; /* sweep line over [start, start + latency) */
     bench_stat_t ttft, tpot, itl, e2el;
@@ -179,13 +185,13 @@ double bench_percentile(const double *values, int n, double p, double *scratch);
 /* Running                                                                                     */
 
 typedef struct bench_progress {
-    int total;          /* num_prompts */
-    int done;           /* finished, successful or not */
+    int total; /* num_prompts */
+    int done;  /* finished, successful or not */
     int failed;
     int in_flight;
-    double elapsed;     /* s since the benchmark started (warmups excluded) */
+    double elapsed;               /* s since the benchmark started (warmups excluded) */
     double request_rate_observed; /* completed / elapsed */
-    int64_t output_tokens; /* so far */
+    int64_t output_tokens;        /* so far */
 } bench_progress_t;
 
 /* Called from the benchmark's thread a few times per second and once at the end; it must not
@@ -193,13 +199,13 @@ typedef struct bench_progress {
 typedef void (*bench_progress_fn)(const bench_progress_t *p, void *user);
 
 typedef struct bench_result {
-    bench_options_t options;  /* as run (model filled in, stop = NULL) */
+    bench_options_t options; /* as run (model filled in, stop = NULL) */
     bench_metrics_t metrics;
-    bench_record_t *records;  /* [n_records], in dataset order */
+    bench_record_t *records; /* [n_records], in dataset order */
     int n_records;
-    bool stopped;             /* bench_options_t.stop was raised: a partial run */
-    bool synthetic_dataset;   /* reports label it */
-    char date[32];            /* "20261121-031500" local time at the start */
+    bool stopped;                 /* bench_options_t.stop was raised: a partial run */
+    bool synthetic_dataset;       /* reports label it */
+    char date[32];                /* "20261121-031500" local time at the start */
     char server_flags_json[8192]; /* the Tachyon server's flags as one JSON object
                                      {"name": "value", ...} (from its GET /admin/flags list), ""
                                      when the server has no such endpoint */

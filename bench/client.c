@@ -39,6 +39,7 @@ typedef struct xfer {
     long status;
     char reason[64];
     char stream_error[128]; /* "error" object received inside the stream */
+    char bad_finish[16];    /* "abort" or "error": the server gave up on the request */
     char errbody[ERRBODY_CAP];
     size_t errbody_len;
     char curl_err[CURL_ERROR_SIZE];
@@ -113,6 +114,20 @@ static void copy_json_string(char *dst, size_t cap, const char *v, size_t vlen) 
     cJSON_Delete(str);
 }
 
+/* Remembers a finish_reason that means the server did not complete the request: a stream that
+ * the server aborted (a shutdown, a cancel) or ended in an engine error has tokens and a 200, but
+ * is no success. choices: the message's non-empty array. */
+static void check_finish(xfer_t *x, const char *choices, size_t len) {
+    size_t el, fl;
+    const char *c = bench_sse_json_first(choices, len, &el);
+    const char *f = c ? bench_sse_json_get(c, el, "finish_reason", &fl) : NULL;
+    if (!f) return;
+    if (fl == 7 && !memcmp(f, "\"abort\"", 7))
+        snprintf(x->bad_finish, sizeof x->bad_finish, "abort");
+    if (fl == 7 && !memcmp(f, "\"error\"", 7))
+        snprintf(x->bad_finish, sizeof x->bad_finish, "error");
+}
+
 /* One SSE message: a token event when choices is non-empty, else usage, else maybe an error. */
 static int on_message(void *user, const char *data, size_t len) {
     xfer_t *x = user;
@@ -138,6 +153,9 @@ static int on_message(void *user, const char *data, size_t len) {
         x->last_event = x->now;
         x->events++;
         x->c->tokens++;
+        /* Only a chunk with a finish_reason string can end the request badly; the others carry
+         * null, so most token events skip the parse. */
+        if (memmem(data, len, "\"finish_reason\":\"", 17)) check_finish(x, v, vl);
         return 0;
     }
     const char *u = bench_sse_json_get(data, len, "usage", &vl);
@@ -213,7 +231,7 @@ static int xfer_start(client_t *c, xfer_t *x, int idx, const bench_client_reques
     x->usage_out = x->usage_prompt = 0;
     x->has_usage_out = x->has_usage_prompt = x->oom = false;
     x->status = 0;
-    x->reason[0] = x->stream_error[0] = x->errbody[0] = x->curl_err[0] = '\0';
+    x->reason[0] = x->stream_error[0] = x->errbody[0] = x->curl_err[0] = x->bad_finish[0] = '\0';
     x->errbody_len = 0;
     bench_sse_reset(&x->sse);
     x->itl_cap = req->output_len > 1 ? req->output_len : 16;
@@ -265,6 +283,9 @@ static void xfer_finish(client_t *c, xfer_t *x, CURLcode res, bool aborted) {
         snprintf(r->error, sizeof r->error,
                  "Never received a valid chunk to calculate TTFT.%s%.90s",
                  x->stream_error[0] ? " Server error: " : "", x->stream_error);
+    } else if (x->bad_finish[0]) {
+        snprintf(r->error, sizeof r->error, "the server ended the stream with finish_reason \"%s\"",
+                 x->bad_finish);
     } else {
         r->success = true;
         r->latency = x->last_event - x->st;

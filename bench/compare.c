@@ -4,7 +4,10 @@
  * summary "`A` is faster by X tok/s (Y%); Mean TPOT = a ms vs b ms, reduced by c ms (d%)".
  * Here every metric gets a row: baseline, then each run with its signed change and whether that
  * change is better or worse for the metric; the runs are described above the table by label,
- * profile, date and the server flags that differ from the baseline's.
+ * profile, date and the server flags that differ from the baseline's. A metric one side does
+ * not have (the latencies of a run without a successful request, where the metrics hold zeros,
+ * or a percentile point the run did not compute) is n/a, never a change: a run whose requests all
+ * failed is not "-100% better" on latency.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -81,9 +84,12 @@ static int add_row(cmp_row_t *rows, int n, const char *name, better_t better) {
     return n + 1;
 }
 
-/* The metric values in row order; rows is filled once from the baseline's selection. */
+/* The metric values in row order (NAN where r does not have the metric); rows is filled once
+ * from the baseline's selection. */
 static int fill(const bench_result_t *r, const bench_result_t *base, cmp_row_t *rows, int col) {
     const bench_metrics_t *m = &r->metrics;
+    /* vLLM's metrics count an empty latency list as [0]: no success means no latency at all */
+    bool latencies = m->completed > 0;
     const bench_options_t *bo = &base->options;
     double v[CMP_MAX_ROWS];
     int n = 0;
@@ -104,12 +110,12 @@ static int fill(const bench_result_t *r, const bench_result_t *base, cmp_row_t *
                               BENCH_METRIC_E2EL};
     for (int i = 0; i < 4; i++) {
         if (!(bo->percentile_metrics & bits[i])) continue;
-        v[n++] = stats[i]->mean;
-        v[n++] = stats[i]->median;
+        v[n++] = latencies ? stats[i]->mean : NAN;
+        v[n++] = latencies ? stats[i]->median : NAN;
         for (int k = 0; k < base->metrics.n_percentiles; k++) {
-            double pv = 0;
-            /* A run may have other percentile points: take the same point or show 0. */
-            for (int q = 0; q < m->n_percentiles; q++)
+            double pv = NAN;
+            /* A run may have other percentile points: only the same point compares. */
+            for (int q = 0; q < m->n_percentiles && latencies; q++)
                 if (m->percentile_points[q] == base->metrics.percentile_points[k])
                     pv = stats[i]->percentiles[q];
             v[n++] = pv;
@@ -162,8 +168,13 @@ static int build_rows(const bench_result_t *base, cmp_row_t *rows) {
     return n;
 }
 
-/* "+58.08% better", "-3.10% worse", "+0.00%" (no change or no direction), "n/a" (base 0). */
+/* "+58.08% better", "-3.10% worse", "+0.00%" (no change or no direction), "n/a" (base 0, or
+ * either side absent). */
 static void delta_str(double base, double run, better_t better, char *buf, size_t cap) {
+    if (isnan(base) || isnan(run)) {
+        snprintf(buf, cap, "n/a");
+        return;
+    }
     if (base == 0) {
         snprintf(buf, cap, "%s", run == 0 ? "+0.00%" : "n/a");
         return;
@@ -173,6 +184,14 @@ static void delta_str(double base, double run, better_t better, char *buf, size_
     if (d != 0 && better != BETTER_NONE)
         verdict = ((d > 0) == (better == BETTER_HIGHER)) ? " better" : " worse";
     snprintf(buf, cap, "%+.2f%%%s", d, verdict);
+}
+
+/* A value in a column of width 12: the number, or n/a when absent. */
+static void print_value(FILE *f, double v, int prec) {
+    if (isnan(v))
+        fprintf(f, " %12s |", "n/a");
+    else
+        fprintf(f, " %12.*f |", prec, v);
 }
 
 void bench_compare_print(FILE *f, const bench_result_t *base, const bench_result_t *const *runs,
@@ -214,11 +233,12 @@ void bench_compare_print(FILE *f, const bench_result_t *base, const bench_result
     char d[48];
     for (int i = 0; i < n; i++) {
         int prec = rows[i].integer ? 0 : 2;
-        fprintf(f, "| %-38s | %-6s | %12.*f |", rows[i].name, better_names[rows[i].better], prec,
-                rows[i].base);
+        fprintf(f, "| %-38s | %-6s |", rows[i].name, better_names[rows[i].better]);
+        print_value(f, rows[i].base, prec);
         for (int c = 0; c < n_runs; c++) {
             delta_str(rows[i].base, rows[i].run[c], rows[i].better, d, sizeof d);
-            fprintf(f, " %12.*f | %-15s |", prec, rows[i].run[c], d);
+            print_value(f, rows[i].run[c], prec);
+            fprintf(f, " %-15s |", d);
         }
         fputc('\n', f);
     }
@@ -230,14 +250,17 @@ void bench_compare_print(FILE *f, const bench_result_t *base, const bench_result
         double dt = rm->total_token_throughput - bm->total_token_throughput;
         double pt =
             bm->total_token_throughput > 0 ? fabs(dt) / bm->total_token_throughput * 100 : 0;
+        fprintf(f, "run%d: Total TPS = %.2f vs base %.2f, %s by %.2f tok/s (%.2f%%); ", c + 1,
+                rm->total_token_throughput, bm->total_token_throughput,
+                dt >= 0 ? "faster" : "slower", fabs(dt), pt);
+        if (rm->completed == 0 || bm->completed == 0) {
+            fputs("Mean TPOT n/a (no successful requests)\n", f);
+            continue;
+        }
         double dp = rm->tpot.mean - bm->tpot.mean;
         double pp = bm->tpot.mean > 0 ? fabs(dp) / bm->tpot.mean * 100 : 0;
-        fprintf(f,
-                "run%d: Total TPS = %.2f vs base %.2f, %s by %.2f tok/s (%.2f%%); Mean TPOT = "
-                "%.2f ms vs %.2f ms, %s by %.2f ms (%.2f%%)\n",
-                c + 1, rm->total_token_throughput, bm->total_token_throughput,
-                dt >= 0 ? "faster" : "slower", fabs(dt), pt, rm->tpot.mean, bm->tpot.mean,
-                dp <= 0 ? "reduced" : "increased", fabs(dp), pp);
+        fprintf(f, "Mean TPOT = %.2f ms vs %.2f ms, %s by %.2f ms (%.2f%%)\n", rm->tpot.mean,
+                bm->tpot.mean, dp <= 0 ? "reduced" : "increased", fabs(dp), pp);
     }
     free(rows);
 }

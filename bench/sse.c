@@ -296,6 +296,16 @@ const char *bench_sse_json_get(const char *text, size_t len, const char *key, si
     }
 }
 
+const char *bench_sse_json_first(const char *v, size_t vlen, size_t *elen) {
+    const char *e = v + vlen, *p = skip_ws(v, e);
+    if (p >= e || *p != '[') return NULL;
+    p = skip_ws(p + 1, e);
+    const char *q = p < e && *p != ']' ? scan_value(p, e, 1) : NULL;
+    if (!q) return NULL;
+    *elen = (size_t)(q - p);
+    return p;
+}
+
 bool bench_sse_json_nonempty_array(const char *v, size_t vlen) {
     if (!v || !vlen || *v != '[') return false;
     const char *p = skip_ws(v + 1, v + vlen);

@@ -70,6 +70,10 @@ bool bench_sse_json_valid(const char *text, size_t len);
  * byte, escapes are not decoded). */
 const char *bench_sse_json_get(const char *text, size_t len, const char *key, size_t *vlen);
 
+/* The first element of the JSON array v[0..vlen): returns its first byte and sets *elen, or NULL
+ * when v is not an array or is empty. */
+const char *bench_sse_json_first(const char *v, size_t vlen, size_t *elen);
+
 /* Whether the value v[0..vlen) is a non-empty JSON array. */
 bool bench_sse_json_nonempty_array(const char *v, size_t vlen);
 

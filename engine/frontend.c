@@ -209,6 +209,41 @@ fail:
     return -1;
 }
 
+/* A member that is present and not JSON null. */
+static const cJSON *field(const cJSON *o, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    return v && !cJSON_IsNull(v) ? v : NULL;
+}
+
+int fe_tools_check(const cJSON *tools, err_t *err) {
+    if (!cJSON_IsArray(tools)) return err_set(err, "tools: Input should be a valid list");
+    if (!tools->child) return err_set(err, "tools must not be an empty list");
+    int i = 0;
+    for (const cJSON *t = tools->child; t; t = t->next, i++) {
+        if (!cJSON_IsObject(t)) return err_set(err, "tools[%d]: Input should be an object", i);
+        const cJSON *type = field(t, "type");
+        if (type && !(cJSON_IsString(type) && !strcmp(type->valuestring, "function")))
+            return err_set(err, "tools[%d].type: Input should be 'function'", i);
+        const cJSON *fn = field(t, "function");
+        if (!fn) return err_set(err, "tools[%d].function: Field required", i);
+        if (!cJSON_IsObject(fn))
+            return err_set(err, "tools[%d].function: Input should be an object", i);
+        const cJSON *name = field(fn, "name");
+        if (!name) return err_set(err, "tools[%d].function.name: Field required", i);
+        if (!cJSON_IsString(name) || json_has_nul(name))
+            return err_set(err, "tools[%d].function.name: Input should be a valid string", i);
+        const cJSON *v;
+        if ((v = field(fn, "description")) && !cJSON_IsString(v))
+            return err_set(err, "tools[%d].function.description: Input should be a valid string",
+                           i);
+        if ((v = field(fn, "parameters")) && !cJSON_IsObject(v))
+            return err_set(err, "tools[%d].function.parameters: Input should be an object", i);
+        if ((v = field(fn, "strict")) && !cJSON_IsBool(v))
+            return err_set(err, "tools[%d].function.strict: Input should be a valid boolean", i);
+    }
+    return 0;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Prompts
 

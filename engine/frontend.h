@@ -74,6 +74,12 @@ int fe_conv_from_json(const cJSON *messages, const cJSON *tools, unsigned flags,
                       err_t *err);
 void fe_conv_free(fe_conv_t *conv);
 
+/* Checks an OpenAI "tools" array as vLLM's request model does: a non-empty list of
+ * {"type": "function", "function": {"name": str, "description": str?, "parameters": object?,
+ * "strict": bool?}} (JSON null counts as absent). -1 with vLLM's message for the first problem,
+ * which names the item ("tools[1].function.name: Field required"). */
+int fe_tools_check(const cJSON *tools, err_t *err);
+
 // ---------------------------------------------------------------------------------------------
 // Prompts
 

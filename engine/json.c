@@ -1,6 +1,7 @@
 #include "json.h"
 #include "utf8.h"
 
+#include <errno.h>
 #include <limits.h>
 #include <locale.h>
 #include <math.h>
@@ -382,6 +383,30 @@ cJSON *json_parse(const char *text, size_t len, err_t *err) {
         return NULL;
     }
     return json;
+}
+
+cJSON *json_parse_file(const char *path, err_t *err) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        err_set(err, "cannot be read: %s", strerror(errno));
+        return NULL;
+    }
+    jbuf_t text;
+    jb_init(&text);
+    char buf[4096];
+    for (size_t n; (n = fread(buf, 1, sizeof buf, f)) > 0;)
+        jb_raw(&text, buf, n);
+    bool failed = ferror(f);
+    fclose(f);
+    cJSON *j = NULL;
+    if (failed)
+        err_set(err, "cannot be read");
+    else if (text.oom)
+        err_set(err, "out of memory reading it");
+    else
+        j = json_parse(text.p ? text.p : "", text.len, err);
+    jb_free(&text);
+    return j;
 }
 
 bool json_has_nul(const cJSON *item) {

@@ -44,6 +44,10 @@
  * frees the result with cJSON_Delete. */
 cJSON *json_parse(const char *text, size_t len, err_t *err);
 
+/* Reads the file at path and parses it as json_parse does. NULL with a message that does not
+ * name the file (the caller adds what it is for): "cannot be read: <reason>" or json_parse's. */
+cJSON *json_parse_file(const char *path, err_t *err);
+
 /* The byte length of a string node's valuestring, U+0000 bytes included; 0 for NULL or a
  * node that is not a string. Strings made by cJSON_CreateString have no NUL inside: strlen. */
 size_t json_strlen(const cJSON *item);

@@ -33,8 +33,9 @@ int mdir_open(const char *path, mdir_t **out, err_t *err) {
         if (stat(path, &st) < 0)
             return err_set(err, "%s: cannot open model directory: %s", path, strerror(errno));
         if (!S_ISDIR(st.st_mode))
-            return err_set(err, "%s: not a directory (give the model directory, the one holding "
-                                "config.json)",
+            return err_set(err,
+                           "%s: not a directory (give the model directory, the one holding "
+                           "config.json)",
                            path);
     }
     mdir_t *dir = calloc(1, sizeof *dir);

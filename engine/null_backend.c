@@ -69,7 +69,8 @@ static int null_forward(backend_t *base, const be_batch_t *b, float *logits, err
     if (logits) /* host sampling: one-hot logits on the token sample() would pick greedily */
         for (int i = 0; i < b->n_logits; i++) {
             float *row = logits + (size_t)i * be->vocab_size;
-            for (int v = 0; v < be->vocab_size; v++) row[v] = 0.0f;
+            for (int v = 0; v < be->vocab_size; v++)
+                row[v] = 0.0f;
             row[rng_mix64((uint64_t)be->last_token[i] << 32 | (uint32_t)be->last_pos[i]) %
                 (uint64_t)be->vocab_size] = 10.0f;
         }
@@ -82,8 +83,8 @@ static int null_sample(backend_t *base, const sampler_row_t *rows, int n_rows,
     for (int i = 0; i < n_rows; i++) {
         uint64_t key = (uint64_t)be->last_token[i] << 32 | (uint32_t)be->last_pos[i];
         const sampling_params_t *p = rows[i].params;
-        if (p->temperature > 1e-5f) key ^= rng_bits(rows[i].seed, (uint64_t)rows[i].choice,
-                                                    (uint64_t)rows[i].n_output);
+        if (p->temperature > 1e-5f)
+            key ^= rng_bits(rows[i].seed, (uint64_t)rows[i].choice, (uint64_t)rows[i].n_output);
         out[i] = (sampler_result_t){.token = (int32_t)(rng_mix64(key) % (uint64_t)be->vocab_size),
                                     .logprob = 0.0f, /* a one-hot "model": log 1 */
                                     .n_top = 0};

@@ -36,16 +36,7 @@ int scripted_load(const tokenizer_t *tok, scripted_t **out, err_t *err) {
     *out = NULL;
     const char *path = getenv("TACHYON_SCRIPTED_OUTPUTS");
     if (!path || !*path || !tok) return 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) return err_set(err, "%s (TACHYON_SCRIPTED_OUTPUTS): cannot be read", path);
-    jbuf_t text;
-    jb_init(&text);
-    char buf[4096];
-    for (size_t n; (n = fread(buf, 1, sizeof buf, f)) > 0;)
-        jb_raw(&text, buf, n);
-    fclose(f);
-    cJSON *j = json_parse(text.p ? text.p : "", text.len, err);
-    jb_free(&text);
+    cJSON *j = json_parse_file(path, err);
     if (!j) return err_prefix(err, "%s (TACHYON_SCRIPTED_OUTPUTS)", path);
     scripted_t *s = calloc(1, sizeof *s);
     int n = cJSON_GetArraySize(j);

@@ -29,7 +29,7 @@
         cublasStatus_t cublas_check_s_ = (call);                                                   \
         if (cublas_check_s_ != CUBLAS_STATUS_SUCCESS)                                              \
             return err_set((err), "%s:%d: %s: %s", __FILE__, __LINE__, #call,                      \
-                           cublasLtGetStatusString(cublas_check_s_));                                \
+                           cublasLtGetStatusString(cublas_check_s_));                              \
     } while (0)
 
 #endif

@@ -439,10 +439,10 @@ extern "C" int ops_qk_norm_rope_kv(const ops_qkv_args_t *a, cudaStream_t stream,
 }
 
 /* Grid of the row-wise quantizers without a row reduction (quant_fp8, silu_mul_fp8): one block
- * per row, and at few rows each row's FP8 groups spread over blocks (blockIdx.y) up to about kRowTargetBlocks
- * so that a decode step's handful of rows still fills the GPU (one block per row ran a 17,408-wide
- * SiLU row through 17 groups per warp in turn: 18 us a layer at batch 1 on the H200, 9 % of a
- * decode step). */
+ * per row, and at few rows each row's FP8 groups spread over blocks (blockIdx.y) up to about
+ * kRowTargetBlocks so that a decode step's handful of rows still fills the GPU (one block per row
+ * ran a 17,408-wide SiLU row through 17 groups per warp in turn: 18 us a layer at batch 1 on the
+ * H200, 9 % of a decode step). */
 constexpr int kRowTargetBlocks = 256;
 static dim3 row_grid(int T_pad, int K_pad) {
     const int n_groups = (K_pad + OPS_FP8_GROUP - 1) / OPS_FP8_GROUP;

@@ -508,42 +508,6 @@ static int parse_prompt(oai_req_t *r, const cJSON *o, int vocab, oai_error_t *e)
     return 0;
 }
 
-/* vLLM's ChatCompletionToolsParam: {"type": "function", "function": {"name": str,
- * "description": str?, "parameters": object?, "strict": bool?}}. */
-static int check_tools(const cJSON *tools, oai_error_t *e) {
-    int i = 0;
-    for (const cJSON *t = tools->child; t; t = t->next, i++) {
-        if (!cJSON_IsObject(t))
-            return oai_error_set(e, 400, "tools", "tools[%d]: Input should be an object", i);
-        const cJSON *type = field(t, "type");
-        if (type && !(cJSON_IsString(type) && !strcmp(type->valuestring, "function")))
-            return oai_error_set(e, 400, "tools", "tools[%d].type: Input should be 'function'", i);
-        const cJSON *fn = field(t, "function");
-        if (!fn) return oai_error_set(e, 400, "tools", "tools[%d].function: Field required", i);
-        if (!cJSON_IsObject(fn))
-            return oai_error_set(e, 400, "tools", "tools[%d].function: Input should be an object",
-                                 i);
-        const cJSON *name = field(fn, "name");
-        if (!name)
-            return oai_error_set(e, 400, "tools", "tools[%d].function.name: Field required", i);
-        if (!cJSON_IsString(name) || json_has_nul(name))
-            return oai_error_set(e, 400, "tools",
-                                 "tools[%d].function.name: Input should be a valid string", i);
-        const cJSON *v;
-        if ((v = field(fn, "description")) && !cJSON_IsString(v))
-            return oai_error_set(e, 400, "tools",
-                                 "tools[%d].function.description: Input should be a valid string",
-                                 i);
-        if ((v = field(fn, "parameters")) && !cJSON_IsObject(v))
-            return oai_error_set(e, 400, "tools",
-                                 "tools[%d].function.parameters: Input should be an object", i);
-        if ((v = field(fn, "strict")) && !cJSON_IsBool(v))
-            return oai_error_set(e, 400, "tools",
-                                 "tools[%d].function.strict: Input should be a valid boolean", i);
-    }
-    return 0;
-}
-
 /* tool_choice as vLLM reads it: absent with tools is "auto"; "none", "auto", "required" or
  * {"type": "function", "function": {"name": NAME}} naming one of the tools. */
 static int parse_tool_choice(const cJSON *o, const cJSON *tools, tool_choice_t *tc,
@@ -608,11 +572,9 @@ static int chat_prompt(engine_t *eng, const cJSON *o, oai_req_t *r, fe_prompt_t 
     if (engine_chat_format(eng) < 0)
         return oai_error_set(e, 400, NULL, "this model has no chat template; use /v1/completions");
     const cJSON *tools = field(o, "tools");
-    if (tools && !cJSON_IsArray(tools))
-        return oai_error_set(e, 400, "tools", "tools: Input should be a valid list");
-    if (tools && !tools->child)
-        return oai_error_set(e, 400, "tools", "tools must not be an empty list");
-    if (tools && check_tools(tools, e) < 0) return -1;
+    err_t err = {{0}};
+    if (tools && fe_tools_check(tools, &err) < 0)
+        return oai_error_set(e, 400, "tools", "%s", err.msg);
     tool_choice_t tc;
     const char *named;
     if (parse_tool_choice(o, tools, &tc, &named, e) < 0) return -1;
@@ -656,7 +618,6 @@ static int chat_prompt(engine_t *eng, const cJSON *o, oai_req_t *r, fe_prompt_t 
     if (prefix[0]) opts.enable_thinking = CHAT_THINK_OFF;
 
     fe_conv_t *conv;
-    err_t err;
     if (fe_conv_from_json(msgs, tools, FE_JSON_VLLM, &conv, &err) < 0)
         return oai_error_set(e, 400, "messages", "%s", err.msg);
     /* a template skips roles it does not know: refuse rather than drop a message silently */

@@ -239,6 +239,9 @@ int cli_server_args(cli_server_t *sv, int *argc, char **argv) {
             return -1;
         }
         if (server_option(sv, name, value) < 0) return -1;
+        /* vLLM's --served-model-name takes one or more names: the words up to the next option */
+        while (!eq && !strcmp(name, "served-model-name") && i + 1 < *argc && argv[i + 1][0] != '-')
+            if (server_option(sv, name, argv[++i]) < 0) return -1;
     }
     *argc = out;
     argv[out] = NULL;
@@ -257,6 +260,16 @@ void cli_server_finish(cli_server_t *sv, const cli_engine_t *ce) {
     sv->ho.n_model_names = sv->n_names;
     sv->ho.model_root = model;
     sv->ho.version = TACHYON_VERSION;
+}
+
+bool cli_server_warning(const cli_server_t *sv, char *buf, size_t size) {
+    buf[0] = '\0';
+    if (sv->ho.n_api_keys > 0 || http_host_is_loopback(sv->ho.host)) return false;
+    snprintf(buf, size,
+             "warning: listening on %s without --api-key: anyone who can reach it may use the API "
+             "(/admin answers this machine only)",
+             sv->ho.host);
+    return true;
 }
 
 int cli_engine_open(cli_engine_t *ce) {

@@ -67,8 +67,9 @@ typedef struct cli_server {
     "  --port N                   port (default 8000; 0 = any free port)\n"                        \
     "  --api-key KEY              require Authorization: Bearer KEY (repeatable; default\n"        \
     "                             $TACHYON_API_KEY)\n"                                             \
-    "  --served-model-name NAME   the model's name in the API (repeatable; default the --model\n"  \
-    "                             argument)\n"                                                     \
+    "  --served-model-name NAME [NAME...]  the names clients send as \"model\" (/v1/models\n"      \
+    "                             lists them, the console shows the first); default the\n"         \
+    "                             --model argument as given\n"                                     \
     "  --reasoning-parser qwen3   split <think> output into reasoning and content\n"               \
     "  --enable-auto-tool-choice  tool_choice \"auto\" parses the model's tool calls\n"            \
     "  --tool-call-parser NAME    hermes (Qwen3) or qwen3_coder (Qwen3.5); default: the one the\n" \
@@ -87,6 +88,11 @@ int cli_server_args(cli_server_t *sv, int *argc, char **argv);
 /* Completes sv->ho after cli_engine_args: the keys ($TACHYON_API_KEY when none was given), the
  * model names (the --model argument, "tiny-qwen3" for the embedded model), the version. */
 void cli_server_finish(cli_server_t *sv, const cli_engine_t *ce);
+
+/* The warning `tachyon serve` and the console give when the server listens on an address other
+ * machines can reach (not http_host_is_loopback) without an API key: written into buf ("warning:
+ * listening on ..."), true; false and buf empty when there is nothing to warn about. */
+bool cli_server_warning(const cli_server_t *sv, char *buf, size_t size);
 
 /* Opens the engine; prints the problem and returns -1 on failure. */
 int cli_engine_open(cli_engine_t *ce);

@@ -7,11 +7,16 @@
 
 static const char *type_name(const flag_def_t *f) {
     switch (f->type) {
-        case FLAG_INT: return "int";
-        case FLAG_FLOAT: return "float";
-        case FLAG_BOOL: return "bool";
-        case FLAG_ENUM: return "enum";
-        case FLAG_SIZE: return "size";
+        case FLAG_INT:
+            return "int";
+        case FLAG_FLOAT:
+            return "float";
+        case FLAG_BOOL:
+            return "bool";
+        case FLAG_ENUM:
+            return "enum";
+        case FLAG_SIZE:
+            return "size";
     }
     return "?";
 }

@@ -172,11 +172,8 @@ int cmd_serve(int argc, char **argv) {
     engine_describe_backend(eng, be, sizeof be);
     const char *host = ho->host;
     bool v6 = strchr(host, ':') != NULL;
-    if (ho->n_api_keys == 0 && !http_host_is_loopback(host))
-        fprintf(stderr,
-                "tachyon: warning: listening on %s without --api-key: anyone who can reach it may "
-                "use the API (/admin answers this machine only)\n",
-                host);
+    char warning[512];
+    if (cli_server_warning(&sv, warning, sizeof warning)) fprintf(stderr, "tachyon: %s\n", warning);
     fprintf(stderr, "tachyon: serving %s (%s) on http://%s%s%s:%d\n", sv.names[0], be,
             v6 ? "[" : "", host, v6 ? "]" : "", http_port(srv));
 

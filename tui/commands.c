@@ -10,7 +10,9 @@
 
 static const repl_command_t COMMANDS[] = {
     {"/help", NULL, "/help [COMMAND]", "list the commands, or explain one", REPL_HELP, true},
-    {"/quit", "/exit", "/quit", "leave the console (also /exit)", REPL_QUIT, false},
+    {"/quit", "/exit", "/quit [--drain]",
+     "leave the console (also /exit); --drain lets other clients' requests finish first", REPL_QUIT,
+     false},
     {"/new", NULL, "/new", "start a new conversation", REPL_NEW, false},
     {"/system", NULL, "/system [TEXT]", "set the conversation's system prompt (no text clears it)",
      REPL_SYSTEM, true},
@@ -23,7 +25,11 @@ static const repl_command_t COMMANDS[] = {
     {"/results", NULL, "/results", "list the benchmark runs and their flag sets", REPL_RESULTS,
      false},
     {"/compare", NULL, "/compare [A B...]",
-     "compare benchmark runs with base A (default: the last two runs)", REPL_COMPARE, true},
+     "compare runs (numbers or files) with base A (default: the last two of a profile)",
+     REPL_COMPARE, true},
+    {"/tools", NULL, "/tools [FILE|off]",
+     "chat with the tools of an OpenAI tools JSON file (none: list them; off: no tools)",
+     REPL_TOOLS, true},
     {"/clear", NULL, "/clear", "clear the chat pane", REPL_CLEAR, false},
 };
 enum { N_COMMANDS = sizeof COMMANDS / sizeof COMMANDS[0] };
@@ -186,6 +192,16 @@ static int parse_args(const repl_command_t *c, const char *rest, repl_cmd_t *out
             return 0;
         case REPL_COMPARE:
             return argc == 1 ? usage(c, err) : 0;
+        case REPL_TOOLS:
+            if (argc > 1) return usage(c, err);
+            if (argc == 1 && strcmp(argv[0], "off") == 0) {
+                out->kind = REPL_TOOLS_OFF;
+                out->argc = 0;
+            }
+            return 0;
+        case REPL_QUIT:
+            out->on = argc == 1 && strcmp(argv[0], "--drain") == 0;
+            return argc > 1 || (argc == 1 && !out->on) ? err_set(err, "usage: %s", c->usage) : 0;
         default:
             return argc > 0 ? usage(c, err) : 0;
     }
@@ -289,8 +305,27 @@ int repl_help(const char *name, char *buf, size_t size, err_t *err) {
             for (const bench_profile_t *p = bench_profiles(); p && p->name; p++)
                 put(&o, "  %-16s %s\n", p->name, p->description ? p->description : "");
             break;
+        case REPL_QUIT:
+            put(&o, "Requests of other clients in flight are not cut off unasked: /quit and Ctrl-C "
+                    "say how many, and a second one aborts them. --drain refuses new requests and "
+                    "quits once those in flight have finished (at most --shutdown-timeout "
+                    "seconds), as tachyon serve does on SIGTERM; so does a SIGTERM here. Ctrl-C "
+                    "first stops the console's own reply and benchmark.\n");
+            break;
+        case REPL_TOOLS:
+            put(&o, "FILE holds an OpenAI \"tools\" array (or a request body with one): "
+                    "[{\"type\": \"function\", \"function\": {\"name\": ..., \"description\": ..., "
+                    "\"parameters\": {JSON schema}}}, ...]. The chat's prompt then offers them "
+                    "to the model (its chat template renders them) and the calls in its replies "
+                    "are shown apart from the text, name and arguments, as the server's "
+                    "tool_choice \"auto\" finds them (--tool-call-parser, or the parser the chat "
+                    "template teaches). The console does not run the tools.\n");
+            break;
         case REPL_COMPARE:
-            put(&o, "Runs are named as /results lists them.\n");
+            put(&o, "Runs are named by their number in /results or by a result file (a path, or a "
+                    "name in the results directory). Without arguments: the newest complete run "
+                    "against the complete run of its profile before it. Runs in which no request "
+                    "succeeded are not kept; a metric one side lacks shows n/a.\n");
             break;
         default:
             break;
@@ -443,10 +478,16 @@ int repl_complete(void *user, const char *line, size_t cursor, le_completion_t *
             if (nw != 0) return 0;
             complete_flag_names(prefix, out);
             return finish(out, NULL);
+        case REPL_QUIT:
+            if (nw == 0 && strncmp("--drain", prefix, pl) == 0) add_cand(out, "--drain");
+            return finish(out, NULL);
         case REPL_THINK:
             if (nw != 0) return 0;
             if (strncmp("on", prefix, pl) == 0) add_cand(out, "on");
             if (strncmp("off", prefix, pl) == 0) add_cand(out, "off");
+            return finish(out, NULL);
+        case REPL_TOOLS:
+            if (nw == 0 && strncmp("off", prefix, pl) == 0) add_cand(out, "off");
             return finish(out, NULL);
         case REPL_BENCH:
             if (nw != 0) return 0;

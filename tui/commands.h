@@ -25,7 +25,7 @@
  * when it is one quoted argument.
  *
  * Commands (arguments in the order argv holds them):
- *     /help [COMMAND]        /quit, /exit           /new                 /clear
+ *     /help [COMMAND]        /quit, /exit [--drain] (cmd.on: --drain)     /new     /clear
  *     /system [TEXT]         (no text clears the system prompt)
  *     /think on|off          (also true/false; cmd.on)
  *     /set FLAG VALUE        (FLAG checked against the table, VALUE against its type and range;
@@ -33,7 +33,10 @@
  *     /get FLAG              /flags [PREFIX]
  *     /bench PROFILE [OPTIONS...]   (PROFILE checked against bench_profiles())
  *     /bench stop            /results
- *     /compare [A B [C...]]  (none: the last two runs; otherwise a base and the runs to compare)
+ *     /tools [FILE]          (none: list the tools; FILE: an OpenAI tools array to chat with)
+ *     /tools off             (REPL_TOOLS_OFF: chat without tools again)
+ *     /compare [A B [C...]]  (none: the last two complete runs of a profile; otherwise a base and
+ *                             the runs to compare: numbers or result files)
  */
 #ifndef TACHYON_COMMANDS_H
 #define TACHYON_COMMANDS_H
@@ -52,7 +55,7 @@ typedef enum repl_kind {
     REPL_EMPTY, /* blank line: nothing to do */
     REPL_CHAT,  /* text: the message */
     REPL_HELP,  /* argc 0, or 1: the command to explain (without or with its '/') */
-    REPL_QUIT,
+    REPL_QUIT,  /* on: --drain */
     REPL_NEW,
     REPL_SYSTEM, /* text: the system prompt ("" clears it) */
     REPL_THINK,  /* on */
@@ -64,6 +67,8 @@ typedef enum repl_kind {
     REPL_RESULTS,
     REPL_COMPARE, /* argc 0, or >= 2: argv[0] the base run, the others compared with it */
     REPL_CLEAR,
+    REPL_TOOLS,     /* argc 0: list the tools; 1: argv[0] the file to load */
+    REPL_TOOLS_OFF, /* /tools off */
 } repl_kind_t;
 
 typedef struct repl_cmd {
@@ -120,7 +125,9 @@ typedef struct repl_complete_ctx {
  *     "/set NAME xx"     values: true/false for booleans, the choices of enums, "unset" where the
  *                        flag takes it, and for numbers the current value and the default
  *     "/think xx"        on, off
+ *     "/quit xx"         --drain
  *     "/bench xx"        profile names and "stop"
+ *     "/tools xx"        off
  * Candidates are sorted; best is the first, except for values, where it is the current value
  * when that is a candidate. Returns the number of candidates. */
 int repl_complete(void *user, const char *line, size_t cursor, le_completion_t *out);

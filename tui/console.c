@@ -3,12 +3,18 @@
  * header, live charts, requests table, flags panel, the chat/output pane, the REPL line and a
  * status line.
  *
+ * This file: options, set-up and teardown, the UI loop, signals and quitting. The state is
+ * console_int.h's console_t; keys and commands are in console_cmd.c, the chat in
+ * console_chat.c, benchmarks in console_bench.c, and console_draw.c draws each frame from a
+ * snapshot (con_view_t) taken here.
+ *
  * Threads: this (UI) thread is the only one that calls curses. The engine's stream wake hook,
- * the benchmark's progress callback and the flag worker post events to a ui_queue whose eventfd
- * the UI loop polls beside stdin; SIGINT and SIGWINCH are blocked in every other thread (the
- * mask is set before any thread is created). The loop samples engine_stats() four times a second
- * into its own rings and draws at most ten frames a second: werase, draw, one wnoutrefresh and
- * one doupdate per frame; the buffers a frame needs are sized at start-up. */
+ * the benchmark's progress callback, the flag worker and the stderr reader (ui_log) post events
+ * to a ui_queue whose eventfd the UI loop polls beside stdin; SIGINT, SIGTERM and SIGWINCH are
+ * blocked in every other thread (the mask is set before any thread is created). The loop samples
+ * engine_stats() four times a second into its own rings and draws at most ten frames a second:
+ * werase, draw, one wnoutrefresh and one doupdate per frame; the buffers a frame needs are sized at
+ * start-up. */
 #include <errno.h>
 #include <getopt.h>
 #include <langinfo.h>
@@ -22,172 +28,45 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <curses.h>
-#include <cjson/cJSON.h>
 
-#include "bench.h"
-#include "chart.h"
 #include "cli.h"
-#include "conversation.h"
-#include "commands.h"
-#include "engine.h"
-#include "json.h"
-#include "layout.h"
-#include "lineedit.h"
+#include "console_int.h"
 #include "mdir.h"
-#include "server.h"
-#include "ui_queue.h"
-#include "ui_series.h"
-#include "ui_text.h"
+#include "ui_log.h"
 
-#define SAMPLE_MS      250 /* engine_stats() sampling period */
-#define FRAME_MS       100 /* at most ten frames a second */
-#define MAX_COLS       512 /* chart buffers are sized for this; wider screens draw up to it */
-#define MAX_ROWS       128
-#define TEXT_LINES     5000 /* lines the chat/output pane keeps */
-#define MAX_RUNS       64   /* benchmark results kept in memory */
-#define LATENCY_WIN_S  5.0  /* TTFT / TPOT charts: mean over the requests of the last 5 s */
-#define RATE_WIN       4    /* tokens/s over the last 4 samples (1 s) */
-#define MAX_FLAG_VALUE 64
+#define FRAME_MS      100  /* at most ten frames a second */
+#define TEXT_LINES    5000 /* lines the chat/output pane keeps */
+#define LATENCY_WIN_S 5.0  /* TTFT / TPOT charts: mean over the requests of the last 5 s */
+#define RATE_WIN      4    /* tokens/s over the last 4 samples (1 s) */
 
 static const char console_usage[] =
     "usage: tachyon [console] [options]\n"
     "\n"
     "The operator's console: the engine and its OpenAI-compatible server, live charts, a chat,\n"
     "live engine flags (/set) and benchmark runs (/bench). F1 or ? shows the keys; /help the\n"
-    "commands; /quit or Ctrl-C leaves.\n"
+    "commands; /quit or Ctrl-C leaves (Ctrl-C first stops the console's own reply or benchmark,\n"
+    "and asks before cutting off other clients' requests: /quit --drain lets them finish).\n"
     "\n"
-    "  --results-dir DIR    where /bench saves results (default\n"
+    "  --results-dir DIR    where /bench keeps its results, loaded at start-up (default\n"
     "                       $XDG_STATE_HOME/tachyon/results or ~/.local/state/tachyon/results)\n"
     "  --max-tokens N       tokens per chat reply (default 512)\n"
+    "  --shutdown-timeout S /quit --drain and SIGTERM: seconds to let requests finish\n"
+    "                       (default 30)\n"
     "  --no-color           no colours (also when NO_COLOR is set)\n"
     "  --ascii              ASCII charts and borders (automatic when the locale is not UTF-8)\n"
     "\n" CLI_SERVER_HELP CLI_ENGINE_HELP;
 
-static const char help_keys[] =
-    "Keys\n"
-    "  Enter        send a chat message, or run a /command\n"
-    "  Tab / Right  complete / accept the dimmed suggestion\n"
-    "  Up / Down    history          Ctrl-A/E/B/F/K/U/W/Y  edit the line\n"
-    "  PgUp / PgDn  scroll the chat and output pane\n"
-    "  Esc          stop the reply being generated\n"
-    "  F2           show / hide the model's reasoning\n"
-    "  + / -        (on an empty line) zoom the charts' time window in / out\n"
-    "  F1 or ?      (on an empty line) this help        Ctrl-L  redraw\n"
-    "  /quit or Ctrl-C   leave\n"
-    "\n"
-    "Commands (Tab completes them, their flags and values)\n";
-
-// ---------------------------------------------------------------------------------------------
-// State
-
-enum { M_RUNNING, M_WAITING, M_KV, M_PROMPT_TPS, M_GEN_TPS, M_TTFT, M_TPOT, N_METRICS };
-
-static const double windows_s[] = {30, 60, 300, 900};
-#define N_WINDOWS ((int)(sizeof windows_s / sizeof windows_s[0]))
-
-enum { PAIR_TITLE = 1, PAIR_CHART, PAIR_ERROR, PAIR_USER, PAIR_CHANGED, PAIR_BAR, PAIR_OK };
-
-typedef struct counters {
-    double t;
-    uint64_t prompt, gen;
-    double ttft_sum, tpot_sum;
-    uint64_t ttft_n, tpot_n;
-} counters_t;
-
-typedef struct run {
-    bench_result_t *r;
-    char path[1120];
-} run_t;
-
-typedef struct console {
-    /* options */
-    bool color, ascii;
-    int max_tokens;
-    char results_dir[1024];
-    /* engine and server */
-    engine_t *eng;
-    http_server_t *srv;
-    char url[128], model_line[384], model_desc[256], backend[256], layout_desc[64];
-    const char *api_key;
-    double t_start;
-    ui_queue_t *q;
-    /* metrics */
-    stats_snapshot_t *snap;
-    ui_series_t series[N_METRICS];
-    counters_t hist[32]; /* recent counter readings, for rates and latency windows */
-    int n_hist;
-    double last_ttft, last_tpot; /* ms, latest non-empty window */
-    int window;                  /* index into windows_s */
-    double next_sample;
-    /* screen */
-    SCREEN *screen;
-    layout_t lay;
-    char *chart_buf;     /* [CHART_BUF_SIZE(MAX_COLS, MAX_ROWS)] */
-    char *chart_buf2;    /* the same, for the overlaid second series */
-    double *points;      /* [2 * MAX_COLS] */
-    double *points2;     /* [2 * MAX_COLS] */
-    char *line_buf;      /* [4 * MAX_COLS + 1] scratch for one screen row */
-    ui_text_row_t *rows; /* [MAX_ROWS] */
-    bool help, dirty;
-    char help_cmds[8192]; /* repl_help(NULL): the command list the help overlay shows */
-    double last_frame;
-    char status[256];
-    bool status_error;
-    /* output pane */
-    ui_text_t *text;
-    int scroll;
-    bool show_reasoning;
-    /* REPL */
-    le_t *le;
-    char hist_path[4096];
-    bool have_hist;
-    repl_complete_ctx_t cc;
-    repl_cmd_t cmd;
-    flag_values_t cur_flags, def_flags;
-    char flag_text[64][MAX_FLAG_VALUE];
-    bool flag_changed[64];
-    int n_flags;
-    double flags_read_at;
-    int key_ctrl_left, key_ctrl_right;
-    /* chat */
-    int format; /* chat_format_t, or -1: no chat */
-    conversation_t conv;
-    char *system;
-    bool think;
-    engine_stream_t *stream;
-    chat_reasoning_t *rs;
-    jbuf_t reply;
-    atomic_bool wake_pending;
-    int chat_id, req_prompt, req_gen;
-    char chat_rid[32]; /* "chat-<chat_id>": the request id of the reply in flight */
-    double req_t0;
-    bool req_started, reasoning_started, content_started;
-    /* benchmark */
-    pthread_t bench_thread;
-    bool bench_running;
-    atomic_bool bench_stop;
-    bench_options_t bopts;
-    bench_progress_t prog;
-    run_t runs[MAX_RUNS];
-    int n_runs;
-    /* flag worker (rebuild flags drain the engine: not on the UI thread) */
-    pthread_t flag_thread;
-    bool flag_busy;
-    char flag_name[64], flag_value[256];
-    double flag_t0;
-} console_t;
-
-static volatile sig_atomic_t got_sigint;
+static volatile sig_atomic_t got_sigint, got_sigterm;
 static ui_queue_t *signal_queue;
 
-static void on_sigint(int sig) {
-    (void)sig;
-    got_sigint = 1;
+static void on_signal(int sig) {
+    if (sig == SIGTERM)
+        got_sigterm = 1;
+    else
+        got_sigint = 1;
     if (signal_queue) ui_queue_kick(signal_queue);
 }
 
@@ -195,9 +74,7 @@ static double now_s(void) {
     return engine_now();
 }
 
-static void set_status(console_t *c, bool error, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void set_status(console_t *c, bool error, const char *fmt, ...) {
+void con_set_status(console_t *c, bool error, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(c->status, sizeof c->status, fmt, ap);
@@ -207,9 +84,9 @@ static void set_status(console_t *c, bool error, const char *fmt, ...) {
 }
 
 /* Output in the pane; errors also go to the status line. */
-static void out_error(console_t *c, const char *msg) {
+void con_out_error(console_t *c, const char *msg) {
     ui_text_add(c->text, UI_TXT_ERROR, msg);
-    set_status(c, true, "%s", msg);
+    con_set_status(c, true, "%s", msg);
     c->scroll = 0;
 }
 
@@ -225,7 +102,7 @@ static void block_ui_signals(sigset_t *old) {
 }
 
 /* Starts a thread with the UI's signals blocked, so that only the UI thread takes them. */
-static int spawn(pthread_t *t, void *(*fn)(void *), void *arg) {
+int con_spawn(pthread_t *t, void *(*fn)(void *), void *arg) {
     sigset_t old;
     block_ui_signals(&old);
     int rc = pthread_create(t, NULL, fn, arg);
@@ -234,569 +111,90 @@ static int spawn(pthread_t *t, void *(*fn)(void *), void *arg) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Flags
+// Quitting (ui_quit.h decides; this carries it out)
 
-/* Reads every flag's value from the engine into the panel's text and cur_flags. */
-static void read_flags(console_t *c) {
-    flags_init(&c->cur_flags);
-    c->n_flags = flags_count() < 64 ? flags_count() : 64;
-    for (int i = 0; i < c->n_flags; i++) {
-        const flag_def_t *f = flags_at(i);
-        err_t err;
-        if (engine_flag_get(c->eng, f->name, c->flag_text[i], MAX_FLAG_VALUE, &err) < 0)
-            snprintf(c->flag_text[i], MAX_FLAG_VALUE, "?");
-        flags_set(f, c->flag_text[i], &c->cur_flags, &err);
-        c->flag_changed[i] = flags_differ(f, &c->cur_flags, &c->def_flags);
-    }
-    c->flags_read_at = now_s();
+/* Requests on the server that are not the console's own benchmark's: other clients'. */
+static int outside_requests(console_t *c) {
+    int n = http_in_flight(c->srv) - (c->bench_running ? c->prog.in_flight : 0);
+    return n > 0 ? n : 0;
 }
 
-/* Flags whose default means "automatic" (max-model-len 0: the model's, fitted to the pool) read
- * back as the value the engine chose; when the command line left them at the default, that
- * value is the baseline the panel compares with, so they do not show as changed. */
-static void auto_baseline(console_t *c, const flag_values_t *cmdline) {
-    for (int i = 0; i < c->n_flags; i++) {
-        const flag_def_t *f = flags_at(i);
-        if (!flags_differ(f, cmdline, &c->def_flags) && c->flag_changed[i]) {
-            memcpy((char *)&c->def_flags + f->offset, (const char *)&c->cur_flags + f->offset,
-                   f->size);
-            c->flag_changed[i] = false;
-        }
-    }
+/* The console's own reply is running and has not been asked to stop, or its benchmark runs:
+ * until a stopped benchmark is done, the server's count still holds its requests. */
+static bool own_busy(console_t *c) {
+    return (c->reply && !c->reply_stopping) || c->bench_running;
 }
 
-static void show_flag(console_t *c, const flag_def_t *f, const char *prefix) {
-    char v[MAX_FLAG_VALUE];
-    err_t err;
-    if (engine_flag_get(c->eng, f->name, v, sizeof v, &err) < 0) {
-        out_error(c, err.msg);
-        return;
-    }
-    ui_text_addf(c->text, UI_TXT_NORMAL, "%s%s = %s   (default %s, %s)", prefix, f->name, v, f->def,
-                 flag_apply_name(f->apply));
-    c->scroll = 0;
-}
-
-static void *flag_main(void *arg) {
-    console_t *c = arg;
-    ui_event_t ev = {.type = UI_EV_FLAG_DONE};
-    err_t err = {{0}};
-    ev.code = engine_flag_set(c->eng, c->flag_name, c->flag_value, &err) < 0 ? -1 : 0;
-    snprintf(ev.text, sizeof ev.text, "%.500s", err.msg);
-    while (ui_queue_push(c->q, &ev) < 0)
-        usleep(10000); /* the UI must learn the outcome */
-    return NULL;
-}
-
-/* Every change goes through a worker thread: a rebuild flag drains the engine, and even a live
- * one waits while another client's rebuild holds the engine's flag lock; the UI never does. */
-static void con_set(console_t *c, const flag_def_t *f, const char *value) {
-    if (c->flag_busy) {
-        out_error(c, "a flag change is still being applied; wait for it");
-        return;
-    }
-    snprintf(c->flag_name, sizeof c->flag_name, "%s", f->name);
-    snprintf(c->flag_value, sizeof c->flag_value, "%s", value);
-    c->flag_t0 = now_s();
-    if (spawn(&c->flag_thread, flag_main, c) != 0) {
-        out_error(c, "cannot start a thread for the flag change");
-        return;
-    }
-    c->flag_busy = true;
-    if (f->apply == FLAG_REBUILD) {
-        ui_text_addf(c->text, UI_TXT_INFO,
-                     "%s = %s needs a KV-pool rebuild: draining the batch (running requests are "
-                     "preempted and recomputed, none lost), rebuilding, resuming...",
-                     f->name, value);
-        c->scroll = 0;
-    }
-}
-
-static void flag_done(console_t *c, const ui_event_t *ev) {
-    pthread_join(c->flag_thread, NULL);
-    c->flag_busy = false;
-    if (ev->code < 0) {
-        out_error(c, ev->text);
-        return;
-    }
-    read_flags(c);
-    const flag_def_t *f = flags_find(c->flag_name);
-    if (!f) return;
-    show_flag(c, f, "set ");
-    if (f->apply == FLAG_REBUILD)
-        set_status(c, false, "%s = %s: KV pool rebuilt in %.2f s", f->name, c->flag_value,
-                   now_s() - c->flag_t0);
-    else
-        set_status(c, false, "%s = %s (live: applies from the next engine step)", f->name,
-                   c->flag_value);
-}
-
-static void con_flags(console_t *c, const char *prefix) {
-    size_t plen = prefix ? strlen(prefix) : 0;
-    read_flags(c);
-    ui_text_add(c->text, UI_TXT_PRE,
-                "flag                          value        default      "
-                "applies   (* changed)");
-    int shown = 0;
-    for (int i = 0; i < c->n_flags; i++) {
-        const flag_def_t *f = flags_at(i);
-        if (plen && strncmp(f->name, prefix, plen)) continue;
-        ui_text_addf(c->text, UI_TXT_PRE, "%c %-28s %-12s %-12s %-8s  %s",
-                     c->flag_changed[i] ? '*' : ' ', f->name, c->flag_text[i], f->def,
-                     flag_apply_name(f->apply), f->help);
-        shown++;
-    }
-    if (!shown) ui_text_addf(c->text, UI_TXT_INFO, "no flag starts with \"%s\"", prefix);
-    c->scroll = 0;
-}
-
-// ---------------------------------------------------------------------------------------------
-// Chat
-
-static void conv_reset(console_t *c) {
-    conversation_reset(&c->conv, c->system);
-}
-
-/* The engine thread's wake hook: one queued event per burst (the UI clears the flag before it
- * reads the stream). */
-static void chat_wake(void *ctx) {
-    console_t *c = ctx;
-    if (!atomic_exchange(&c->wake_pending, true)) {
-        ui_event_t ev = {.type = UI_EV_WAKE};
-        if (ui_queue_push(c->q, &ev) < 0) ui_queue_kick(c->q);
-    }
-}
-
-static void chat_send(console_t *c, const char *text) {
-    if (c->format < 0) {
-        out_error(c, "this model has no tokenizer or chat template: chat is not available "
-                     "(benchmarks and flags still work)");
-        return;
-    }
-    if (c->stream) {
-        out_error(c, "a reply is still streaming: wait for it or press Esc to stop it");
-        return;
-    }
-    err_t err = {{0}};
-    if (conversation_add(&c->conv, CHAT_USER, text) < 0) {
-        out_error(c, "out of memory");
-        return;
-    }
-    ui_text_addf(c->text, UI_TXT_USER, "> %s", text);
-    c->scroll = 0;
-    chat_opts_t copts = {.add_generation_prompt = true,
-                         .enable_thinking = c->think ? CHAT_THINK_DEFAULT : CHAT_THINK_OFF};
-    char *prompt = NULL;
-    size_t len;
-    int32_t *ids = NULL;
-    size_t n_ids = 0;
-    if (chat_render((chat_format_t)c->format, c->conv.msgs, c->conv.n, NULL, &copts, &prompt, &len,
-                    &err) < 0 ||
-        tok_encode(engine_tokenizer(c->eng), prompt, len, &ids, &n_ids, &err) < 0) {
-        free(prompt);
-        conversation_forget_last(&c->conv);
-        out_error(c, err.msg);
-        return;
-    }
-    free(prompt);
-    snprintf(c->chat_rid, sizeof c->chat_rid, "chat-%d", ++c->chat_id);
-    engine_request_t req = {.prompt = ids,
-                            .n_prompt = (int)n_ids,
-                            .request_id = c->chat_rid,
-                            .wake = chat_wake,
-                            .wake_ctx = c};
-    sampling_params_init(&req.sampling);
-    req.sampling.max_tokens = c->max_tokens;
-    int rc = chat_reasoning_create(chat_prompt_ends_reasoning((chat_format_t)c->format, &copts),
-                                   &c->rs, &err);
-    if (rc == 0) rc = engine_submit(c->eng, &req, &c->stream, &err);
-    free(ids);
-    sampling_params_free(&req.sampling);
-    if (rc < 0) {
-        chat_reasoning_destroy(c->rs);
-        c->rs = NULL;
-        c->stream = NULL;
-        conversation_forget_last(&c->conv);
-        char msg[1100];
-        snprintf(msg, sizeof msg, "%s (/new starts over)", err.msg);
-        out_error(c, msg);
-        return;
-    }
-    jb_reset(&c->reply);
-    c->req_prompt = (int)n_ids;
-    c->req_gen = 0;
-    c->req_t0 = now_s();
-    c->req_started = c->reasoning_started = c->content_started = false;
-    set_status(c, false, "generating (Esc stops)");
-}
-
-/* Shows a piece of the split reply; leading newlines of each part are dropped so that the
- * template's "<think>\n" layout does not leave empty rows. */
-static void chat_show(console_t *c, const char *s, size_t n, bool reasoning) {
-    if (!s || !n) return;
-    bool *started = reasoning ? &c->reasoning_started : &c->content_started;
-    if (!*started) {
-        while (n && (*s == '\n' || *s == ' '))
-            s++, n--;
-        if (!n) return;
-        if (reasoning) ui_text_add(c->text, UI_TXT_FOLD, "(reasoning hidden: F2 shows it)");
-        *started = true;
-    }
-    ui_text_append(c->text, reasoning ? UI_TXT_REASONING : UI_TXT_REPLY, s, n);
-}
-
-static void chat_finish(console_t *c, const engine_event_t *ev) {
-    chat_split_t sp;
-    chat_reasoning_finish(c->rs, &sp);
-    chat_show(c, sp.reasoning, sp.reasoning_len, true);
-    chat_show(c, sp.content, sp.content_len, false);
-    ui_text_end(c->text);
-    double dt = now_s() - c->req_t0;
-    if (ev->reason == ENGINE_FINISH_ERROR) {
-        conversation_forget_last(&c->conv);
-        char msg[600];
-        snprintf(msg, sizeof msg, "generation failed: %s", ev->error ? ev->error : "?");
-        out_error(c, msg);
-    } else {
-        conversation_add(&c->conv, CHAT_ASSISTANT,
-                         c->reply.oom ? ""
-                         : c->reply.p ? c->reply.p
-                                      : "");
-        ui_text_addf(c->text, UI_TXT_INFO, "[%s: %d prompt + %d generated tokens, %.2f s%s]",
-                     engine_finish_reason_name(ev->reason), ev->prompt_tokens,
-                     ev->completion_tokens, dt,
-                     ev->reason == ENGINE_FINISH_ABORT ? ", stopped" : "");
-        set_status(c, false, "reply done (%s)", engine_finish_reason_name(ev->reason));
-    }
-    engine_stream_release(c->stream);
-    c->stream = NULL;
-    chat_reasoning_destroy(c->rs);
-    c->rs = NULL;
-}
-
-/* Takes what the stream has; called on wake-ups and each loop while a reply streams. */
-static void chat_pump(console_t *c) {
-    if (!c->stream) return;
-    atomic_store(&c->wake_pending, false);
-    engine_event_t ev;
-    while (c->stream && engine_stream_poll(c->stream, &ev) > 0) {
-        c->dirty = true;
-        if (ev.text_len) {
-            jb_raw(&c->reply, ev.text, ev.text_len);
-            chat_split_t sp;
-            err_t err;
-            if (chat_reasoning_feed(c->rs, ev.text, ev.text_len, &sp, &err) == 0) {
-                chat_show(c, sp.reasoning, sp.reasoning_len, true);
-                chat_show(c, sp.content, sp.content_len, false);
-            }
-        }
-        c->req_gen += ev.n_tokens;
-        c->req_started = true;
-        if (ev.type == ENGINE_EV_FINISH) chat_finish(c, &ev);
-        engine_event_clear(&ev);
-    }
-}
-
-static void chat_stop(console_t *c) {
-    if (c->stream) {
-        engine_stream_cancel(c->stream);
-        set_status(c, false, "stopping the reply");
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Benchmarks
-
-static void on_progress(const bench_progress_t *p, void *user) {
-    console_t *c = user;
-    ui_event_t ev = {.type = UI_EV_BENCH_PROGRESS, .progress = *p};
-    ui_queue_push(c->q, &ev); /* a full queue drops a progress report: the next one follows */
-}
-
-static void *bench_main(void *arg) {
-    console_t *c = arg;
-    bench_result_t *r = NULL;
-    bench_err_t err = {{0}};
-    ui_event_t ev = {.type = UI_EV_BENCH_DONE};
-    if (bench_run(&c->bopts, on_progress, c, &r, &err) < 0) {
-        r = NULL;
-        snprintf(ev.text, sizeof ev.text, "%.500s", err.msg);
-    }
-    ev.ptr = r;
-    while (ui_queue_push(c->q, &ev) < 0)
-        usleep(10000); /* the result must reach the UI */
-    return NULL;
-}
-
-static void con_bench(console_t *c, int argc, char **argv) {
-    if (c->bench_running) {
-        out_error(c, "a benchmark is running: /bench stop ends it");
-        return;
-    }
-    bench_options_t *o = &c->bopts;
-    bench_options_default(o);
-    bench_err_t berr = {{0}};
-    if (bench_profile_apply(argv[0], o, &berr) < 0) {
-        out_error(c, berr.msg);
-        return;
-    }
-    char msg[512];
-    if (cmd_bench_parse_workload(o, argc, argv, msg, sizeof msg) < 0) { /* argv[0]: the profile */
-        out_error(c, msg);
-        return;
-    }
-    snprintf(o->base_url, sizeof o->base_url, "%s", c->url);
-    if (c->api_key) snprintf(o->api_key, sizeof o->api_key, "%s", c->api_key);
-    atomic_store(&c->bench_stop, false);
-    o->stop = &c->bench_stop;
-    c->prog = (bench_progress_t){.total = o->num_prompts};
-    if (spawn(&c->bench_thread, bench_main, c) != 0) {
-        out_error(c, "cannot start the benchmark thread");
-        return;
-    }
-    c->bench_running = true;
-    ui_text_addf(c->text, UI_TXT_INFO, "benchmark %s: %d prompts against %s (/bench stop ends it)",
-                 argv[0], o->num_prompts, c->url);
-    c->scroll = 0;
-    set_status(c, false, "benchmark %s started", argv[0]);
-}
-
-/* Writes what fn prints to a memory FILE into the pane as table lines. */
-static void pane_print(console_t *c, ui_txt_style_t style, void (*fn)(FILE *, const void *),
-                       const void *arg) {
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&buf, &len);
-    if (!f) {
-        out_error(c, "out of memory");
-        return;
-    }
-    fn(f, arg);
-    fclose(f);
-    ui_text_add(c->text, style, buf ? buf : "");
-    free(buf);
-    c->scroll = 0;
-}
-
-static void print_report(FILE *f, const void *r) {
-    bench_report_print(f, r, BENCH_REPORT_VLLM);
-}
-
-/* "max-num-seqs=4 enable-prefix-caching=false" (the flags that differ from the console's
- * baseline), "defaults", or "(flags unknown)", from the {"name": "value", ...} object of the
- * server's flags a result carries. */
-static void flag_set_text(const console_t *c, const bench_result_t *r, char *buf, size_t size) {
-    snprintf(buf, size, "%s", r->server_flags_json[0] ? "defaults" : "(flags unknown)");
-    cJSON *j = cJSON_Parse(r->server_flags_json);
-    if (!j) return;
-    size_t used = 0;
-    const cJSON *it;
-    cJSON_ArrayForEach(it, j) {
-        const flag_def_t *f = it->string ? flags_find(it->string) : NULL;
-        const char *value = cJSON_GetStringValue(it);
-        if (!f || !value) continue;
-        flag_values_t v = c->def_flags;
-        err_t err;
-        if (flags_set(f, value, &v, &err) == 0 && !flags_differ(f, &v, &c->def_flags)) continue;
-        int n = snprintf(buf + used, size - used, "%s%s=%s", used ? " " : "", f->name, value);
-        if (n < 0 || (size_t)n >= size - used) break;
-        used += (size_t)n;
-    }
-    cJSON_Delete(j);
-}
-
-static void bench_done(console_t *c, const ui_event_t *ev) {
-    pthread_join(c->bench_thread, NULL);
-    c->bench_running = false;
-    bench_result_t *r = ev->ptr;
-    if (!r) {
-        char msg[600];
-        snprintf(msg, sizeof msg, "benchmark failed: %s", ev->text);
-        out_error(c, msg);
-        return;
-    }
-    pane_print(c, UI_TXT_PRE, print_report, r);
-    if (c->n_runs == MAX_RUNS) { /* keep the newest: drop the oldest from memory */
-        bench_result_destroy(c->runs[0].r);
-        memmove(c->runs, c->runs + 1, (MAX_RUNS - 1) * sizeof *c->runs);
-        c->n_runs--;
-    }
-    run_t *run = &c->runs[c->n_runs++];
-    run->r = r;
-    /* DATE-PROFILE.json; runs finishing in the same second get -2, -3, ... */
-    const char *profile = r->options.profile[0] ? r->options.profile : "custom";
-    snprintf(run->path, sizeof run->path, "%.1000s/%.31s-%.63s.json", c->results_dir, r->date,
-             profile);
-    for (int k = 2; access(run->path, F_OK) == 0 && k < 1000; k++)
-        snprintf(run->path, sizeof run->path, "%.1000s/%.31s-%.63s-%d.json", c->results_dir,
-                 r->date, profile, k);
-    bench_err_t err = {{0}};
-    if (bench_result_save_json(r, run->path, &err) < 0) {
-        out_error(c, err.msg);
-        run->path[0] = '\0';
-    }
-    char flags[256];
-    flag_set_text(c, r, flags, sizeof flags);
-    ui_text_addf(c->text, UI_TXT_INFO, "run #%d%s: %d ok, %d failed, flags: %s%s%s", c->n_runs,
-                 r->stopped ? " (stopped: partial)" : "", r->metrics.completed, r->metrics.failed,
-                 flags, run->path[0] ? ", saved to " : "", run->path);
-    set_status(c, false, "benchmark done: run #%d (%.1f output tok/s)", c->n_runs,
-               r->metrics.output_throughput);
-}
-
-static void con_results(console_t *c) {
-    if (!c->n_runs) {
-        ui_text_add(c->text, UI_TXT_INFO, "no benchmark runs yet: /bench PROFILE runs one");
-        c->scroll = 0;
-        return;
-    }
-    ui_text_add(c->text, UI_TXT_PRE,
-                "  #  date             profile   prompts  ok    out tok/s  "
-                "TTFT p50 ms  flags");
-    for (int i = 0; i < c->n_runs; i++) {
-        const bench_result_t *r = c->runs[i].r;
-        char flags[256];
-        flag_set_text(c, r, flags, sizeof flags);
-        ui_text_addf(c->text, UI_TXT_PRE, "%3d  %-15s  %-8s  %7d  %-4d  %9.1f  %11.1f  %s%s", i + 1,
-                     r->date, r->options.profile[0] ? r->options.profile : "-",
-                     r->options.num_prompts, r->metrics.completed, r->metrics.output_throughput,
-                     r->metrics.ttft.median, flags, r->stopped ? " (stopped)" : "");
-    }
-    c->scroll = 0;
-}
-
-typedef struct compare_args {
-    const bench_result_t *base;
-    const bench_result_t *runs[MAX_RUNS];
-    int n;
-} compare_args_t;
-
-static void print_compare(FILE *f, const void *arg) {
-    const compare_args_t *a = arg;
-    bench_compare_print(f, a->base, a->runs, a->n);
-}
-
-static int run_index(console_t *c, const char *s) {
-    long v;
-    if (*s == '#') s++;
-    if (cli_parse_long(s, 1, c->n_runs, &v) < 0) return -1;
-    return (int)v - 1;
-}
-
-static void con_compare(console_t *c, int argc, char **argv) {
-    compare_args_t a = {0};
-    if (argc == 0) {
-        if (c->n_runs < 2) {
-            out_error(c, "/compare needs two runs: /bench twice (e.g. with a /set between)");
-            return;
-        }
-        a.base = c->runs[c->n_runs - 2].r;
-        a.runs[a.n++] = c->runs[c->n_runs - 1].r;
-    } else {
-        for (int i = 0; i < argc; i++) {
-            int k = run_index(c, argv[i]);
-            if (k < 0) {
-                char msg[300];
-                snprintf(msg, sizeof msg, "no run \"%s\": /results lists runs 1..%d", argv[i],
-                         c->n_runs);
-                out_error(c, msg);
-                return;
-            }
-            if (i == 0)
-                a.base = c->runs[k].r;
-            else if (a.n < MAX_RUNS)
-                a.runs[a.n++] = c->runs[k].r;
-        }
-    }
-    pane_print(c, UI_TXT_PRE, print_compare, &a);
-}
-
-// ---------------------------------------------------------------------------------------------
-// Commands
-
-static void con_help(console_t *c, const char *name) {
-    char buf[8192];
-    err_t err = {{0}};
-    if (repl_help(name, buf, sizeof buf, &err) < 0) {
-        out_error(c, err.msg);
-        return;
-    }
-    ui_text_add(c->text, UI_TXT_PRE, buf);
-    if (!name) ui_text_add(c->text, UI_TXT_INFO, "F1 or ? (on an empty line) lists the keys");
-    c->scroll = 0;
-}
-
-/* Runs one submitted line; returns true to quit. */
-static bool run_line(console_t *c, const char *line) {
-    err_t err = {{0}};
-    if (repl_parse(line, &c->cmd, &err) < 0) {
-        out_error(c, err.msg);
-        return false;
-    }
-    repl_cmd_t *cmd = &c->cmd;
-    switch (cmd->kind) {
-        case REPL_EMPTY:
-            break;
-        case REPL_CHAT:
-            chat_send(c, cmd->text);
-            break;
-        case REPL_HELP:
-            con_help(c, cmd->argc ? cmd->argv[0] : NULL);
-            break;
-        case REPL_QUIT:
+/* Carries out a quit decision; true: leave the UI loop (what is in flight is then aborted). */
+static bool quit_act(console_t *c, ui_quit_action_t a) {
+    int n = outside_requests(c);
+    switch (a) {
+        case UI_QUIT_STAY:
+            return false;
+        case UI_QUIT_NOW:
             return true;
-        case REPL_NEW:
-            chat_stop(c);
-            conv_reset(c);
-            ui_text_add(c->text, UI_TXT_INFO, "(new conversation)");
+        case UI_QUIT_STOP_OWN:
+            con_chat_stop(c);
+            con_bench_stop(c);
+            con_set_status(c, false,
+                           "stopping the console's reply and benchmark (Ctrl-C again "
+                           "to quit)");
+            return false;
+        case UI_QUIT_ASK:
+            ui_text_addf(c->text, UI_TXT_ERROR,
+                         "%d request%s from other clients %s in flight: quitting now aborts %s. "
+                         "Ctrl-C or /quit again quits anyway; /quit --drain lets %s finish "
+                         "first.",
+                         n, n == 1 ? "" : "s", n == 1 ? "is" : "are", n == 1 ? "it" : "them",
+                         n == 1 ? "it" : "them");
+            con_set_status(c, true,
+                           "%d request%s of other clients in flight: Ctrl-C again "
+                           "aborts, /quit --drain waits",
+                           n, n == 1 ? "" : "s");
             c->scroll = 0;
-            break;
-        case REPL_SYSTEM:
-            free(c->system);
-            c->system = strdup(cmd->text);
-            conv_reset(c);
-            ui_text_addf(c->text, UI_TXT_INFO, "(new conversation with %s)",
-                         *cmd->text ? "this system message" : "no system message");
+            return false;
+        case UI_QUIT_DRAIN:
+            con_chat_stop(c);
+            con_bench_stop(c);
+            http_drain(c->srv);
+            ui_text_addf(c->text, UI_TXT_INFO,
+                         "draining: new requests are refused; the console quits once the %d in "
+                         "flight have finished (at most %.0f s; Ctrl-C aborts them)",
+                         n, c->shutdown_s);
             c->scroll = 0;
-            break;
-        case REPL_THINK:
-            c->think = cmd->on;
-            ui_text_addf(c->text, UI_TXT_INFO, "(thinking %s: enable_thinking=%s)",
-                         cmd->on ? "on" : "off", cmd->on ? "default" : "false");
-            c->scroll = 0;
-            break;
-        case REPL_SET:
-            con_set(c, cmd->flag, cmd->argv[1]);
-            break;
-        case REPL_GET:
-            show_flag(c, cmd->flag, "");
-            break;
-        case REPL_FLAGS:
-            con_flags(c, cmd->argc ? cmd->argv[0] : NULL);
-            break;
-        case REPL_BENCH:
-            con_bench(c, cmd->argc, cmd->argv);
-            break;
-        case REPL_BENCH_STOP:
-            if (c->bench_running) {
-                atomic_store(&c->bench_stop, true);
-                set_status(c, false, "stopping the benchmark");
-            } else {
-                out_error(c, "no benchmark is running");
-            }
-            break;
-        case REPL_RESULTS:
-            con_results(c);
-            break;
-        case REPL_COMPARE:
-            con_compare(c, cmd->argc, cmd->argv);
-            break;
-        case REPL_CLEAR:
-            ui_text_clear(c->text);
-            c->scroll = 0;
-            break;
+            return false;
     }
     return false;
+}
+
+/* A Ctrl-C or SIGTERM noted by the handler, or a /quit that waited for the benchmark to end;
+ * true: leave the UI loop. */
+static bool on_signals(console_t *c) {
+    if (got_sigterm) { /* as tachyon serve: drain */
+        got_sigterm = 0;
+        if (quit_act(c,
+                     ui_quit_command(&c->quit, true, outside_requests(c), now_s(), c->shutdown_s)))
+            return true;
+    }
+    if (got_sigint) {
+        got_sigint = 0;
+        return quit_act(c, ui_quit_interrupt(&c->quit, own_busy(c), outside_requests(c), now_s()));
+    }
+    if (c->quit_after_bench && !c->bench_running) {
+        c->quit_after_bench = false;
+        return quit_act(c, ui_quit_command(&c->quit, false, outside_requests(c), now_s(), 0));
+    }
+    return false;
+}
+
+bool con_quit_command(console_t *c, bool drain) {
+    if (c->bench_running && !drain) { /* decided once the server has let it go */
+        con_bench_stop(c);
+        c->quit_after_bench = true;
+        return false;
+    }
+    return quit_act(c,
+                    ui_quit_command(&c->quit, drain, outside_requests(c), now_s(), c->shutdown_s));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -850,592 +248,155 @@ static void sample(console_t *c) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Drawing (UI thread only)
-
-static attr_t attr_of(console_t *c, int pair, attr_t fallback) {
-    return c->color ? (attr_t)COLOR_PAIR(pair) : fallback;
-}
-
-/* Text clipped to w columns at (y, x). */
-static void put(int y, int x, int w, const char *s, size_t len, attr_t a) {
-    if (w <= 0 || !len) return;
-    size_t n = ui_text_fit(s, len, w, false);
-    if (n > len) n = len;
-    attrset(a);
-    mvaddnstr(y, x, s, (int)n);
-    attrset(A_NORMAL);
-}
-
-static void putf(console_t *c, int y, int x, int w, attr_t a, const char *fmt, ...)
-    __attribute__((format(printf, 6, 7)));
-static void putf(console_t *c, int y, int x, int w, attr_t a, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(c->line_buf, 4 * MAX_COLS + 1, fmt, ap);
-    va_end(ap);
-    if (n < 0) return;
-    size_t len = strlen(c->line_buf);
-    put(y, x, w, c->line_buf, len, a);
-}
-
-/* A panel's title row: "── Title ─────" (or dashes in ASCII mode). */
-static void title_rule(console_t *c, layout_rect_t r, const char *title) {
-    attr_t a = attr_of(c, PAIR_TITLE, A_BOLD);
-    attrset(a);
-    for (int x = r.x; x < r.x + r.w; x++) {
-        if (c->ascii)
-            mvaddch(r.y, x, '-');
-        else
-            mvaddstr(r.y, x, "\xe2\x94\x80");
-    }
-    attrset(A_NORMAL);
-    putf(c, r.y, r.x + 1, r.w - 2, a | A_BOLD, " %s ", title);
-}
-
-static void draw_header(console_t *c) {
-    layout_rect_t r = c->lay.header;
-    long up = (long)(now_s() - c->t_start);
-    attr_t a = attr_of(c, PAIR_BAR, A_REVERSE);
-    attrset(a);
-    mvhline(r.y, r.x, ' ', r.w);
-    attrset(A_NORMAL);
-    putf(c, r.y, r.x, r.w, a | A_BOLD, " Tachyon | %s | %s | %s | up %02ld:%02ld:%02ld | %s | %s",
-         c->model_line, c->url, c->layout_desc, up / 3600, up / 60 % 60, up % 60, c->backend,
-         c->model_desc);
-}
-
-/* Dot bits of the braille cell at *p (a space is an empty cell); advances *p past it. */
-static unsigned braille_bits(const char **p) {
-    const unsigned char *u = (const unsigned char *)*p;
-    if (u[0] == 0xe2 && u[1] && u[2]) {
-        *p += 3;
-        return ((u[1] & 0x3u) << 6) | (u[2] & 0x3fu);
-    }
-    *p += 1;
-    return 0;
-}
-
-/* Merges two rows of width cells into out (>= CHART_ROW_SIZE(width) bytes): braille dots are
- * ORed, ASCII cells take the taller glyph. */
-static void overlay_row(const char *a, const char *b, int width, bool ascii, char *out) {
-    static const char levels[] = " .:|#";
-    char *o = out;
-    for (int i = 0; i < width && *a && *b; i++) {
-        if (ascii) {
-            const char *la = strchr(levels, *a), *lb = strchr(levels, *b);
-            *o++ = la && lb && lb > la ? *b : *a;
-            a++, b++;
-            continue;
-        }
-        unsigned bits = braille_bits(&a) | braille_bits(&b);
-        if (!bits) {
-            *o++ = ' ';
-        } else {
-            *o++ = (char)0xe2;
-            *o++ = (char)(0xa0 | (bits >> 6));
-            *o++ = (char)(0x80 | (bits & 0x3f));
-        }
-    }
-    *o = '\0';
-}
-
-typedef struct chart_spec {
-    const char *name, *unit;
-    int metric, metric2; /* metric2: overlaid as a line (-1: none) */
-    bool percent;
-    double floor;
-} chart_spec_t;
-
-static const chart_spec_t chart_specs[LAYOUT_CHARTS] = {
-    {"running seqs", "", M_RUNNING, -1, false, 1},
-    {"waiting seqs", "", M_WAITING, -1, false, 1},
-    {"KV cache", "%", M_KV, -1, true, 100},
-    {"prompt tok/s", "", M_PROMPT_TPS, -1, false, 10},
-    {"gen tok/s", "", M_GEN_TPS, -1, false, 10},
-    {"TTFT/TPOT", "ms", M_TTFT, M_TPOT, false, 1},
-};
-
-static void draw_chart(console_t *c, int i) {
-    const chart_spec_t *sp = &chart_specs[i];
-    layout_rect_t r = c->lay.charts[i];
-    double win = windows_s[c->window];
-    char title[256], v1[16], v2[16], wtxt[32];
-    int tw = r.w - 1;
-    if (sp->metric2 < 0) {
-        chart_title(title, sizeof title, tw, sp->name, win, ui_series_last(&c->series[sp->metric]),
-                    sp->unit);
-    } else { /* two values, shortened until they fit: "TTFT/TPOT  last 1 min  now 120/15 ms" */
-        chart_format_value(c->last_ttft, v1, sizeof v1);
-        chart_format_value(c->last_tpot, v2, sizeof v2);
-        chart_format_window(win, wtxt, sizeof wtxt);
-        snprintf(title, sizeof title, "%s  last %s  now %s/%s %s", sp->name, wtxt, v1, v2,
-                 sp->unit);
-        if ((int)strlen(title) > tw)
-            snprintf(title, sizeof title, "%s %s %s/%s %s", sp->name, wtxt, v1, v2, sp->unit);
-        if ((int)strlen(title) > tw)
-            snprintf(title, sizeof title, "%s %s/%s %s", sp->name, v1, v2, sp->unit);
-    }
-    put(r.y, r.x, tw, title, strlen(title), attr_of(c, PAIR_TITLE, A_BOLD));
-    int label_w = 5, ph = r.h - 1, pw = r.w - label_w - 2;
-    if (ph < 1 || pw < 1) return;
-    if (pw > MAX_COLS) pw = MAX_COLS;
-    if (ph > MAX_ROWS) ph = MAX_ROWS;
-    double span = win * 1000.0 / SAMPLE_MS;
-    ui_series_resample(&c->series[sp->metric], span, c->points, 2 * pw);
-    chart_opts_t o = {.width = pw,
-                      .height = ph,
-                      .glyphs = c->ascii ? CHART_ASCII : CHART_BRAILLE,
-                      .style = CHART_AREA,
-                      .auto_range = !sp->percent,
-                      .auto_floor = sp->floor,
-                      .ymin = 0,
-                      .ymax = 100};
-    size_t size = CHART_BUF_SIZE(MAX_COLS, MAX_ROWS);
-    if (sp->metric2 >= 0) { /* both series on one scale: the larger decides the top */
-        ui_series_resample(&c->series[sp->metric2], span, c->points2, 2 * pw);
-        double top = sp->floor;
-        for (int k = 0; k < 2 * pw; k++) {
-            if (c->points[k] > top) top = c->points[k];
-            if (c->points2[k] > top) top = c->points2[k];
-        }
-        o.auto_range = false;
-        o.ymax = chart_nice_top(top, sp->floor);
-    }
-    double ytop = chart_render(c->points, 2 * pw, &o, c->chart_buf, size);
-    if (isnan(ytop)) return;
-    if (sp->metric2 >= 0) {
-        o.style = CHART_LINE;
-        if (isnan(chart_render(c->points2, 2 * pw, &o, c->chart_buf2, size))) return;
-    }
-    char labels[MAX_ROWS * 8];
-    chart_ylabels(0, ytop, ph, label_w, labels, 8);
-    attr_t la = c->color ? A_NORMAL : A_DIM;
-    attr_t ca = attr_of(c, PAIR_CHART, A_NORMAL);
-    for (int row = 0; row < ph; row++) {
-        put(r.y + 1 + row, r.x, label_w, labels + row * 8, strlen(labels + row * 8), la);
-        const char *line = chart_row(c->chart_buf, pw, row);
-        if (sp->metric2 >= 0) {
-            overlay_row(line, chart_row(c->chart_buf2, pw, row), pw, c->ascii, c->line_buf);
-            line = c->line_buf;
-        }
-        attrset(ca);
-        mvaddstr(r.y + 1 + row, r.x + label_w + 1, line);
-        attrset(A_NORMAL);
-    }
-}
-
-static void draw_flags(console_t *c) {
-    layout_rect_t r = c->lay.flags;
-    if (layout_rect_empty(r)) return;
-    title_rule(c, r, "Flags (* changed)");
-    int y = r.y + 1, w = r.w - 1;
-    /* changed flags first, so that a /set is always in view */
-    for (int pass = 0; pass < 2; pass++)
-        for (int i = 0; i < c->n_flags && y < r.y + r.h; i++) {
-            if (c->flag_changed[i] != (pass == 0)) continue;
-            attr_t a = c->flag_changed[i] ? attr_of(c, PAIR_CHANGED, A_BOLD) | A_BOLD : A_NORMAL;
-            const char *name = flags_at(i)->name, *value = c->flag_text[i];
-            /* the value right-aligned and never cut; the name cut to what is left */
-            int vw = (int)strlen(value), nw = w - 2 - vw;
-            if (nw < 1) nw = 1;
-            putf(c, y++, r.x + 1, w, a, "%c%-*.*s %s", c->flag_changed[i] ? '*' : ' ', nw, nw, name,
-                 value);
-        }
-}
-
-static void progress_bar(console_t *c, char *buf, size_t size, int width) {
-    int total = c->prog.total > 0 ? c->prog.total : 1;
-    int fill = (int)((long)width * c->prog.done / total);
-    size_t k = 0;
-    buf[k++] = '[';
-    for (int i = 0; i < width && k + 2 < size; i++)
-        buf[k++] = i < fill ? '#' : '.';
-    buf[k++] = ']';
-    buf[k] = '\0';
-}
-
-/* The engine's live requests (oldest first; the console's chat and the benchmark's requests
- * among them), the benchmark's progress and the engine's totals. */
-static void draw_requests(console_t *c) {
-    static const char *const state_names[] = {"waiting", "prefill", "decode", "preempted"};
-    layout_rect_t r = c->lay.requests;
-    if (layout_rect_empty(r)) return;
-    title_rule(c, r, "Requests");
-    int y = r.y + 1, w = r.w - 1, end = r.y + r.h;
-    const stats_snapshot_t *s = c->snap;
-    if (y < end)
-        putf(c, y++, r.x + 1, w, A_BOLD, "engine: %d running, %d waiting", s->running, s->waiting);
-    /* the benchmark's own lines only when two request rows still fit (the status line shows
-     * its progress too) */
-    if (c->bench_running && end - y >= 8) {
-        putf(c, y++, r.x + 1, w, A_NORMAL, "bench   %d in flight, %d/%d done, %d failed",
-             c->prog.in_flight, c->prog.done, c->prog.total, c->prog.failed);
-        if (y < end) {
-            char bar[128];
-            progress_bar(c, bar, sizeof bar, w - 12 > 60 ? 60 : w - 12);
-            putf(c, y++, r.x + 1, w, attr_of(c, PAIR_OK, A_BOLD), "%s %.0f s", bar,
-                 c->prog.elapsed);
-        }
-    }
-    /* the id takes what the numbers and the state (29 columns) leave */
-    int id_w = w - 29 < 6 ? 6 : w - 29 > 40 ? 40 : w - 29;
-    if (y < end)
-        putf(c, y++, r.x + 1, w, A_DIM, "%-*s %6s %5s %5s %s", id_w, "id", "prompt", "gen", "secs",
-             "state");
-    /* the console's own reply first: with a benchmark queued ahead it may be far down the list */
-    const char *chat_id = c->stream ? c->chat_rid : "";
-    if (c->stream && y < end - 1)
-        putf(c, y++, r.x + 1, w, A_BOLD, "%-*s %6d %5d %5.1f %s", id_w, chat_id, c->req_prompt,
-             c->req_gen, now_s() - c->req_t0, c->req_started ? "decode" : "prefill");
-    int shown = c->stream ? 1 : 0;
-    for (int i = 0; i < s->n_active && y < end - 2; i++) {
-        const stats_active_t *a = &s->active[i];
-        if (!strcmp(a->id, chat_id)) continue;
-        /* a long id (the API's chatcmpl-<hex>) shows its distinctive end, marked with '~' */
-        char id[sizeof a->id];
-        size_t n = strlen(a->id);
-        if (n == 0)
-            snprintf(id, sizeof id, "-");
-        else if ((int)n <= id_w)
-            snprintf(id, sizeof id, "%s", a->id);
-        else
-            snprintf(id, sizeof id, "~%s", a->id + n - (size_t)(id_w - 1));
-        putf(c, y++, r.x + 1, w, a->state == STATS_REQ_DECODE ? A_NORMAL : A_DIM,
-             "%-*s %6d %5d %5.1f %s", id_w, id, a->prompt_tokens, a->generated,
-             s->active_t - a->arrival, state_names[a->state]);
-        shown++;
-    }
-    if (s->n_active_total > shown && y < end - 1)
-        putf(c, y++, r.x + 1, w, A_DIM, "... and %d more", s->n_active_total - shown);
-    if (s->n_active_total == 0 && y < end - 1) put(y++, r.x + 1, w, "(no requests)", 13, A_DIM);
-    if (y < end)
-        putf(c, y++, r.x + 1, w, A_DIM, "%llu submitted, %llu done, %llu preempted",
-             (unsigned long long)s->requests_submitted,
-             (unsigned long long)(s->requests_finished[0] + s->requests_finished[1] +
-                                  s->requests_finished[2] + s->requests_finished[3]),
-             (unsigned long long)s->preemptions);
-}
-
-static attr_t text_attr(console_t *c, ui_txt_style_t st) {
-    switch (st) {
-        case UI_TXT_USER:
-            return attr_of(c, PAIR_USER, A_BOLD) | A_BOLD;
-        case UI_TXT_REASONING:
-        case UI_TXT_FOLD:
-        case UI_TXT_INFO:
-            return A_DIM;
-        case UI_TXT_ERROR:
-            return attr_of(c, PAIR_ERROR, A_BOLD) | A_BOLD;
-        default:
-            return A_NORMAL;
-    }
-}
-
-static void draw_chat(console_t *c) {
-    layout_rect_t r = c->lay.chat;
-    int h = r.h - 1 > MAX_ROWS ? MAX_ROWS : r.h - 1;
-    int n = ui_text_rows(c->text, r.w - 1, h, &c->scroll, c->show_reasoning, c->rows);
-    title_rule(c, r,
-               c->scroll ? "Chat and output (scrolled up: PgDn goes back)" : "Chat and output");
-    int y0 = r.y + 1 + (h - n); /* bottom-aligned */
-    for (int i = 0; i < n; i++)
-        put(y0 + i, r.x, r.w, c->rows[i].text, c->rows[i].len, text_attr(c, c->rows[i].style));
-}
-
-static void draw_repl(console_t *c) {
-    layout_rect_t r = c->lay.repl;
-    const char *prompt = c->stream ? "... " : "> ";
-    int pw = (int)strlen(prompt);
-    attr_t pa = attr_of(c, PAIR_TITLE, A_BOLD) | A_BOLD;
-    put(r.y, r.x, r.w, prompt, strlen(prompt), pa);
-    le_view_t v;
-    int fw = r.w - pw - 1;
-    if (fw < 1) fw = 1;
-    le_render(c->le, fw, &v);
-    put(r.y, r.x + pw, fw, v.text, v.len, A_NORMAL);
-    if (v.suggest_len)
-        put(r.y, r.x + pw + v.text_cols, fw - v.text_cols, v.suggest, v.suggest_len, A_DIM);
-    move(r.y, r.x + pw + v.cursor_col);
-}
-
-static void draw_status(console_t *c) {
-    layout_rect_t r = c->lay.status;
-    char left[160], bar[64] = "";
-    if (c->bench_running) {
-        progress_bar(c, bar, sizeof bar, 20);
-        snprintf(left, sizeof left, "ready | bench %s %d/%d |", bar, c->prog.done, c->prog.total);
-    } else if (c->flag_busy) {
-        static const char spin[] = "|/-\\";
-        snprintf(left, sizeof left, "ready | applying %s %c %.1f s |", c->flag_name,
-                 spin[(int)(now_s() * 8) % 4], now_s() - c->flag_t0);
-    } else {
-        char wtxt[32];
-        chart_format_window(windows_s[c->window], wtxt, sizeof wtxt);
-        snprintf(left, sizeof left, "ready | F1 help | +/- window %s | F2 reasoning %s |", wtxt,
-                 c->show_reasoning ? "shown" : "hidden");
-    }
-    attr_t a = attr_of(c, PAIR_BAR, A_REVERSE);
-    attrset(a);
-    mvhline(r.y, r.x, ' ', r.w);
-    attrset(A_NORMAL);
-    int lw = (int)strlen(left);
-    put(r.y, r.x, r.w, left, (size_t)lw, a | A_BOLD);
-    if (r.w > lw + 1) {
-        attr_t sa = c->status_error ? (attr_of(c, PAIR_ERROR, A_REVERSE) | A_BOLD) : a;
-        put(r.y, r.x + lw + 1, r.w - lw - 1, c->status, strlen(c->status), sa);
-    }
-}
-
-static void draw_help(console_t *c) {
-    int w = COLS - 4 < 96 ? COLS - 4 : 96, h = LINES - 2;
-    int x = (COLS - w) / 2, y = 1;
-    for (int row = 0; row < h; row++)
-        mvhline(y + row, x, ' ', w);
-    title_rule(c, (layout_rect_t){x, y, w, 1}, "Help (any key closes)");
-    int row = y + 1;
-    for (int part = 0; part < 2; part++) {
-        const char *s = part ? c->help_cmds : help_keys;
-        while (*s && row < y + h) {
-            const char *nl = strchr(s, '\n');
-            size_t n = nl ? (size_t)(nl - s) : strlen(s);
-            put(row++, x + 1, w - 2, s, n, A_NORMAL);
-            s += n + (nl ? 1 : 0);
-        }
-    }
-}
-
-static void draw_too_small(console_t *c) {
-    char msg[3][64];
-    snprintf(msg[0], sizeof msg[0], "terminal too small: need %dx%d", c->lay.min_w, c->lay.min_h);
-    snprintf(msg[1], sizeof msg[1], "(now %dx%d)", COLS, LINES);
-    snprintf(msg[2], sizeof msg[2], "/quit or Ctrl-C leaves");
-    int y = LINES / 2 - 1 > 0 ? LINES / 2 - 1 : 0;
-    for (int i = 0; i < 3 && y + i < LINES; i++) {
-        int len = (int)strlen(msg[i]), x = COLS > len ? (COLS - len) / 2 : 0;
-        put(y + i, x, COLS - x, msg[i], (size_t)len, i == 0 ? A_BOLD : A_DIM);
-    }
-}
-
-static void draw(console_t *c) {
-    werase(stdscr);
-    if (c->lay.too_small) {
-        curs_set(0);
-        draw_too_small(c);
-    } else if (c->help) {
-        curs_set(0);
-        draw_header(c);
-        draw_help(c);
-        draw_status(c);
-    } else {
-        draw_header(c);
-        for (int i = 0; i < c->lay.n_charts; i++)
-            draw_chart(c, i);
-        draw_flags(c);
-        draw_requests(c);
-        draw_chat(c);
-        draw_status(c);
-        curs_set(1);
-        draw_repl(c); /* last: it leaves the cursor in the line */
-    }
-    wnoutrefresh(stdscr);
-    doupdate();
-    c->dirty = false;
-    c->last_frame = now_s();
-}
-
-static void relayout(console_t *c) {
-    layout_compute(COLS, LINES, &c->lay);
-    c->dirty = true;
-}
-
-// ---------------------------------------------------------------------------------------------
-// Keys
-
-static int map_key(console_t *c, int code) {
-    switch (code) {
-        case KEY_LEFT:
-            return LE_KEY_LEFT;
-        case KEY_RIGHT:
-            return LE_KEY_RIGHT;
-        case KEY_UP:
-            return LE_KEY_UP;
-        case KEY_DOWN:
-            return LE_KEY_DOWN;
-        case KEY_HOME:
-            return LE_KEY_HOME;
-        case KEY_END:
-            return LE_KEY_END;
-        case KEY_DC:
-            return LE_KEY_DELETE;
-        case KEY_BACKSPACE:
-            return LE_KEY_BACKSPACE;
-        case KEY_ENTER:
-            return LE_KEY_ENTER;
-        default:
-            if (code == c->key_ctrl_left && code > 0) return LE_KEY_CTRL_LEFT;
-            if (code == c->key_ctrl_right && code > 0) return LE_KEY_CTRL_RIGHT;
-            return -1;
-    }
-}
-
-static void scroll_by(console_t *c, int rows) {
-    c->scroll += rows;
-    if (c->scroll < 0) c->scroll = 0;
-    c->dirty = true;
-}
-
-/* Feeds one editor key; returns true to quit. */
-static bool editor_key(console_t *c, int key) {
-    switch (le_key(c->le, key)) {
-        case LE_SUBMIT: {
-            const char *line = le_submitted(c->le);
-            err_t err;
-            if (c->have_hist) le_history_save(c->le, c->hist_path, &err);
-            c->status_error = false;
-            return run_line(c, line);
-        }
-        case LE_EOF:
-            return true;
-        case LE_CANDIDATES: {
-            int n;
-            const char *const *cand = le_candidates(c->le, &n);
-            char buf[1024];
-            size_t used = 0;
-            for (int i = 0; i < n && used + 2 < sizeof buf; i++) {
-                int k = snprintf(buf + used, sizeof buf - used, "%s%s", i ? "  " : "", cand[i]);
-                if (k < 0 || (size_t)k >= sizeof buf - used) break;
-                used += (size_t)k;
-            }
-            set_status(c, false, "%s", buf);
-            break;
-        }
-        default:
-            break;
-    }
-    c->dirty = true;
-    return false;
-}
-
-/* Handles every key waiting on stdin; returns true to quit. */
-static bool read_keys(console_t *c) {
-    wint_t ch;
-    int rc;
-    while ((rc = get_wch(&ch)) != ERR) {
-        c->dirty = true;
-        if (rc == KEY_CODE_YES) {
-            if (ch == KEY_RESIZE) {
-                relayout(c);
-                continue;
-            }
-            if (c->help) {
-                c->help = false;
-                continue;
-            }
-            if (ch == KEY_F(1)) {
-                c->help = true;
-            } else if (ch == KEY_F(2)) {
-                c->show_reasoning = !c->show_reasoning;
-            } else if (ch == KEY_PPAGE) {
-                scroll_by(c, c->lay.chat.h > 3 ? c->lay.chat.h - 2 : 1);
-            } else if (ch == KEY_NPAGE) {
-                scroll_by(c, -(c->lay.chat.h > 3 ? c->lay.chat.h - 2 : 1));
-            } else {
-                int k = map_key(c, (int)ch);
-                if (k >= 0 && editor_key(c, k)) return true;
-            }
-            continue;
-        }
-        if (c->help) { /* any key closes the help */
-            c->help = false;
-            continue;
-        }
-        bool empty = le_text(c->le)[0] == '\0';
-        if (ch == 27) { /* Esc, or Alt-b / Alt-f */
-            wint_t next;
-            int r2 = get_wch(&next);
-            if (r2 == OK && (next == 'b' || next == 'f')) {
-                if (editor_key(c, next == 'b' ? LE_KEY_ALT_B : LE_KEY_ALT_F)) return true;
-                continue;
-            }
-            if (r2 != ERR) unget_wch(next);
-            chat_stop(c);
-            continue;
-        }
-        if (ch == 12) { /* Ctrl-L */
-            clearok(curscr, TRUE);
-            relayout(c);
-            continue;
-        }
-        if (empty && (ch == '?' || ch == '+' || ch == '-')) {
-            if (ch == '?')
-                c->help = true;
-            else if (ch == '+' && c->window > 0)
-                c->window--;
-            else if (ch == '-' && c->window < N_WINDOWS - 1)
-                c->window++;
-            continue;
-        }
-        if (editor_key(c, (int)ch)) return true;
-    }
-    return false;
-}
-
-// ---------------------------------------------------------------------------------------------
-// Set-up
+// The loop
 
 static void handle_event(console_t *c, const ui_event_t *ev) {
     switch (ev->type) {
         case UI_EV_WAKE:
-            chat_pump(c);
+            con_chat_pump(c);
             break;
         case UI_EV_BENCH_PROGRESS:
             c->prog = ev->progress;
             c->dirty = true;
             break;
         case UI_EV_BENCH_DONE:
-            bench_done(c, ev);
+            con_bench_done(c, ev);
             break;
         case UI_EV_FLAG_DONE:
-            flag_done(c, ev);
+            con_flag_done(c, ev);
+            break;
+        case UI_EV_LOG: /* a warning stands out */
+            ui_text_add(c->text, strncmp(ev->text, "warning: ", 9) ? UI_TXT_INFO : UI_TXT_ERROR,
+                        ev->text);
+            c->dirty = true;
             break;
     }
 }
 
-static int mkdirs(const char *path) {
-    char buf[1024];
-    snprintf(buf, sizeof buf, "%s", path);
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = '\0';
-        if (mkdir(buf, 0700) < 0 && errno != EEXIST) return -1;
-        *p = '/';
+/* Draws a frame from a snapshot of the state (console_draw.h), and keeps the scrolls it
+ * clamped. */
+static void frame(console_t *c) {
+    double now = now_s();
+    bool busy = c->reply != NULL;
+    con_view_t v = {
+        .now = now,
+        .color = c->color,
+        .ascii = c->ascii,
+        .lay = c->lay,
+        .model_name = c->model_name,
+        .model_note = c->model_note,
+        .url = c->url,
+        .layout_desc = c->layout_desc,
+        .backend = c->backend,
+        .model_desc = c->model_desc,
+        .uptime = now - c->t_start,
+        .series = c->series,
+        .window = con_window_s(c),
+        .last_ttft = c->last_ttft,
+        .last_tpot = c->last_tpot,
+        .n_flags = c->n_flags,
+        .flag_text = (const char(*)[CON_FLAG_VALUE])c->flag_text,
+        .flag_changed = c->flag_changed,
+        .stats = c->snap,
+        .bench = c->bench_running ? &c->prog : NULL,
+        .reply_id = busy ? c->chat_rid : NULL,
+        .reply_prompt = c->req_prompt,
+        .reply_gen = c->req_gen,
+        .reply_secs = now - c->req_t0,
+        .reply_decoding = c->req_started,
+        .text = c->text,
+        .scroll = c->scroll,
+        .show_reasoning = c->show_reasoning,
+        .busy = busy,
+        .status = c->status,
+        .status_error = c->status_error,
+        .applying = c->flag_busy ? c->flag_name : NULL,
+        .applying_secs = now - c->flag_t0,
+        .help = c->help,
+        .help_text = c->help_text,
+        .help_scroll = c->help_scroll,
+    };
+    if (!c->lay.too_small && !c->help)
+        le_render(c->le, con_draw_line_width(&c->lay, busy), &v.line);
+    con_drawn_t out;
+    con_draw(c->drawer, &v, &out);
+    c->scroll = out.scroll;
+    c->help_scroll = out.help_scroll;
+    c->dirty = false;
+    c->last_frame = now_s();
+}
+
+/* While draining (/quit --drain, SIGTERM) the loop waits on the server as `tachyon serve` does
+ * (http_drain, then http_wait_idle in slices of at most 0.1 s) and shows what is left between the
+ * slices; true: quit, once nothing is in flight or the grace time is over (teardown then ends
+ * with http_shutdown(srv, 0), which aborts what is left, and http_destroy). */
+static bool drain_wait(console_t *c, int ms) {
+    int left = http_wait_idle(c->srv, ms < 100 ? ms / 1e3 : 0.1);
+    double t = now_s();
+    if (quit_act(c, ui_quit_tick(&c->quit, left, t))) return true;
+    char msg[sizeof c->status];
+    snprintf(msg, sizeof msg, "draining: %d request%s in flight, %.0f s left (Ctrl-C aborts)", left,
+             left == 1 ? "" : "s", c->quit.drain_end - t);
+    if (strcmp(msg, c->status)) con_set_status(c, false, "%s", msg);
+    return false;
+}
+
+/* The UI loop: returns when the user quits. */
+static void ui_loop(console_t *c) {
+    c->next_sample = now_s();
+    for (;;) {
+        double t = now_s();
+        if (t >= c->next_sample) {
+            sample(c);
+            if (t - c->flags_read_at > 1.0) con_read_flags(c); /* the admin endpoint changes them */
+            c->next_sample += CON_SAMPLE_MS / 1e3;
+            if (c->next_sample < t) c->next_sample = t + CON_SAMPLE_MS / 1e3;
+        }
+        con_chat_pump(c);
+        if (c->dirty && t - c->last_frame >= FRAME_MS / 1e3) frame(c);
+        double wait = c->next_sample - now_s();
+        if (c->dirty) {
+            double f = c->last_frame + FRAME_MS / 1e3 - now_s();
+            if (f < wait) wait = f;
+        }
+        int ms = wait > 0 ? (int)(wait * 1e3) + 1 : 0;
+        struct pollfd p[2] = {{.fd = STDIN_FILENO, .events = POLLIN},
+                              {.fd = ui_queue_fd(c->q), .events = POLLIN}};
+        int n;
+        if (c->quit.draining) { /* the wait is the server's; keys and events are taken after it */
+            if (drain_wait(c, ms)) return;
+            n = poll(p, 2, 0);
+        } else {
+            n = poll(p, 2, ms);
+        }
+        int poll_errno = errno; /* on_signals may change errno (drain) */
+        if (on_signals(c)) return;
+        if (n < 0 && poll_errno != EINTR) return;
+        if (p[1].revents & POLLIN) {
+            ui_queue_ack(c->q);
+            ui_event_t ev;
+            while (ui_queue_pop(c->q, &ev))
+                handle_event(c, &ev);
+        }
+        /* also after EINTR: SIGWINCH makes curses queue KEY_RESIZE */
+        if (con_read_keys(c)) return;
+        if (on_signals(c)) return;
     }
-    return mkdir(buf, 0700) < 0 && errno != EEXIST ? -1 : 0;
 }
 
-static int default_results_dir(char *buf, size_t size) {
-    const char *state = getenv("XDG_STATE_HOME"), *home = getenv("HOME");
-    int n;
-    if (state && state[0] == '/')
-        n = snprintf(buf, size, "%s/tachyon/results", state);
-    else if (home && *home)
-        n = snprintf(buf, size, "%s/.local/state/tachyon/results", home);
-    else
-        return -1;
-    return n < 0 || (size_t)n >= size ? -1 : 0;
-}
+// ---------------------------------------------------------------------------------------------
+// Set-up
 
-static void describe(console_t *c, const cli_engine_t *ce) {
+/* The header's model: the name clients must send (the first served name: the --model argument
+ * as given unless --served-model-name says otherwise), and what kind of weights it has. */
+static void describe(console_t *c, const cli_engine_t *ce, const cli_server_t *sv) {
     const engine_opts_t *o = &ce->opts;
     model_config_describe(engine_model_config(c->eng), c->model_desc, sizeof c->model_desc);
-    const char *model = o->model.model, *slash = strrchr(model, '/');
-    const char *base = slash && slash[1] ? slash + 1 : model;
-    if (!strcmp(model, MDIR_EMBEDDED))
-        snprintf(c->model_line, sizeof c->model_line, "demo model (tiny-qwen3, toy weights)");
+    snprintf(c->model_name, sizeof c->model_name, "%s", sv->names[0]);
+    if (!strcmp(o->model.model, MDIR_EMBEDDED))
+        snprintf(c->model_note, sizeof c->model_note, "(demo model, toy weights)");
     else if (o->model.format == LOAD_DUMMY)
-        snprintf(c->model_line, sizeof c->model_line, "%s (dummy random weights)", base);
-    else
-        snprintf(c->model_line, sizeof c->model_line, "%s", base);
+        snprintf(c->model_note, sizeof c->model_note, "(dummy random weights)");
     engine_describe_backend(c->eng, c->backend, sizeof c->backend);
     snprintf(c->layout_desc, sizeof c->layout_desc, "TP %d%s", o->flags.tensor_parallel_size,
              o->flags.enable_expert_parallel ? " EP" : "");
@@ -1449,85 +410,43 @@ static int init_curses(console_t *c) {
     keypad(stdscr, TRUE);
     nodelay(stdscr, TRUE);
     set_escdelay(25);
-    if (c->color && has_colors()) {
-        start_color();
-        use_default_colors();
-        init_pair(PAIR_TITLE, COLOR_CYAN, -1);
-        init_pair(PAIR_CHART, COLOR_GREEN, -1);
-        init_pair(PAIR_ERROR, COLOR_RED, -1);
-        init_pair(PAIR_USER, COLOR_YELLOW, -1);
-        init_pair(PAIR_CHANGED, COLOR_MAGENTA, -1);
-        init_pair(PAIR_BAR, COLOR_BLACK, COLOR_CYAN);
-        init_pair(PAIR_OK, COLOR_GREEN, -1);
-    } else {
-        c->color = false;
-    }
-    c->key_ctrl_left = key_defined("kLFT5");
-    c->key_ctrl_right = key_defined("kRIT5");
+    c->color = con_draw_colors(c->color);
+    input_start(c->in, stdout);
     return 0;
 }
 
-static void console_free(console_t *c) {
-    if (c->stream) engine_stream_release(c->stream);
-    chat_reasoning_destroy(c->rs);
-    for (int i = 0; i < c->n_runs; i++)
-        bench_result_destroy(c->runs[i].r);
-    le_destroy(c->le);
-    ui_text_destroy(c->text);
-    ui_queue_destroy(c->q);
-    conversation_free(&c->conv);
-    jb_free(&c->reply);
-    free(c->system);
-    free(c->snap);
-    free(c->chart_buf);
-    free(c->chart_buf2);
-    free(c->points);
-    free(c->points2);
-    free(c->line_buf);
-    free(c->rows);
-    free(c);
+/* A line the engine, a backend or the server wrote to stderr (ui_log's reader thread): to the
+ * output pane, without the program's name. Dropped when the queue is full: it must not block. */
+static void on_log_line(void *user, const char *line) {
+    console_t *c = user;
+    ui_event_t ev = {.type = UI_EV_LOG};
+    if (!strncmp(line, "tachyon: ", 9)) line += 9;
+    snprintf(ev.text, sizeof ev.text, "%s", line);
+    ui_queue_push(c->q, &ev);
 }
 
-/* The UI loop: returns when the user quits. */
-static void ui_loop(console_t *c) {
-    c->next_sample = now_s();
-    for (;;) {
-        double t = now_s();
-        if (t >= c->next_sample) {
-            sample(c);
-            if (t - c->flags_read_at > 1.0) read_flags(c); /* the admin endpoint changes them */
-            c->next_sample += SAMPLE_MS / 1e3;
-            if (c->next_sample < t) c->next_sample = t + SAMPLE_MS / 1e3;
-        }
-        chat_pump(c);
-        if (c->dirty && t - c->last_frame >= FRAME_MS / 1e3) draw(c);
-        double wait = c->next_sample - now_s();
-        if (c->dirty) {
-            double f = c->last_frame + FRAME_MS / 1e3 - now_s();
-            if (f < wait) wait = f;
-        }
-        int ms = wait > 0 ? (int)(wait * 1e3) + 1 : 0;
-        struct pollfd p[2] = {{.fd = STDIN_FILENO, .events = POLLIN},
-                              {.fd = ui_queue_fd(c->q), .events = POLLIN}};
-        int n = poll(p, 2, ms);
-        if (got_sigint) return;
-        if (n < 0 && errno != EINTR) return;
-        if (p[1].revents & POLLIN) {
-            ui_queue_ack(c->q);
-            ui_event_t ev;
-            while (ui_queue_pop(c->q, &ev))
-                handle_event(c, &ev);
-        }
-        /* also after EINTR: SIGWINCH makes curses queue KEY_RESIZE */
-        if (read_keys(c)) return;
-        if (got_sigint) return;
-    }
+static void console_free(console_t *c) {
+    ui_log_stop(c->log); /* first: its thread posts to the queue */
+    con_chat_free(c);
+    results_destroy(c->results);
+    le_destroy(c->le);
+    input_destroy(c->in);
+    ui_text_destroy(c->text);
+    ui_text_destroy(c->help_text);
+    ui_queue_destroy(c->q);
+    conversation_free(&c->conv);
+    jb_free(&c->reply_text);
+    free(c->system);
+    free(c->snap);
+    con_drawer_destroy(c->drawer);
+    free(c);
 }
 
 int cmd_console(int argc, char **argv) {
     static const struct option longopts[] = {
         {"results-dir", required_argument, 0, 'r'},
         {"max-tokens", required_argument, 0, 'n'},
+        {"shutdown-timeout", required_argument, 0, 'S'},
         {"no-color", no_argument, 0, 'C'},
         {"ascii", no_argument, 0, 'A'},
         {"help", no_argument, 0, 'h'},
@@ -1544,12 +463,14 @@ int cmd_console(int argc, char **argv) {
     const char *no_color = getenv("NO_COLOR");
     c->color = !(no_color && *no_color);
     c->max_tokens = 512;
+    c->shutdown_s = 30;
     c->think = true;
     c->show_reasoning = true;
     c->window = 1;
     c->format = -1;
     int opt;
     long v;
+    float grace;
     optind = 1;
     while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         switch (opt) {
@@ -1562,6 +483,13 @@ int cmd_console(int argc, char **argv) {
                     goto usage_error;
                 }
                 c->max_tokens = (int)v;
+                break;
+            case 'S':
+                if (cli_parse_float(optarg, 0, 1e6f, &grace) < 0) {
+                    fprintf(stderr, "tachyon: --shutdown-timeout must be a number of seconds\n");
+                    goto usage_error;
+                }
+                c->shutdown_s = grace;
                 break;
             case 'C':
                 c->color = false;
@@ -1589,46 +517,44 @@ int cmd_console(int argc, char **argv) {
         free(c);
         return 2;
     }
-    if (!c->results_dir[0] && default_results_dir(c->results_dir, sizeof c->results_dir) < 0) {
-        fprintf(stderr, "tachyon: no results directory: set HOME, XDG_STATE_HOME or use "
-                        "--results-dir\n");
+    err_t err = {{0}};
+    if (!c->results_dir[0] &&
+        results_default_dir(c->results_dir, sizeof c->results_dir, &err) < 0) {
+        fprintf(stderr, "tachyon: %s (--results-dir names a directory)\n", err.msg);
         free(c);
         return 2;
     }
-    if (mkdirs(c->results_dir) < 0) {
-        fprintf(stderr, "tachyon: cannot create %s: %s\n", c->results_dir, strerror(errno));
+    if (!(c->results = results_create(c->results_dir, &err))) {
+        fprintf(stderr, "tachyon: %s\n", err.msg);
         free(c);
         return 1;
     }
+    char results_note[1024];
+    results_load(c->results, results_note, sizeof results_note);
 
     setlocale(LC_ALL, "");
     if (strcmp(nl_langinfo(CODESET), "UTF-8")) c->ascii = true;
 
-    err_t err = {{0}};
     c->snap = malloc(sizeof *c->snap);
-    c->chart_buf = malloc(CHART_BUF_SIZE(MAX_COLS, MAX_ROWS));
-    c->chart_buf2 = malloc(CHART_BUF_SIZE(MAX_COLS, MAX_ROWS));
-    c->points = malloc(2 * MAX_COLS * sizeof *c->points);
-    c->points2 = malloc(2 * MAX_COLS * sizeof *c->points2);
-    c->line_buf = malloc(4 * MAX_COLS + 1);
-    c->rows = malloc(MAX_ROWS * sizeof *c->rows);
-    c->q = ui_queue_create(1024, &err);
+    c->drawer = con_drawer_create(&err);
+    c->q = c->drawer ? ui_queue_create(1024, &err) : NULL;
     c->text = c->q ? ui_text_create(TEXT_LINES, &err) : NULL;
-    c->le = c->text ? le_create(REPL_LINE_MAX - 1, 1000, &err) : NULL;
-    if (!c->snap || !c->chart_buf || !c->chart_buf2 || !c->points || !c->points2 || !c->line_buf ||
-        !c->rows || !c->le) {
+    c->help_text = c->text ? ui_text_create(100, &err) : NULL;
+    c->le = c->help_text ? le_create(REPL_LINE_MAX - 1, 1000, &err) : NULL;
+    c->in = c->le ? input_create(REPL_LINE_MAX - 1, &err) : NULL;
+    if (!c->snap || !c->in) {
         fprintf(stderr, "tachyon: %s\n", err.msg[0] ? err.msg : "out of memory");
         console_free(c);
         return 1;
     }
-    jb_init(&c->reply);
+    jb_init(&c->reply_text);
     for (int i = 0; i < N_METRICS; i++)
         ui_series_init(&c->series[i]);
     c->last_ttft = c->last_tpot = NAN;
     flags_init(&c->def_flags);
     c->cc.values = &c->cur_flags;
     le_set_completer(c->le, repl_complete, &c->cc);
-    if (repl_help(NULL, c->help_cmds, sizeof c->help_cmds, &err) < 0) c->help_cmds[0] = '\0';
+    con_help_fill(c);
     if (le_history_path(c->hist_path, sizeof c->hist_path, &err) == 0) {
         c->have_hist = true;
         le_history_load(c->le, c->hist_path, &err);
@@ -1640,6 +566,9 @@ int cmd_console(int argc, char **argv) {
     block_ui_signals(&old);
     signal(SIGPIPE, SIG_IGN);
     fprintf(stderr, "tachyon: opening the model...\n");
+    /* what the engine says from here on (the KV-cache size) shows in the output pane too */
+    if (!(c->log = ui_log_start(on_log_line, c, &err)))
+        fprintf(stderr, "tachyon: %s: messages go to the terminal\n", err.msg);
     if (cli_engine_open(&ce) < 0) {
         console_free(c);
         return 1;
@@ -1657,6 +586,9 @@ int cmd_console(int argc, char **argv) {
         console_free(c);
         return 1;
     }
+    char warning[512]; /* as tachyon serve says it; ui_log shows it in the pane */
+    bool warn = cli_server_warning(&sv, warning, sizeof warning);
+    if (warn) fprintf(stderr, "tachyon: %s\n", warning);
     const char *host = ho->host;
     bool any = !strcmp(host, "0.0.0.0") || !strcmp(host, "::");
     bool v6 = strchr(host, ':') != NULL && !any;
@@ -1664,10 +596,13 @@ int cmd_console(int argc, char **argv) {
              v6 ? "]" : "", http_port(c->srv));
     int fmt = engine_chat_format(c->eng);
     c->format = engine_tokenizer(c->eng) && fmt >= 0 ? fmt : -1;
-    describe(c, &ce);
+    /* /tools: the calls are found as the server finds them (http_start checked the name) */
+    c->tool_format = fmt >= 0 ? tc_format_for_chat((chat_format_t)fmt) : TC_HERMES;
+    if (ho->tool_parser) tc_format_parse(ho->tool_parser, &c->tool_format);
+    describe(c, &ce, &sv);
     c->t_start = now_s();
-    read_flags(c);
-    auto_baseline(c, &ce.opts.flags);
+    con_read_flags(c);
+    con_flags_baseline(c, &ce.opts.flags);
 
     pthread_setname_np(pthread_self(), "tachyon-ui");
     int rc = 0;
@@ -1678,24 +613,33 @@ int cmd_console(int argc, char **argv) {
                 getenv("TERM") ? getenv("TERM") : "");
         rc = 1;
     } else {
+        /* a terminal's stderr is the screen now; a file keeps every line */
+        if (c->log) ui_log_echo(c->log, !isatty(ui_log_fd(c->log)));
         signal_queue = c->q;
-        struct sigaction sa = {.sa_handler = on_sigint};
+        struct sigaction sa = {.sa_handler = on_signal};
         sigemptyset(&sa.sa_mask);
         sigaction(SIGINT, &sa, NULL);
         sigaction(SIGTERM, &sa, NULL);
         pthread_sigmask(SIG_SETMASK, &old, NULL);
-        relayout(c);
+        con_relayout(c);
         ui_text_addf(c->text, UI_TXT_INFO,
                      "Serving %s at %s (OpenAI API). Type a message to chat, /help for commands, "
                      "F1 for keys.",
                      sv.names[0], c->url);
+        if (results_note[0]) ui_text_add(c->text, UI_TXT_INFO, results_note);
         if (c->format < 0)
             ui_text_add(c->text, UI_TXT_INFO,
                         "(this model has no tokenizer or chat template: "
                         "chat is off)");
-        set_status(c, false, "server listening");
+        if (warn)
+            con_set_status(c, true, "%s", warning);
+        else
+            con_set_status(c, false, "server listening");
         ui_loop(c);
+        input_stop(c->in, stdout);
         endwin();
+        ui_log_stop(c->log); /* the terminal's again: what follows goes to stderr */
+        c->log = NULL;
         delscreen(c->screen);
         signal_queue = NULL;
     }
@@ -1708,10 +652,7 @@ int cmd_console(int argc, char **argv) {
             if (ev.type == UI_EV_BENCH_DONE) bench_result_destroy(ev.ptr);
     }
     if (c->flag_busy) pthread_join(c->flag_thread, NULL);
-    if (c->stream) {
-        engine_stream_release(c->stream);
-        c->stream = NULL;
-    }
+    con_chat_free(c); /* before the engine closes */
     http_shutdown(c->srv, 0);
     http_destroy(c->srv);
     cli_engine_close(&ce);

@@ -1,6 +1,6 @@
-/* lineedit: see lineedit.h. The line is always valid UTF-8 without control characters (every
- * way in sanitises), so cursor movement never meets an invalid byte. A "character" for the
- * cursor is a cluster: a code point and the zero-width code points (combining marks, joiners)
+/* lineedit: see lineedit.h. The line is always valid UTF-8 without control characters other than
+ * '\n' (every way in sanitises), so cursor movement never meets an invalid byte. A "character" for
+ * the cursor is a cluster: a code point and the zero-width code points (combining marks, joiners)
  * after it, so the cursor never stops between a letter and its accent. */
 #include "lineedit.h"
 
@@ -10,10 +10,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <utf8proc.h>
+
+#include "statedir.h"
+
+#define MULTILINE_MARK '\x1e' /* starts a multi-line entry in the history file */
 
 struct le {
     char *buf; /* [cap + 1] the line */
@@ -52,6 +55,7 @@ static bool is_control(int32_t cp) {
 }
 
 static int cp_width(int32_t cp) {
+    if (cp == '\n') return 1; /* drawn as a mark, so the cursor can stand on it */
     if (is_control(cp)) return 0;
     return utf8proc_charwidth(cp);
 }
@@ -135,7 +139,9 @@ static bool is_word_at(const char *s, size_t len, size_t pos) {
 }
 
 /* Copies text into dst (room for cap bytes, then a NUL) dropping invalid bytes and control
- * characters and stopping before a character that would not fit. Returns the bytes written. */
+ * characters but '\n', and stopping before a character that would not fit. CR LF and CR (what a
+ * terminal pastes for a line break) become '\n'; a tab becomes four spaces, which every pane
+ * draws alike. Returns the bytes written. */
 static size_t sanitize(char *dst, size_t cap, const char *text, size_t n) {
     size_t out = 0, i = 0;
     while (i < n) {
@@ -145,11 +151,18 @@ static size_t sanitize(char *dst, size_t cap, const char *text, size_t n) {
             i++;
             continue;
         }
-        if (!is_control(cp)) {
-            if (out + (size_t)k > cap) break;
-            memmove(dst + out, text + i, (size_t)k);
-            out += (size_t)k;
-        }
+        const char *put = text + i;
+        size_t len = (size_t)k;
+        if (cp == '\r')
+            put = i + 1 < n && text[i + 1] == '\n' ? "" : "\n";
+        else if (cp == '\t')
+            put = "    ";
+        else if (is_control(cp) && cp != '\n')
+            put = "";
+        if (put != text + i) len = strlen(put);
+        if (out + len > cap) break;
+        memmove(dst + out, put, len);
+        out += len;
         i += (size_t)k;
     }
     return out;
@@ -263,6 +276,9 @@ static le_result_t submit(le_t *le) {
     le_history_add(le, le->submitted);
     le->hpos = le->hist_n;
     set_line(le, "");
+    /* the suggestion belonged to the submitted line: left on the empty one, Right would turn it
+     * into text */
+    le->sugg[0] = '\0';
     return LE_SUBMIT;
 }
 
@@ -370,9 +386,9 @@ le_result_t le_key(le_t *le, int key) {
         case LE_KEY_CTRL_W: {
             if (c == 0) return LE_IGNORED;
             size_t p = c;
-            while (p > 0 && le->buf[p - 1] == ' ')
+            while (p > 0 && (le->buf[p - 1] == ' ' || le->buf[p - 1] == '\n'))
                 p--;
-            while (p > 0 && le->buf[p - 1] != ' ')
+            while (p > 0 && le->buf[p - 1] != ' ' && le->buf[p - 1] != '\n')
                 p = prev_cluster(le->buf, p);
             kill_range(le, p, c);
             break;
@@ -397,6 +413,10 @@ le_result_t le_key(le_t *le, int key) {
         case LE_KEY_ENTER:
         case LE_KEY_CTRL_J:
             return submit(le);
+        case LE_KEY_NEWLINE:
+            if (len + 1 > le->cap) return LE_IGNORED;
+            replace(le, c, c, "\n", 1);
+            break;
         case LE_KEY_UP:
         case LE_KEY_CTRL_P:
             r = history_move(le, -1);
@@ -526,7 +546,7 @@ void le_render(le_t *le, int width, le_view_t *out) {
 
 static bool blank(const char *s) {
     for (; *s; s++)
-        if (*s != ' ' && *s != '\t') return false;
+        if (*s != ' ' && *s != '\t' && *s != '\n') return false;
     return true;
 }
 
@@ -557,10 +577,35 @@ static bool clean_entry(const char *s, size_t n) {
     while (i < n) {
         int32_t cp;
         int k = decode(s + i, n - i, &cp);
-        if (k < 0 || is_control(cp)) return false;
+        if (k < 0 || (is_control(cp) && cp != '\n')) return false;
         i += (size_t)k;
     }
     return true;
+}
+
+/* A multi-line entry is one line of the history file: U+001E (a control character, so no
+ * single-line entry starts with it, and older versions skip the line) and the text with '\\' as
+ * "\\\\" and '\n' as "\\n". Decodes s[0, n) in place; returns the new length. */
+static size_t unescape_entry(char *s, size_t n) {
+    size_t o = 0;
+    for (size_t i = 1; i < n; i++) {
+        if (s[i] == '\\' && i + 1 < n && (s[i + 1] == 'n' || s[i + 1] == '\\'))
+            s[o++] = s[++i] == 'n' ? '\n' : '\\';
+        else
+            s[o++] = s[i];
+    }
+    s[o] = '\0';
+    return o;
+}
+
+static bool write_entry(FILE *f, const char *e) {
+    if (!strchr(e, '\n')) return fputs(e, f) >= 0 && fputc('\n', f) != EOF;
+    bool ok = fputc(MULTILINE_MARK, f) != EOF;
+    for (; *e && ok; e++)
+        ok = *e == '\n'   ? fputs("\\n", f) >= 0
+             : *e == '\\' ? fputs("\\\\", f) >= 0
+                          : fputc(*e, f) != EOF;
+    return ok && fputc('\n', f) != EOF;
 }
 
 int le_history_load(le_t *le, const char *path, err_t *err) {
@@ -575,6 +620,7 @@ int le_history_load(le_t *le, const char *path, err_t *err) {
     while ((n = getline(&line, &size, f)) >= 0) {
         if (n > 0 && line[n - 1] == '\n') line[--n] = '\0';
         if (n > 0 && line[n - 1] == '\r') line[--n] = '\0';
+        if (n > 0 && line[0] == MULTILINE_MARK) n = (ssize_t)unescape_entry(line, (size_t)n);
         if ((size_t)n <= le->cap && clean_entry(line, (size_t)n)) le_history_add(le, line);
     }
     free(line);
@@ -600,7 +646,7 @@ int le_history_save(const le_t *le, const char *path, err_t *err) {
     }
     bool ok = true;
     for (int i = 0; i < le->hist_n && ok; i++)
-        ok = fputs(le->hist[i], f) >= 0 && fputc('\n', f) != EOF;
+        ok = write_entry(f, le->hist[i]);
     ok = fflush(f) == 0 && ok;
     ok = fclose(f) == 0 && ok;
     if (!ok || rename(tmp, path) < 0) {
@@ -613,39 +659,6 @@ int le_history_save(const le_t *le, const char *path, err_t *err) {
     return 0;
 }
 
-/* mkdir -p for the directory path in dir (modified in place and restored). */
-static int make_dirs(char *dir, err_t *err) {
-    for (char *p = dir + 1;; p++) {
-        if (*p != '/' && *p != '\0') continue;
-        char c = *p;
-        *p = '\0';
-        int rc = mkdir(dir, 0700);
-        int e = errno;
-        struct stat st;
-        if (rc < 0 && !(e == EEXIST && stat(dir, &st) == 0 && S_ISDIR(st.st_mode))) {
-            err_set(err, "%s: %s", dir, e == EEXIST ? "not a directory" : strerror(e));
-            *p = c;
-            return -1;
-        }
-        *p = c;
-        if (c == '\0') return 0;
-    }
-}
-
 int le_history_path(char *buf, size_t size, err_t *err) {
-    const char *state = getenv("XDG_STATE_HOME");
-    const char *home = getenv("HOME");
-    int n;
-    if (state && state[0] == '/') {
-        n = snprintf(buf, size, "%s/tachyon", state);
-    } else {
-        if (!home || home[0] == '\0')
-            return err_set(err, "history: neither XDG_STATE_HOME nor HOME is set");
-        n = snprintf(buf, size, "%s/.local/state/tachyon", home);
-    }
-    if (n < 0 || (size_t)n + sizeof "/history" > size)
-        return err_set(err, "history: the state directory's path is too long");
-    if (make_dirs(buf, err) < 0) return -1;
-    memcpy(buf + n, "/history", sizeof "/history");
-    return 0;
+    return statedir_path("history", buf, size, err);
 }

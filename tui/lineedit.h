@@ -5,6 +5,10 @@
  * keeps the cursor visible, a kill buffer, bounded history with a save file, Tab completion
  * through a callback and a dimmed inline suggestion (the callback's best candidate).
  *
+ * The text may span lines (a paste, Alt-Enter): it holds '\n', which is one column wide on the
+ * one row the editor renders, where the caller draws a mark for it (the console draws "⏎"), so
+ * a multi-line message stays one message with the cursor visible.
+ *
  *     le_t *le = le_create(4096, 1000, &err);
  *     le_set_completer(le, repl_complete, &ctx);       // optional
  *     char path[4096];
@@ -30,7 +34,8 @@
  * Bindings: Ctrl-A/Home, Ctrl-E/End; Ctrl-B/Left, Ctrl-F/Right (one character: a code point with
  * the zero-width marks that follow it); Alt-B/Ctrl-Left, Alt-F/Ctrl-Right (words: runs of
  * letters and digits); Ctrl-K kill to end; Ctrl-U kill to start; Ctrl-W kill the
- * whitespace-delimited word before the cursor; Ctrl-Y yank the last kill; Backspace/Ctrl-H;
+ * whitespace-delimited word before the cursor; Ctrl-Y yank the last kill; Alt-Enter
+ * (LE_KEY_NEWLINE) inserts a newline; Backspace/Ctrl-H;
  * Delete/Ctrl-D delete at the cursor (Ctrl-D on an empty line is LE_EOF; the Delete key never
  * is, so a stray Delete cannot end the session); Enter/Ctrl-J/Ctrl-M submit; Up/Ctrl-P and
  * Down/Ctrl-N walk the history (the line being edited is kept and comes back below the newest
@@ -81,6 +86,7 @@ enum {
     LE_KEY_CTRL_RIGHT,
     LE_KEY_ALT_B,
     LE_KEY_ALT_F,
+    LE_KEY_NEWLINE, /* Alt-Enter: a line break inside the message */
 };
 
 /* What a key did. */
@@ -113,7 +119,8 @@ typedef struct le_completion {
 typedef int (*le_complete_fn)(void *user, const char *line, size_t cursor, le_completion_t *out);
 
 /* What to draw for the line in a field of `width` columns. text/len is the visible slice of
- * the line (bytes, pointing into the editor: valid until the next call on it). */
+ * the line (bytes, pointing into the editor: valid until the next call on it); each '\n' in it
+ * takes one column, where the caller draws a newline mark. */
 typedef struct le_view {
     const char *text;
     size_t len;
@@ -143,8 +150,9 @@ void le_set_completer(le_t *le, le_complete_fn fn, void *user);
  * characters than the bound ones are LE_IGNORED) or an LE_KEY_* code. */
 le_result_t le_key(le_t *le, int key);
 
-/* Inserts UTF-8 text at the cursor as if typed (a paste): control characters are dropped and
- * invalid bytes skipped; what does not fit in max_bytes is cut at a character boundary.
+/* Inserts UTF-8 text at the cursor as if typed (a paste): line breaks (LF, CR LF, CR) become
+ * '\n', a tab four spaces, other control characters are dropped and invalid bytes skipped; what
+ * does not fit in max_bytes is cut at a character boundary.
  * Returns LE_CHANGED, or LE_IGNORED when nothing was inserted. */
 le_result_t le_insert(le_t *le, const char *text);
 
@@ -182,8 +190,10 @@ int le_history_count(const le_t *le);
 const char *le_history_at(const le_t *le, int i); /* 0 = oldest; NULL out of range */
 
 /* Reads a history file (one entry per line, oldest first) into the history, after the entries
- * already there; lines that are not valid UTF-8 or hold control characters are skipped. A file
- * that does not exist is not an error (returns 0). Returns -1 with err set on a read error. */
+ * already there; lines that are not valid UTF-8 or hold control characters are skipped. A
+ * multi-line entry is one line too: U+001E, then the text with '\\' written "\\\\" and '\n'
+ * written "\\n" (older versions skip such lines). A file that does not exist is not an error
+ * (returns 0). Returns -1 with err set on a read error. */
 int le_history_load(le_t *le, const char *path, err_t *err);
 
 /* Writes the history to path (replacing it through a temporary file and rename, so a crash

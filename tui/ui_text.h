@@ -30,6 +30,7 @@ typedef enum ui_txt_style {
     UI_TXT_INFO,      /* notes: dimmed */
     UI_TXT_ERROR,     /* problems */
     UI_TXT_PRE,       /* tables: wrapped at any character (not at spaces) when too wide */
+    UI_TXT_TOOL,      /* a tool call the model made: its name and arguments */
 } ui_txt_style_t;
 
 typedef struct ui_text ui_text_t;

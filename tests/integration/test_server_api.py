@@ -56,6 +56,22 @@ def test_models():
     assert c["owned_by"] and isinstance(c["created"], int) and c["permission"]
 
 
+def test_served_model_names_vllm_form():
+    """vLLM's --served-model-name takes one or more names after one flag (and the flag repeats):
+    /v1/models lists them in order and a request may name any of them."""
+    s = Server("--served-model-name", "one", "two", "--served-model-name=three")
+    try:
+        code, _, body = request(s, "GET", "/v1/models")
+        assert code == 200 and [c["id"] for c in json.loads(body)["data"]] == ["one", "two", "three"], body
+        for name in ("two", "three"):
+            code, r = post_json(s, "/v1/completions", {"model": name, "prompt": "The", "max_tokens": 1})
+            assert code == 200 and r["model"] == name, r
+        code, r = post_json(s, "/v1/completions", {"model": "four", "prompt": "The", "max_tokens": 1})
+        assert code == 404, r
+    finally:
+        assert s.stop() == 0
+
+
 def test_health_version_ping_load():
     for path in ("/health", "/ping"):
         code, _, body = request(A, "GET", path)
@@ -613,6 +629,7 @@ def test_shutdown_answers_in_flight():
         ans = json.loads(b"".join(r2.chunks(hs2)))
         assert code == 200 and ans["choices"][0]["finish_reason"] == "abort", ans
         assert s.proc.wait(30) == 0
+        s._reader.join(10)  # the log's last lines may still be on their way from the pipe
         assert "stopped" in s.log()
         for c in (c1, c2, idle):
             c.close()
@@ -670,7 +687,7 @@ def test_drain_refuses_new_connections():
         assert s.stop() == 0
 
 
-TESTS = [test_models, test_health_version_ping_load, test_unknown_path_and_method,
+TESTS = [test_models, test_served_model_names_vllm_form, test_health_version_ping_load, test_unknown_path_and_method,
          test_keep_alive_connection_reuse, test_completions_golden_greedy, test_completions_shape,
          test_completions_default_max_tokens_16, test_context_length_400,
          test_completions_multiple_prompts_and_n, test_completions_echo, test_completions_logprobs,

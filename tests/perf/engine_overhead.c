@@ -7,8 +7,8 @@
  * so that every step of the batch is still in the stats ring afterwards), with a reader thread
  * draining every stream as a server would (the requests have no stop strings, so the reader's
  * engine_stream_poll detokenizes, as an HTTP thread would; that cost is the reader's, on its own
- * core, and bench/RESULTS.md gives it separately). Before it, a first batch of other prompts runs to
- * its end, as in a server that has been running: the heap, the KV pool and the prefix-cache
+ * core, and bench/RESULTS.md gives it separately). Before it, a first batch of other prompts runs
+ * to its end, as in a server that has been running: the heap, the KV pool and the prefix-cache
  * table are warm, so the kernel's first-touch page faults (about three per step at 512
  * sequences in a fresh process) are not counted as the engine's.
  *
@@ -23,7 +23,8 @@
  * usage: engine_overhead N_SEQS [TOKENS]   (prints one Markdown table row)
  *        engine_overhead N_SEQS whole      (only the first batch, 4,000 tokens per request,
  *                                           printing nothing: a fixed amount of work to count
- *                                           instructions with callgrind --toggle-collect=engine_main)
+ *                                           instructions with callgrind
+ * --toggle-collect=engine_main)
  */
 #include <dirent.h>
 #include <pthread.h>
@@ -122,10 +123,8 @@ static void *read_all(void *arg) {
     return NULL;
 }
 
-
 /* n requests of the same 32 prompt tokens (first, first + 1, ...), each generating `tokens`. */
-static int submit_all(engine_t *eng, int n, engine_stream_t **streams, int32_t first,
-                      int tokens) {
+static int submit_all(engine_t *eng, int n, engine_stream_t **streams, int32_t first, int tokens) {
     int32_t prompt[32];
     for (int i = 0; i < 32; i++)
         prompt[i] = first + i;
@@ -230,8 +229,7 @@ int main(int argc, char **argv) {
      * start together (the submitting thread was descheduled midway, on a busy machine). */
     static stats_snapshot_t snap;
     int from = 0, to = 0;
-    for (int attempt = 0; attempt < 5 && decode_steps(&snap, from, to, n) < tokens / 2;
-         attempt++) {
+    for (int attempt = 0; attempt < 5 && decode_steps(&snap, from, to, n) < tokens / 2; attempt++) {
         if (attempt > 0)
             for (int i = 0; i < n; i++)
                 engine_stream_release(streams[i]);

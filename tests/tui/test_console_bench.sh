@@ -40,9 +40,10 @@ tui_keys PPage PPage
 tui_keys NPage NPage NPage NPage
 tui_wait_gone 'scrolled up'
 
-# /bench stop ends a run early and keeps the partial result
+# /bench stop ends a run early and keeps the partial result (once a request has succeeded: a run
+# without one is no result)
 tui_send "/bench short --num-prompts 400 --input-len 64 --output-len 64" Enter
-tui_wait 'bench \[[#.]+\]'
+tui_wait 'bench \[[#.]+\] [1-9][0-9]*/400' 60
 tui_send '/bench stop' Enter
 tui_wait 'run #3 \(stopped: partial\)' 60
 

@@ -49,7 +49,7 @@ tui_send 'Tell me a long story' Enter
 tui_wait 'chat-[0-9]+ +[0-9]+ +0 .*prefill'
 tui_keys Escape
 tui_wait '\[abort: [0-9]+ prompt \+ 0 generated tokens, [0-9.]+ s, stopped\]'
-tui_wait '^ready \| bench \['
+tui_wait '^ready \| bench \[[#.]+\] [1-9][0-9]*/400' 60 # a partial run is kept once one succeeded
 tui_send '/bench stop' Enter
 tui_wait 'run #1 \(stopped: partial\)' 60
 tui_quit

@@ -2,7 +2,8 @@
  * keep-alive, chunked SSE): token-event timing (TTFT, one ITL gap per later event, latency at the
  * last event), usage overriding the counts, headers (x-request-id, bearer), the max-concurrency
  * gate with connection reuse and queue time, HTTP errors with status, reason and message, a
- * stream without events, the per-request timeout, and the stop flag. */
+ * stream without events, a stream the server ended with finish_reason "abort" or "error" (a
+ * failure, not a success), the per-request timeout, and the stop flag. */
 #include <arpa/inet.h>
 #include <math.h>
 #include <netinet/in.h>
@@ -112,7 +113,20 @@ static void respond(srv_t *s, int fd, const char *req, const char *body) {
         static const char head[] = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
                                    "Transfer-Encoding: chunked\r\n\r\n";
         write_all(fd, head, sizeof head - 1);
-        if (strstr(body, "\"mode\":\"stall\"")) {
+        if (strstr(body, "\"mode\":\"abort\"") || strstr(body, "\"mode\":\"error\"")) {
+            /* two tokens, then the server gives up on the request (a shutdown, a cancel) */
+            bool abort = strstr(body, "\"mode\":\"abort\"") != NULL;
+            chunk(fd,
+                  "data: {\"choices\":[{\"index\":0,\"text\":\"a\",\"finish_reason\":null}]}\n\n");
+            chunk(fd,
+                  "data: {\"choices\":[{\"index\":0,\"text\":\"b\",\"finish_reason\":null}]}\n\n");
+            chunk(fd, abort ? "data: {\"choices\":[{\"index\":0,\"text\":\"\",\"finish_reason\":"
+                              "\"abort\",\"stop_reason\":null}]}\n\n"
+                            : "data: {\"choices\":[{\"index\":0,\"text\":\"\",\"finish_reason\":"
+                              "\"error\"}]}\n\n");
+            chunk(fd, "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":3,"
+                      "\"completion_tokens\":2,\"total_tokens\":5}}\n\n");
+        } else if (strstr(body, "\"mode\":\"stall\"")) {
             chunk(fd, "data: {\"choices\":[{\"text\":\"a\"}]}\n\n");
             nap(s, 3000000);
         } else if (!strstr(body, "\"mode\":\"empty\"")) {
@@ -369,6 +383,27 @@ static void test_no_token_event(void **state) {
     run_teardown(&r, 1);
 }
 
+/* A stream that ends with finish_reason "abort" (the server shut down or cancelled it) or
+ * "error" is a failed request: a benchmark must not count it as a success. */
+static void test_server_abort(void **state) {
+    (void)state;
+    const char *modes[] = {"{\"mode\":\"abort\"}", "{\"mode\":\"error\"}"};
+    const char *errors[] = {"the server ended the stream with finish_reason \"abort\"",
+                            "the server ended the stream with finish_reason \"error\""};
+    for (int k = 0; k < 2; k++) {
+        run_t r;
+        run_setup(&r, modes[k], 2);
+        run_go(&r, 2, NULL);
+        for (int i = 0; i < 2; i++) {
+            assert_false(r.recs[i].success);
+            assert_string_equal(r.recs[i].error, errors[k]);
+            assert_null(r.recs[i].itl);
+        }
+        assert_int_equal(r.last.failed, 2);
+        run_teardown(&r, 2);
+    }
+}
+
 static void test_timeout(void **state) {
     (void)state;
     run_t r;
@@ -416,8 +451,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_stream_timing),  cmocka_unit_test(test_max_concurrency),
         cmocka_unit_test(test_arrival_delays), cmocka_unit_test(test_http_error),
-        cmocka_unit_test(test_no_token_event), cmocka_unit_test(test_timeout),
-        cmocka_unit_test(test_stop),
+        cmocka_unit_test(test_no_token_event), cmocka_unit_test(test_server_abort),
+        cmocka_unit_test(test_timeout),        cmocka_unit_test(test_stop),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

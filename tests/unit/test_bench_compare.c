@@ -1,7 +1,9 @@
 /*
  * bench compare: the seeds' before/after table: signed changes, better / worse per metric
  * direction, aligned columns, run descriptions with the server flags that differ, and the
- * seeds' one-line summary (numbers from seed 001: vLLM 6595.66 vs SGLang FP8 10426.27 tok/s).
+ * seeds' one-line summary (numbers from seed 001: vLLM 6595.66 vs SGLang FP8 10426.27 tok/s);
+ * a metric one side does not have (latencies of a run without a successful request, a
+ * percentile point the run did not compute) is n/a, never a change.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -116,9 +118,51 @@ static void test_table(void **state) {
     free(t);
 }
 
+/* A run whose requests all failed has no latencies: its latency rows say n/a on both the value
+ * and the change (not "-100.00% better"), and so does the summary's TPOT; a percentile point the
+ * run lacks is n/a too. Its throughputs are measured zeros and compare as such. */
+static void test_absent_metrics(void **state) {
+    (void)state;
+    bench_result_t base, none, other;
+    make(&base, "base", 6595.66, 226.03, "");
+    make(&none, "none", 0, 0, "");
+    none.metrics.completed = 0;
+    none.metrics.failed = 1000;
+    none.metrics.ttft.mean = 0;
+    make(&other, "other", 6000, 200, "");
+    other.metrics.percentile_points[0] = 90; /* not the base's P99 */
+    const bench_result_t *runs[] = {&none, &other};
+    char *t = compare(&base, runs, 2);
+    const char *names[] = {"Mean TTFT (ms)", "Median TTFT (ms)", "P99 TTFT (ms)", "Mean TPOT (ms)",
+                           "P99 ITL (ms)"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        const char *r = row(t, names[i]);
+        const char *end = strchr(r, '\n');
+        char line[256];
+        snprintf(line, sizeof line, "%.*s", (int)(end - r), r);
+        assert_null(strstr(line, "-100.00%"));
+        assert_non_null(strstr(line, "|          n/a | n/a             |"));
+    }
+    /* the other run has P99 values missing, its means are there */
+    assert_non_null(strstr(row(t, "P99 TTFT (ms)"), "n/a             |          n/a | n/a"));
+    assert_non_null(strstr(row(t, "Mean TPOT (ms)"), "200.00 | -11.52% better"));
+    assert_non_null(strstr(row(t, "Total token throughput (tok/s)"), "0.00 | -100.00% worse"));
+    assert_non_null(strstr(t, "run1: Total TPS = 0.00 vs base 6595.66, slower by 6595.66 tok/s "
+                              "(100.00%); Mean TPOT n/a (no successful requests)\n"));
+    free(t);
+
+    /* the same with the failed run as the base */
+    const bench_result_t *one[] = {&base};
+    t = compare(&none, one, 1);
+    const char *r = row(t, "Mean TTFT (ms)");
+    assert_non_null(strstr(r, "|          n/a |      7000.00 | n/a             |"));
+    free(t);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_table),
+        cmocka_unit_test(test_absent_metrics),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

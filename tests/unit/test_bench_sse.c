@@ -221,6 +221,17 @@ static void test_json_readers(void **state) {
     assert_null(bench_sse_json_get(j, n, "missing", &vl));
     assert_true(bench_sse_json_nonempty_array("[ {} ]", 6));
     assert_false(bench_sse_json_nonempty_array("{}", 2));
+    /* the first element of an array (a stream chunk's choices[0]) */
+    const char *arr = " [ {\"finish_reason\":\"abort\"} , 2]";
+    v = bench_sse_json_first(arr, strlen(arr), &vl);
+    assert_non_null(v);
+    assert_int_equal(vl, 25);
+    v = bench_sse_json_get(v, vl, "finish_reason", &l);
+    assert_int_equal(l, 7);
+    assert_memory_equal(v, "\"abort\"", 7);
+    assert_null(bench_sse_json_first("[ ]", 3, &vl));
+    assert_null(bench_sse_json_first("{}", 2, &vl));
+    assert_null(bench_sse_json_first("[tru]", 5, &vl));
 
     static const char *const bad[] = {"",      "{",     "{\"a\"}", "[1,]",    "{\"a\":1,}",
                                       "01",    "1.",    "\"\\x\"", "\"a",     "tru",

@@ -297,6 +297,48 @@ static void test_conv_from_json(void **state) {
     cJSON_Delete(j);
 }
 
+/* A tools array is checked as vLLM checks it, the first problem named by its item. */
+static void test_tools_check(void **state) {
+    (void)state;
+    static const struct {
+        const char *tools, *msg; /* msg NULL: accepted */
+    } cases[] = {
+        {"[{\"type\": \"function\", \"function\": {\"name\": \"f\", \"description\": \"d\", "
+         "\"parameters\": {\"type\": \"object\"}, \"strict\": true}}]",
+         NULL},
+        {"[{\"function\": {\"name\": \"f\", \"description\": null}}]", NULL},
+        {"{}", "tools: Input should be a valid list"},
+        {"[]", "tools must not be an empty list"},
+        {"[{\"function\": {\"name\": \"f\"}}, 3]", "tools[1]: Input should be an object"},
+        {"[{\"type\": \"x\", \"function\": {\"name\": \"f\"}}]",
+         "tools[0].type: Input should be 'function'"},
+        {"[{\"type\": \"function\"}]", "tools[0].function: Field required"},
+        {"[{\"function\": []}]", "tools[0].function: Input should be an object"},
+        {"[{\"function\": {\"description\": \"d\"}}]", "tools[0].function.name: Field required"},
+        {"[{\"function\": {\"name\": \"a\\u0000b\"}}]",
+         "tools[0].function.name: Input should be a valid string"},
+        {"[{\"function\": {\"name\": \"f\", \"description\": 1}}]",
+         "tools[0].function.description: Input should be a valid string"},
+        {"[{\"function\": {\"name\": \"f\", \"parameters\": \"x\"}}]",
+         "tools[0].function.parameters: Input should be an object"},
+        {"[{\"function\": {\"name\": \"f\", \"strict\": 1}}]",
+         "tools[0].function.strict: Input should be a valid boolean"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        err_t err = {{0}};
+        cJSON *j = json_parse(cases[i].tools, strlen(cases[i].tools), &err);
+        assert_non_null(j);
+        int rc = fe_tools_check(j, &err);
+        if (cases[i].msg) {
+            assert_int_equal(rc, -1);
+            assert_string_equal(err.msg, cases[i].msg);
+        } else {
+            assert_int_equal(rc, 0);
+        }
+        cJSON_Delete(j);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_prompts),
@@ -304,6 +346,7 @@ int main(void) {
         cmocka_unit_test(test_reply_cancel_and_errors),
         cmocka_unit_test(test_reasoning_tokens),
         cmocka_unit_test(test_conv_from_json),
+        cmocka_unit_test(test_tools_check),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -9,10 +9,12 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "json.h"
+#include "testutil.h"
 
 static cJSON *parse(const char *text) {
     err_t err = {{0}};
@@ -84,11 +86,37 @@ static void test_refused(void **state) {
     cJSON_Delete(j);
 }
 
+/* A file: parsed as json_parse parses text; a missing or invalid one says why. */
+static void test_parse_file(void **state) {
+    (void)state;
+    char *dir = tu_tmpdir();
+    tu_write_text(dir, "ok.json", "[{\"a\": \"x\\u0000y\"}]\n");
+    tu_write_text(dir, "bad.json", "{\"a\": }");
+    char path[4096];
+    err_t err = {{0}};
+    snprintf(path, sizeof path, "%s/ok.json", dir);
+    cJSON *j = json_parse_file(path, &err);
+    assert_non_null(j);
+    assert_int_equal(json_strlen(cJSON_GetObjectItemCaseSensitive(j->child, "a")), 3);
+    cJSON_Delete(j);
+    snprintf(path, sizeof path, "%s/bad.json", dir);
+    assert_null(json_parse_file(path, &err));
+    assert_non_null(strstr(err.msg, "invalid JSON"));
+    snprintf(path, sizeof path, "%s/none.json", dir);
+    assert_null(json_parse_file(path, &err));
+    assert_string_equal(err.msg, "cannot be read: No such file or directory");
+    assert_null(json_parse_file(dir, &err)); /* a directory */
+    assert_non_null(strstr(err.msg, "cannot be read"));
+    tu_rmrf(dir);
+    free(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_nul_strings_keep_their_length),
         cmocka_unit_test(test_number_spellings),
         cmocka_unit_test(test_refused),
+        cmocka_unit_test(test_parse_file),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -482,6 +482,26 @@ static void test_inline_suggestion(void **state) {
     le_destroy(le);
 }
 
+/* Enter submits the line and its suggestion goes with it: a stale one on the empty line would be
+ * drawn, and Right would turn it into text (a rejected "/b" became the chat message "ench"). */
+static void test_submit_clears_suggestion(void **state) {
+    (void)state;
+    le_t *le = make(64, 10);
+    le_set_completer(le, word_completer, NULL);
+    type(le, "/b");
+    assert_string_equal(le_suggestion(le), "ench");
+    key(le, LE_KEY_ENTER, LE_SUBMIT);
+    assert_string_equal(le_submitted(le), "/b");
+    assert_string_equal(le_suggestion(le), "");
+    le_view_t v;
+    le_render(le, 20, &v);
+    assert_int_equal(v.suggest_len, 0);
+    key(le, LE_KEY_RIGHT, LE_IGNORED);
+    key(le, LE_KEY_END, LE_IGNORED);
+    assert_string_equal(le_text(le), "");
+    le_destroy(le);
+}
+
 static void test_horizontal_scroll(void **state) {
     (void)state;
     le_t *le = make(256, 10);
@@ -556,15 +576,16 @@ static void test_capacity_and_paste(void **state) {
     key(le, 'x', LE_IGNORED);
     assert_int_equal(strlen(le_text(le)), 16);
     le_clear(le);
-    /* A paste drops control characters and invalid bytes and cuts at a character. */
+    /* A paste keeps line breaks, turns a tab into spaces, drops other control characters and
+     * invalid bytes, and cuts at a character. */
     assert_int_equal(le_insert(le, "a\nb\t\xFF"
-                                   "c\xE4\xB8\xAD"),
+                                   "c\x01\xE4\xB8\xAD"),
                      LE_CHANGED);
-    assert_string_equal(le_text(le), "abc\xE4\xB8\xAD");
+    assert_string_equal(le_text(le), "a\nb    c\xE4\xB8\xAD");
     assert_int_equal(le_insert(le, "\x01\x02"), LE_IGNORED);
-    assert_int_equal(le_insert(le, "0123456789\xE4\xB8\xAD"), LE_CHANGED);
-    assert_string_equal(le_text(le), "abc\xE4\xB8\xAD"
-                                     "0123456789");
+    assert_int_equal(le_insert(le, "012\xE4\xB8\xAD"), LE_CHANGED);
+    assert_string_equal(le_text(le), "a\nb    c\xE4\xB8\xAD"
+                                     "012");
     /* Yank that does not fit is cut the same way. */
     le_set_text(le, "0123456789abcdef");
     key(le, LE_KEY_HOME, LE_CHANGED);
@@ -572,6 +593,73 @@ static void test_capacity_and_paste(void **state) {
     type(le, "xy");
     key(le, LE_KEY_CTRL_Y, LE_CHANGED);
     assert_string_equal(le_text(le), "xy0123456789abcd");
+    le_destroy(le);
+}
+
+/* A message of several lines: Alt-Enter and a paste put '\n' in the text (CR LF and CR from a
+ * terminal's paste too); a newline is one column when rendered, so the cursor can stand on it;
+ * moves, deletes and Ctrl-W treat it as a character and a blank; the submitted text keeps it and
+ * the history file round-trips it (with backslashes) on one line. */
+static void test_multiline(void **state) {
+    (void)state;
+    le_t *le = make(64, 10);
+    type(le, "one");
+    key(le, LE_KEY_NEWLINE, LE_CHANGED);
+    type(le, "two");
+    assert_string_equal(le_text(le), "one\ntwo");
+    le_view_t v;
+    le_render(le, 20, &v);
+    assert_int_equal(v.len, 7);
+    assert_int_equal(v.text_cols, 7);
+    assert_int_equal(v.cursor_col, 7);
+    for (int i = 0; i < 4; i++)
+        key(le, LE_KEY_LEFT, LE_CHANGED);
+    assert_int_equal(le_cursor(le), 3); /* on the newline */
+    le_render(le, 20, &v);
+    assert_int_equal(v.cursor_col, 3);
+    key(le, LE_KEY_DELETE, LE_CHANGED);
+    assert_string_equal(le_text(le), "onetwo");
+    key(le, LE_KEY_NEWLINE, LE_CHANGED);
+    key(le, LE_KEY_END, LE_CHANGED);
+    key(le, LE_KEY_CTRL_W, LE_CHANGED); /* the word after the newline only */
+    assert_string_equal(le_text(le), "one\n");
+    key(le, LE_KEY_CTRL_W, LE_CHANGED);
+    assert_string_equal(le_text(le), "");
+    /* a terminal's paste: CR LF and CR are line breaks */
+    assert_int_equal(le_insert(le, "first\r\nsecond\rthird \\ back"), LE_CHANGED);
+    assert_string_equal(le_text(le), "first\nsecond\nthird \\ back");
+    le_render(le, 10, &v); /* scrolled: the cursor at the end stays visible */
+    assert_int_equal(v.cursor_col, 9);
+    key(le, LE_KEY_ENTER, LE_SUBMIT);
+    assert_string_equal(le_submitted(le), "first\nsecond\nthird \\ back");
+    le_history_add(le, "single \\n line");
+
+    char *dir = tu_tmpdir();
+    char path[4200];
+    snprintf(path, sizeof path, "%s/history", dir);
+    err_t err = {{0}};
+    assert_int_equal(le_history_save(le, path, &err), 0);
+    size_t n;
+    char *text = tu_read(path, &n);
+    assert_string_equal(text, "\x1e"
+                              "first\\nsecond\\nthird \\\\ back\nsingle \\n line\n");
+    free(text);
+    le_t *back = make(64, 10);
+    assert_int_equal(le_history_load(back, path, &err), 0);
+    assert_int_equal(le_history_count(back), 2);
+    assert_string_equal(le_history_at(back, 0), "first\nsecond\nthird \\ back");
+    assert_string_equal(le_history_at(back, 1), "single \\n line");
+    key(back, LE_KEY_UP, LE_CHANGED);
+    key(back, LE_KEY_UP, LE_CHANGED);
+    assert_string_equal(le_text(back), "first\nsecond\nthird \\ back");
+    le_destroy(back);
+    le_destroy(le);
+    tu_rmrf(dir);
+    free(dir);
+
+    le = make(16, 10); /* no room: the newline is refused like any character */
+    type(le, "0123456789abcdef");
+    key(le, LE_KEY_NEWLINE, LE_IGNORED);
     le_destroy(le);
 }
 
@@ -613,7 +701,8 @@ static void test_random_keys_keep_invariants(void **state) {
                                LE_KEY_CTRL_LEFT,
                                LE_KEY_CTRL_RIGHT,
                                LE_KEY_ALT_B,
-                               LE_KEY_ALT_F};
+                               LE_KEY_ALT_F,
+                               LE_KEY_NEWLINE};
     for (unsigned run = 0; run < 6; run++) {
         size_t cap = run % 2 ? 17 : 40;
         le_t *le = make(cap, 5);
@@ -632,7 +721,7 @@ static void test_random_keys_keep_invariants(void **state) {
             for (size_t i = 0; i < len;) {
                 utf8proc_ssize_t n = utf8proc_iterate((const utf8proc_uint8_t *)t + i,
                                                       (utf8proc_ssize_t)(len - i), &cp);
-                assert_true(n > 0 && cp >= 0x20);
+                assert_true(n > 0 && (cp >= 0x20 || cp == '\n'));
                 i += (size_t)n;
             }
             int width = 1 + (int)((seed >> 8) % 12);
@@ -661,8 +750,10 @@ int main(void) {
         cmocka_unit_test(test_history_file_round_trip),
         cmocka_unit_test(test_tab_completion),
         cmocka_unit_test(test_inline_suggestion),
+        cmocka_unit_test(test_submit_clears_suggestion),
         cmocka_unit_test(test_horizontal_scroll),
         cmocka_unit_test(test_capacity_and_paste),
+        cmocka_unit_test(test_multiline),
         cmocka_unit_test(test_random_keys_keep_invariants),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

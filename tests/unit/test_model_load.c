@@ -71,7 +71,8 @@ static void edit_header(const char *dir, const char *file, void (*fn)(cJSON *hdr
     unsigned char *bytes = (unsigned char *)tu_read(file_path(dir, file), &len);
     assert_non_null(bytes);
     uint64_t hlen = 0;
-    for (int i = 7; i >= 0; i--) hlen = hlen << 8 | bytes[i];
+    for (int i = 7; i >= 0; i--)
+        hlen = hlen << 8 | bytes[i];
     assert_true(8 + hlen <= len);
     char *htext = strndup((char *)bytes + 8, hlen);
     cJSON *hdr = cJSON_Parse(htext);
@@ -81,7 +82,8 @@ static void edit_header(const char *dir, const char *file, void (*fn)(cJSON *hdr
     uint64_t nlen = strlen(out);
     size_t data_len = len - 8 - hlen;
     unsigned char *nbytes = malloc(8 + nlen + data_len);
-    for (int i = 0; i < 8; i++) nbytes[i] = (unsigned char)(nlen >> (8 * i));
+    for (int i = 0; i < 8; i++)
+        nbytes[i] = (unsigned char)(nlen >> (8 * i));
     memcpy(nbytes + 8, out, nlen);
     memcpy(nbytes + 8 + nlen, bytes + 8 + hlen, data_len);
     tu_write(dir, file, nbytes, 8 + nlen + data_len);
@@ -152,7 +154,8 @@ static void test_tiny_qwen3_fp8_loads(void **state) {
     float *row = malloc((size_t)d->cols * sizeof *row);
     wtensor_row_f32(d, d->rows - 1, row);
     double sum = 0;
-    for (int64_t k = 0; k < d->cols; k++) sum += row[k] * row[k];
+    for (int64_t k = 0; k < d->cols; k++)
+        sum += row[k] * row[k];
     assert_true(sum > 0 && sum < 1e6);
     free(row);
     weights_destroy(w);
@@ -308,7 +311,8 @@ static void test_header_length_beyond_file(void **state) {
     size_t len;
     unsigned char *bytes = (unsigned char *)tu_read(file_path(dir, "model.safetensors"), &len);
     uint64_t huge = (uint64_t)len * 4;
-    for (int i = 0; i < 8; i++) bytes[i] = (unsigned char)(huge >> (8 * i));
+    for (int i = 0; i < 8; i++)
+        bytes[i] = (unsigned char)(huge >> (8 * i));
     tu_write(dir, "model.safetensors", bytes, len);
     free(bytes);
     expect_failure(dir, "model.safetensors", "header length", NULL);
@@ -434,14 +438,16 @@ static void test_dummy_weights(void **state) {
     double sq = 0;
     for (int64_t r = 0; r < 16; r++) {
         wtensor_row_f32(wa, r, row);
-        for (int64_t k = 0; k < wa->cols; k++) sq += row[k] * row[k];
+        for (int64_t k = 0; k < wa->cols; k++)
+            sq += row[k] * row[k];
     }
     double std = sqrt(sq / (16.0 * wa->cols));
     assert_true(std > 0.017 && std < 0.023);
     free(row);
     float *norm = malloc((size_t)c.hidden_size * sizeof *norm);
     wtensor_row_f32(weights_layer(a, 0, L_ATTN_NORM), 0, norm);
-    for (int i = 0; i < c.hidden_size; i++) assert_true(norm[i] == 1.0f);
+    for (int i = 0; i < c.hidden_size; i++)
+        assert_true(norm[i] == 1.0f);
     free(norm);
     assert_int_equal(weights_global(a, G_LM_HEAD)->dtype, DT_BF16); /* as real -FP8 checkpoints */
     weights_destroy(a);

@@ -62,7 +62,11 @@ static void test_simple_commands(void **state) {
     ok("/quit", REPL_QUIT, 0);
     ok("/exit", REPL_QUIT, 0);
     ok("  /quit  ", REPL_QUIT, 0);
-    bad("/quit now", "/quit takes no arguments");
+    assert_false(cmd.on);
+    ok("/quit --drain", REPL_QUIT, 1);
+    assert_true(cmd.on);
+    bad("/quit now", "usage: /quit [--drain]");
+    bad("/quit --drain now", "usage: /quit [--drain]");
     ok("/new", REPL_NEW, 0);
     bad("/new x", "/new takes no arguments");
     ok("/clear", REPL_CLEAR, 0);
@@ -70,6 +74,12 @@ static void test_simple_commands(void **state) {
     ok("/flags", REPL_FLAGS, 0);
     ok("/flags max", REPL_FLAGS, 1);
     bad("/flags a b", "usage: /flags [PREFIX]");
+    ok("/tools", REPL_TOOLS, 0);
+    ok("/tools \"my tools.json\"", REPL_TOOLS, 1);
+    assert_string_equal(cmd.argv[0], "my tools.json");
+    ok("/tools off", REPL_TOOLS_OFF, 0);
+    ok("/tools ./off", REPL_TOOLS, 1); /* a file named off */
+    bad("/tools a b", "usage: /tools [FILE|off]");
     bad("/foo", "unknown command /foo; /help lists them");
     bad("/foo bar", "unknown command /foo; /help lists them");
     bad("/", "unknown command /;");
@@ -187,7 +197,7 @@ static void test_help(void **state) {
     assert_int_equal(n, (int)strlen(buf));
     int nc;
     const repl_command_t *cs = repl_commands(&nc);
-    assert_int_equal(nc, 12);
+    assert_int_equal(nc, 13);
     for (int i = 0; i < nc; i++) {
         assert_non_null(strstr(buf, cs[i].usage));
         assert_non_null(strstr(buf, cs[i].help));
@@ -206,6 +216,8 @@ static void test_help(void **state) {
         assert_non_null(strstr(buf, p->name));
     assert_true(repl_help("quit", buf, sizeof buf, &e) > 0);
     assert_non_null(strstr(buf, "also /exit"));
+    assert_true(repl_help("tools", buf, sizeof buf, &e) > 0);
+    assert_non_null(strstr(buf, "OpenAI \"tools\" array"));
     assert_int_equal(repl_help("nope", buf, sizeof buf, &e), -1);
     assert_non_null(strstr(e.msg, "unknown command /nope"));
     /* Truncation: NUL-terminated, and the return says how much was needed. */
@@ -253,6 +265,11 @@ static void test_complete_commands(void **state) {
     assert_string_equal(comp.cand[0], "off");
     assert_string_equal(comp.cand[1], "on");
     assert_int_equal(complete("/think of", NULL), 1);
+    assert_int_equal(complete("/quit --d", NULL), 1);
+    assert_string_equal(comp.cand[0], "--drain");
+    assert_int_equal(complete("/tools o", NULL), 1);
+    assert_string_equal(comp.cand[0], "off");
+    assert_int_equal(complete("/tools x", NULL), 0);
     /* Nothing to complete. */
     assert_int_equal(complete("hello", NULL), 0);
     assert_int_equal(complete("//se", NULL), 0);

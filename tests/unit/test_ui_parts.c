@@ -1,7 +1,8 @@
 /* The console's non-curses parts: the metric rings and their resampling to a chart's points
  * (ui_series), the output pane's line ring, streaming appends and width-aware wrapping with
- * scrolling (ui_text), and the cross-thread event queue with its eventfd wake-up on the
- * empty -> non-empty transition only (ui_queue). */
+ * scrolling (ui_text), the cross-thread event queue with its eventfd wake-up on the
+ * empty -> non-empty transition only (ui_queue), and the header's fields fitted to the width
+ * with the URL and the served model name last to go (ui_header). */
 #include <math.h>
 #include <poll.h>
 #include <pthread.h>
@@ -14,6 +15,7 @@
 
 #include <cmocka.h>
 
+#include "ui_header.h"
 #include "ui_queue.h"
 #include "ui_series.h"
 #include "ui_text.h"
@@ -255,6 +257,59 @@ static void test_queue_threads(void **state) {
     ui_queue_destroy(q);
 }
 
+// ---------------------------------------------------------------------------------------------
+// ui_header
+
+static const char URL[] = "http://127.0.0.1:41234";
+
+static char *header(const char *name, int width, bool ascii) {
+    static char out[512];
+    const ui_header_field_t f[] = {
+        {"Tachyon", 6, false, false},
+        {name, 0, false, true},
+        {"(demo model, toy weights)", 2, true, false},
+        {URL, 0, false, false},
+        {"TP 1", 3, false, false},
+        {"up 00:01:02", 4, false, false},
+        {"cpu, 2 threads", 5, false, false},
+        {"qwen3 3 layers, 128 hidden, 4 heads", 7, false, false},
+    };
+    int w = ui_header_fit(f, 8, width, ascii, out, sizeof out);
+    assert_true(w <= width || width < (int)strlen(URL));
+    return out;
+}
+
+static void test_header_ranks(void **state) {
+    (void)state;
+    assert_string_equal(
+        header("tiny", 200, false),
+        "Tachyon | tiny (demo model, toy weights) | http://127.0.0.1:41234 | TP 1 | "
+        "up 00:01:02 | cpu, 2 threads | qwen3 3 layers, 128 hidden, 4 heads");
+    /* the model's shape leaves first, then the brand, the backend, the uptime, ... */
+    assert_string_equal(
+        header("tiny", 100, false),
+        "tiny (demo model, toy weights) | http://127.0.0.1:41234 | TP 1 | up 00:01:02 | "
+        "cpu, 2 threads");
+    assert_string_equal(header("tiny", 59, false),
+                        "tiny (demo model, toy weights) | http://127.0.0.1:41234");
+    assert_string_equal(header("tiny", 40, false), "tiny | http://127.0.0.1:41234 | TP 1");
+    assert_string_equal(header("tiny", 30, false), "tiny | http://127.0.0.1:41234");
+    /* a served name as long as a path keeps its end, the URL stays whole */
+    const char *path = "/work/models/checkpoints/qwen3/tiny-qwen3";
+    assert_string_equal(header(path, 59, false),
+                        "\xe2\x80\xa6"
+                        "dels/checkpoints/qwen3/tiny-qwen3 | http://127.0.0.1:41234");
+    assert_string_equal(header(path, 45, true), "~ts/qwen3/tiny-qwen3 | http://127.0.0.1:41234");
+    assert_string_equal(
+        header(path, 80, false),
+        "/work/models/checkpoints/qwen3/tiny-qwen3 | http://127.0.0.1:41234 | TP 1");
+    /* a small output buffer cuts at a character boundary */
+    char small[8];
+    const ui_header_field_t f[] = {{"\xe4\xb8\xad\xe4\xb8\xad\xe4\xb8\xad", 0, false, true}};
+    ui_header_fit(f, 1, 80, false, small, sizeof small);
+    assert_string_equal(small, "\xe4\xb8\xad\xe4\xb8\xad");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_series_ring),
@@ -265,6 +320,7 @@ int main(void) {
         cmocka_unit_test(test_text_fit),
         cmocka_unit_test(test_queue_wakeup),
         cmocka_unit_test(test_queue_threads),
+        cmocka_unit_test(test_header_ranks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,420 @@
+/* The console's drawing (console_draw.h) on a real curses SCREEN: newterm() writes to a pipe, a
+ * made-up snapshot is drawn, and the cells are read back from curses (text, attributes, colour
+ * pairs, the cursor) and the bytes from the pipe. Covers every panel at 120x40, the chat pane's
+ * styles (tool calls apart from the reply) and scrolling, reasoning shown and folded, the REPL
+ * line's break marks, ASCII and monochrome, the help overlay's scrolling and the "too small"
+ * screen. TEST_DUMP_SCREEN=1 prints every frame drawn to stderr. */
+#include <fcntl.h>
+#include <locale.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <wchar.h>
+
+#include <cmocka.h>
+#include <curses.h>
+
+#include "console_draw.h"
+#include "flags.h"
+
+typedef struct fixture {
+    SCREEN *screen;
+    FILE *out, *in;
+    int rd;      /* the pipe's read end */
+    char *bytes; /* what the last frame wrote to the terminal */
+    size_t n_bytes, cap_bytes;
+    int cur_y, cur_x; /* the cursor after the last frame */
+    con_drawer_t *d;
+    ui_series_t series[N_METRICS];
+    ui_text_t *text, *help;
+    le_t *le;
+    stats_snapshot_t stats;
+    bench_progress_t bench;
+    char flag_text[CON_MAX_FLAGS][CON_FLAG_VALUE];
+    bool flag_changed[CON_MAX_FLAGS];
+    con_view_t v;
+} fixture_t;
+
+static void open_screen(fixture_t *f, int cols, int rows) {
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    fcntl(fds[1], F_SETPIPE_SZ, 1 << 20); /* a frame never blocks on a full pipe */
+    fcntl(fds[0], F_SETFL, O_NONBLOCK);
+    f->rd = fds[0];
+    f->out = fdopen(fds[1], "w");
+    f->in = fopen("/dev/null", "r");
+    assert_non_null(f->out);
+    assert_non_null(f->in);
+    f->screen = newterm("xterm-256color", f->out, f->in);
+    assert_non_null(f->screen);
+    resizeterm(rows, cols);
+}
+
+/* A new SCREEN of another size, the layout recomputed. */
+static void reopen(fixture_t *f, int cols, int rows) {
+    endwin();
+    delscreen(f->screen);
+    fclose(f->out);
+    fclose(f->in);
+    close(f->rd);
+    open_screen(f, cols, rows);
+    layout_compute(COLS, LINES, &f->v.lay);
+    f->v.color = con_draw_colors(true);
+}
+
+/* The view the console would draw: a model, two requests and the console's reply, a changed
+ * flag, a conversation with reasoning, a two-line message in the REPL line. */
+static int setup(void **state) {
+    fixture_t *f = calloc(1, sizeof *f);
+    assert_non_null(f);
+    assert_non_null(setlocale(LC_ALL, "C.UTF-8"));
+    open_screen(f, 120, 40);
+    err_t err;
+    f->d = con_drawer_create(&err);
+    f->text = ui_text_create(1000, &err);
+    f->help = ui_text_create(100, &err);
+    f->le = le_create(4096, 10, &err);
+    assert_true(f->d && f->text && f->help && f->le);
+    for (int i = 0; i < N_METRICS; i++) {
+        ui_series_init(&f->series[i]);
+        for (int k = 0; k < 240; k++)
+            ui_series_push(&f->series[i], k % 40);
+    }
+    ui_text_add(f->text, UI_TXT_INFO, "Serving tiny at http://127.0.0.1:8000");
+    ui_text_add(f->text, UI_TXT_USER, "> what is 2+2?");
+    ui_text_add(f->text, UI_TXT_FOLD, "(reasoning hidden: F2 shows it)");
+    ui_text_add(f->text, UI_TXT_REASONING, "the user adds two and two");
+    ui_text_add(f->text, UI_TXT_REPLY, "It is 4.");
+    ui_text_add(f->text, UI_TXT_ERROR, "something failed");
+    for (int i = 0; i < 40; i++)
+        ui_text_addf(f->help, UI_TXT_NORMAL, "help row %d", i);
+    le_insert(f->le, "hello\nworld");
+    f->stats.running = 2;
+    f->stats.waiting = 1;
+    f->stats.n_active = f->stats.n_active_total = 3;
+    const char *ids[] = {"req-a", "chat-1", "chatcmpl-0123456789abcdef0123456789abcdef"};
+    for (int i = 0; i < 3; i++) {
+        stats_active_t *a = &f->stats.active[i];
+        snprintf(a->id, sizeof a->id, "%s", ids[i]);
+        a->prompt_tokens = 10 + i;
+        a->generated = 5;
+        a->state = i == 0 ? STATS_REQ_DECODE : STATS_REQ_PREFILL;
+    }
+    f->stats.requests_submitted = 7;
+    int n_flags = flags_count() < CON_MAX_FLAGS ? flags_count() : CON_MAX_FLAGS;
+    for (int i = 0; i < n_flags; i++)
+        snprintf(f->flag_text[i], CON_FLAG_VALUE, "%s", flags_at(i)->def);
+    f->flag_changed[3] = true;
+    snprintf(f->flag_text[3], CON_FLAG_VALUE, "777");
+    con_view_t *v = &f->v;
+    *v = (con_view_t){
+        .now = 100,
+        .color = con_draw_colors(true),
+        .model_name = "tiny-model",
+        .model_note = "(demo model, toy weights)",
+        .url = "http://127.0.0.1:8000",
+        .layout_desc = "TP 1",
+        .backend = "cpu (2 threads)",
+        .model_desc = "Qwen3 2 layers",
+        .uptime = 3725,
+        .series = f->series,
+        .window = 60,
+        .last_ttft = 120,
+        .last_tpot = 15,
+        .n_flags = n_flags,
+        .flag_text = (const char(*)[CON_FLAG_VALUE])f->flag_text,
+        .flag_changed = f->flag_changed,
+        .stats = &f->stats,
+        .reply_id = "chat-1",
+        .reply_prompt = 11,
+        .reply_gen = 4,
+        .reply_secs = 1.5,
+        .reply_decoding = true,
+        .text = f->text,
+        .busy = true,
+        .status = "generating (Esc stops)",
+        .help_text = f->help,
+    };
+    layout_compute(COLS, LINES, &v->lay);
+    le_render(f->le, con_draw_line_width(&v->lay, v->busy), &v->line);
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state) {
+    fixture_t *f = *state;
+    endwin();
+    delscreen(f->screen);
+    fclose(f->out);
+    fclose(f->in);
+    close(f->rd);
+    con_drawer_destroy(f->d);
+    ui_text_destroy(f->text);
+    ui_text_destroy(f->help);
+    le_destroy(f->le);
+    free(f->bytes);
+    free(f);
+    return 0;
+}
+
+/* Row y as UTF-8 (trailing spaces kept). */
+static const char *row(int y) {
+    static char buf[4096];
+    wchar_t w[1024];
+    int n = mvinnwstr(y, 0, w, COLS < 1023 ? COLS : 1023);
+    w[n > 0 ? n : 0] = L'\0';
+    size_t k = wcstombs(buf, w, sizeof buf - 1);
+    buf[k == (size_t)-1 ? 0 : k] = '\0';
+    return buf;
+}
+
+/* Draws the view; f->bytes gets what went to the terminal. */
+static con_drawn_t draw(fixture_t *f) {
+    con_drawn_t out;
+    con_draw(f->d, &f->v, &out);
+    f->cur_y = getcury(stdscr);
+    f->cur_x = getcurx(stdscr);
+    fflush(f->out);
+    f->n_bytes = 0;
+    for (;;) {
+        if (f->n_bytes + 4096 + 1 > f->cap_bytes) {
+            f->cap_bytes = 2 * (f->n_bytes + 4096 + 1);
+            f->bytes = realloc(f->bytes, f->cap_bytes);
+            assert_non_null(f->bytes);
+        }
+        ssize_t n = read(f->rd, f->bytes + f->n_bytes, 4096);
+        if (n <= 0) break;
+        f->n_bytes += (size_t)n;
+    }
+    f->bytes[f->n_bytes] = '\0';
+    if (getenv("TEST_DUMP_SCREEN"))
+        for (int y = 0; y < LINES; y++)
+            fprintf(stderr, "%2d|%s|\n", y, row(y));
+    return out;
+}
+
+/* The first row holding s, -1 when none does. */
+static int find_row(const char *s) {
+    for (int y = 0; y < LINES; y++)
+        if (strstr(row(y), s)) return y;
+    return -1;
+}
+
+/* The column (in cells) where s starts in row y. */
+static int find_col(int y, const char *s) {
+    const char *r = row(y), *at = strstr(r, s);
+    assert_non_null(at);
+    return (int)mbstowcs(NULL, r, 0) - (int)mbstowcs(NULL, at, 0);
+}
+
+static attr_t attrs_at(int y, int x, short *pair) {
+    cchar_t cc;
+    wchar_t wc[CCHARW_MAX];
+    attr_t a;
+    assert_int_equal(mvin_wch(y, x, &cc), OK);
+    getcchar(&cc, wc, &a, pair, NULL);
+    return a;
+}
+
+static void test_panels(void **state) {
+    fixture_t *f = *state;
+    con_drawn_t out = draw(f);
+    const layout_t *l = &f->v.lay;
+    /* header: the name clients send, the URL, the uptime */
+    const char *h = row(l->header.y);
+    assert_non_null(strstr(h, "Tachyon"));
+    assert_non_null(strstr(h, "tiny-model"));
+    assert_non_null(strstr(h, "http://127.0.0.1:8000"));
+    assert_non_null(strstr(h, "up 01:02:05"));
+    /* the charts' titles, with their window and the latency pair */
+    assert_true(find_row("running seqs") >= 0);
+    assert_true(find_row("KV cache") >= 0);
+    assert_true(find_row("TTFT/TPOT 60 s 120/15 ms") >= 0);
+    /* the flags panel: the changed flag first, marked */
+    int fy = find_row("Flags (* changed)");
+    assert_true(fy >= 0);
+    char want[128];
+    snprintf(want, sizeof want, "*%s", flags_at(3)->name);
+    assert_int_equal(find_row(want), fy + 1);
+    assert_non_null(strstr(row(fy + 1), "777"));
+    /* the requests table: the console's reply first, a long id by its end, the totals */
+    int ry = find_row("engine: 2 running, 1 waiting");
+    assert_true(ry >= 0);
+    int chat = find_row("chat-1"), other = find_row("req-a");
+    assert_true(chat > ry && other > chat);
+    assert_non_null(strstr(row(chat), "decode"));
+    assert_true(find_row("... and 1 more") > other);
+    assert_true(find_row("7 submitted, 0 done, 0 preempted") > other);
+    /* the chat pane: bottom-aligned, reasoning folded */
+    int cy = find_row("Chat and output");
+    assert_true(cy > 0);
+    assert_true(find_row("> what is 2+2?") > cy);
+    assert_true(find_row("(reasoning hidden: F2 shows it)") > cy);
+    assert_int_equal(find_row("the user adds"), -1);
+    assert_int_equal(find_row("something failed"), l->chat.y + l->chat.h - 1);
+    assert_int_equal(out.scroll, 0);
+    /* the status line */
+    const char *st = row(l->status.y);
+    assert_non_null(strstr(st, "ready | F1 help | +/- window 60 s | F2 reasoning hidden |"));
+    assert_non_null(strstr(st, "generating (Esc stops)"));
+    /* the REPL line: the busy prompt, the line break as a mark, the cursor after the text */
+    assert_non_null(strstr(row(l->repl.y), "... hello\xe2\x8f\x8eworld"));
+    assert_int_equal(f->cur_y, l->repl.y);
+    assert_int_equal(f->cur_x, 4 + 11);
+    /* and it all went to the terminal */
+    assert_true(f->n_bytes > 1000);
+    assert_non_null(strstr(f->bytes, "tiny-model"));
+}
+
+static void test_styles(void **state) {
+    fixture_t *f = *state;
+    f->v.show_reasoning = true;
+    ui_text_add(f->text, UI_TXT_TOOL, "\xe2\x9a\x99 get_weather({\"city\": \"Paris\"})");
+    draw(f);
+    short pair;
+    int tool = find_row("\xe2\x9a\x99 get_weather({\"city\": \"Paris\"})");
+    assert_int_equal(tool, f->v.lay.chat.y + f->v.lay.chat.h - 1);
+    attrs_at(tool, 2, &pair);
+    short reply_pair;
+    attrs_at(find_row("It is 4."), 0, &reply_pair);
+    assert_true(pair != 0 && pair != reply_pair); /* a colour of its own */
+    int y = find_row("the user adds");
+    assert_true(y >= 0);
+    assert_true(attrs_at(y, 0, &pair) & A_DIM);
+    assert_int_equal(find_row("(reasoning hidden"), -1);
+    y = find_row("> what is 2+2?");
+    assert_true(attrs_at(y, 0, &pair) & A_BOLD);
+    assert_true(pair != 0);
+    y = find_row("something failed");
+    attrs_at(y, 0, &pair);
+    assert_true(pair != 0);
+    y = find_row("It is 4.");
+    assert_int_equal(attrs_at(y, 0, &pair) & (A_BOLD | A_DIM), 0);
+    assert_non_null(strstr(row(f->v.lay.status.y), "F2 reasoning shown"));
+}
+
+/* Braille in a UTF-8 terminal; only ASCII and no colour pair with ascii and no colour. */
+static void test_ascii_mono(void **state) {
+    fixture_t *f = *state;
+    draw(f);
+    layout_rect_t c = f->v.lay.charts[0];
+    bool braille = false;
+    for (int y = c.y + 1; y < c.y + c.h; y++)
+        braille |= strstr(row(y), "\xe2\xa0") || strstr(row(y), "\xe2\xa1") ||
+                   strstr(row(y), "\xe2\xa2") || strstr(row(y), "\xe2\xa3");
+    assert_true(braille);
+
+    f->v.ascii = true;
+    f->v.color = false;
+    ui_text_add(f->text, UI_TXT_TOOL, "[tool] get_weather({})");
+    draw(f);
+    for (int y = 0; y < LINES; y++) {
+        for (const unsigned char *p = (const unsigned char *)row(y); *p; p++)
+            assert_true(*p < 0x80);
+        for (int x = 0; x < COLS; x++) {
+            short pair;
+            attrs_at(y, x, &pair);
+            assert_int_equal(pair, 0);
+        }
+    }
+    assert_non_null(strstr(row(f->v.lay.repl.y), "... hello|world"));
+    assert_non_null(strstr(row(f->v.lay.chat.y), "- Chat and output ---"));
+    bool glyphs = false;
+    for (int y = c.y + 1; y < c.y + c.h; y++)
+        glyphs |= strpbrk(row(y) + 6, ".:|#") != NULL;
+    assert_true(glyphs);
+    short pair;
+    assert_true(attrs_at(find_row("something failed"), 0, &pair) & A_BOLD);
+    assert_true(attrs_at(find_row("[tool] get_weather({})"), 0, &pair) & A_BOLD);
+    assert_false(attrs_at(find_row("It is 4."), 0, &pair) & A_BOLD);
+}
+
+/* A scroll past the text is clamped and given back; a scrolled pane says so. */
+static void test_scroll(void **state) {
+    fixture_t *f = *state;
+    f->v.scroll = 1000;
+    con_drawn_t out = draw(f);
+    assert_int_equal(out.scroll, 0);
+    for (int i = 0; i < 200; i++)
+        ui_text_addf(f->text, UI_TXT_NORMAL, "line %d", i);
+    out = draw(f);
+    int rows = f->v.lay.chat.h - 1;
+    assert_true(out.scroll > 0 && out.scroll < 1000);
+    assert_true(find_row("scrolled up: PgDn goes back") >= 0);
+    assert_true(find_row("Serving tiny") > 0); /* the oldest rows, at the top */
+    f->v.scroll = out.scroll - rows;
+    draw(f);
+    assert_int_equal(find_row("Serving tiny"), -1);
+}
+
+/* The help over the charts: from the top, scrolled to its end, and the cursor hidden. */
+static void test_help(void **state) {
+    fixture_t *f = *state;
+    reopen(f, 80, 12);
+    assert_true(f->v.lay.too_small);
+    draw(f);
+    assert_true(find_row("terminal too small: need 60x16") >= 0);
+    assert_true(find_row("(now 80x12)") >= 0);
+    assert_int_equal(find_row("Tachyon"), -1);
+
+    resizeterm(24, 80);
+    layout_compute(COLS, LINES, &f->v.lay);
+    f->v.help = true;
+    f->v.help_scroll = 1 << 20; /* the top, clamped */
+    con_drawn_t out = draw(f);
+    assert_true(out.help_scroll > 0 && out.help_scroll < 1 << 20);
+    assert_true(find_row("Help (Up/Down, PgUp/PgDn scroll; any other key closes)") >= 0);
+    assert_true(find_row("help row 0") >= 0);
+    assert_true(find_row("-- PgDn: more below --") >= 0);
+    assert_int_equal(find_row("Chat and output"), -1);
+    f->v.help_scroll = 0;
+    out = draw(f);
+    assert_int_equal(out.help_scroll, 0);
+    assert_int_equal(find_row("help row 0"), -1);
+    assert_true(find_row("help row 39") >= 0);
+    assert_true(find_row("-- end (PgUp: more above) --") >= 0);
+    assert_int_equal(find_row("tiny-model"), 0); /* the header stays */
+}
+
+/* A benchmark and a flag change show on the status line and in the requests table. */
+static void test_bench_and_flag(void **state) {
+    fixture_t *f = *state;
+    /* no layout gives the table the rows it needs for the benchmark's lines yet: a made-up one */
+    f->v.lay.requests = (layout_rect_t){0, 17, 60, 20};
+    f->v.lay.chat = (layout_rect_t){60, 17, 60, 21};
+    f->bench = (bench_progress_t){.total = 40, .done = 10, .in_flight = 3, .elapsed = 12};
+    f->v.bench = &f->bench;
+    draw(f);
+    const char *st = row(f->v.lay.status.y);
+    assert_non_null(strstr(st, "ready | bench [#####...............] 10/40 |"));
+    int y = find_row("bench   3 in flight, 10/40 done, 0 failed");
+    assert_true(y > 17);
+    assert_int_equal(find_col(y + 1, "[####"), 1);
+    assert_non_null(strstr(row(y + 1), "] 12 s"));
+    assert_true(find_row("~3456789abcdef0123456789abcdef ") > y); /* a long id by its end */
+    f->v.bench = NULL;
+    f->v.applying = "block-size";
+    f->v.applying_secs = 2.5;
+    draw(f);
+    assert_true(strstr(row(f->v.lay.status.y), "ready | applying block-size ") != NULL);
+    assert_true(strstr(row(f->v.lay.status.y), " 2.5 s |") != NULL);
+    assert_int_equal(find_col(f->v.lay.status.y, "ready"), 0);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_panels, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_styles, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ascii_mono, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_scroll, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_help, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bench_and_flag, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,388 @@
+/* console_cmd: the console's keys and commands (see console_int.h). Keys come decoded from
+ * input.h: the editor's keys go to the REPL line, the console's own (F1 help, F2 reasoning,
+ * PgUp/PgDn, +/- on an empty line, Ctrl-L, Esc) act here; a submitted line is parsed by
+ * commands.h and carried out by run_line. Flag changes run on a worker thread: a rebuild flag
+ * drains the engine, and even a live one may wait for another client's rebuild. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <curses.h>
+
+#include "console_int.h"
+
+static const char help_keys[] =
+    "Keys\n"
+    "  Enter        send a chat message, or run a /command\n"
+    "  Alt-Enter    a new line in the message (a paste keeps its lines)\n"
+    "  Tab / Right  complete / accept the dimmed suggestion\n"
+    "  Up / Down    history          Ctrl-A/E/B/F/K/U/W/Y  edit the line\n"
+    "  PgUp / PgDn  scroll the chat and output pane\n"
+    "  Esc          stop the reply being generated\n"
+    "  F2           show / hide the model's reasoning\n"
+    "  + / -        (on an empty line) zoom the charts' time window in / out\n"
+    "  F1 or ?      (on an empty line) this help        Ctrl-L  redraw\n"
+    "  Ctrl-C       stop the reply and the benchmark; then leave (asks first while\n"
+    "               other clients' requests run: /quit --drain lets them finish)\n"
+    "\n"
+    "Commands (Tab completes them, their flags and values)\n";
+
+void con_help_fill(console_t *c) {
+    char cmds[8192];
+    err_t err = {{0}};
+    if (repl_help(NULL, cmds, sizeof cmds, &err) < 0) cmds[0] = '\0';
+    ui_text_add(c->help_text, UI_TXT_NORMAL, help_keys);
+    ui_text_add(c->help_text, UI_TXT_NORMAL, cmds);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Flags
+
+void con_read_flags(console_t *c) {
+    flags_init(&c->cur_flags);
+    c->n_flags = flags_count() < CON_MAX_FLAGS ? flags_count() : CON_MAX_FLAGS;
+    for (int i = 0; i < c->n_flags; i++) {
+        const flag_def_t *f = flags_at(i);
+        err_t err;
+        if (engine_flag_get(c->eng, f->name, c->flag_text[i], CON_FLAG_VALUE, &err) < 0)
+            snprintf(c->flag_text[i], CON_FLAG_VALUE, "?");
+        flags_set(f, c->flag_text[i], &c->cur_flags, &err);
+        c->flag_changed[i] = flags_differ(f, &c->cur_flags, &c->def_flags);
+    }
+    c->flags_read_at = engine_now();
+}
+
+/* Flags whose default means "automatic" (max-model-len 0: the model's, fitted to the pool) read
+ * back as the value the engine chose; when the command line left them at the default, that
+ * value is the baseline the panel compares with, so they do not show as changed. */
+void con_flags_baseline(console_t *c, const flag_values_t *cmdline) {
+    for (int i = 0; i < c->n_flags; i++) {
+        const flag_def_t *f = flags_at(i);
+        if (!flags_differ(f, cmdline, &c->def_flags) && c->flag_changed[i]) {
+            memcpy((char *)&c->def_flags + f->offset, (const char *)&c->cur_flags + f->offset,
+                   f->size);
+            c->flag_changed[i] = false;
+        }
+    }
+}
+
+static void show_flag(console_t *c, const flag_def_t *f, const char *prefix) {
+    char v[CON_FLAG_VALUE];
+    err_t err;
+    if (engine_flag_get(c->eng, f->name, v, sizeof v, &err) < 0) {
+        con_out_error(c, err.msg);
+        return;
+    }
+    ui_text_addf(c->text, UI_TXT_NORMAL, "%s%s = %s   (default %s, %s)", prefix, f->name, v, f->def,
+                 flag_apply_name(f->apply));
+    c->scroll = 0;
+}
+
+static void *flag_main(void *arg) {
+    console_t *c = arg;
+    ui_event_t ev = {.type = UI_EV_FLAG_DONE};
+    err_t err = {{0}};
+    ev.code = engine_flag_set(c->eng, c->flag_name, c->flag_value, &err) < 0 ? -1 : 0;
+    snprintf(ev.text, sizeof ev.text, "%.500s", err.msg);
+    while (ui_queue_push(c->q, &ev) < 0)
+        usleep(10000); /* the UI must learn the outcome */
+    return NULL;
+}
+
+/* Every change goes through a worker thread: a rebuild flag drains the engine, and even a live
+ * one waits while another client's rebuild holds the engine's flag lock; the UI never does. */
+static void con_set(console_t *c, const flag_def_t *f, const char *value) {
+    if (c->flag_busy) {
+        con_out_error(c, "a flag change is still being applied; wait for it");
+        return;
+    }
+    snprintf(c->flag_name, sizeof c->flag_name, "%s", f->name);
+    snprintf(c->flag_value, sizeof c->flag_value, "%s", value);
+    c->flag_t0 = engine_now();
+    if (con_spawn(&c->flag_thread, flag_main, c) != 0) {
+        con_out_error(c, "cannot start a thread for the flag change");
+        return;
+    }
+    c->flag_busy = true;
+    if (f->apply == FLAG_REBUILD) {
+        ui_text_addf(c->text, UI_TXT_INFO,
+                     "%s = %s needs a KV-pool rebuild: draining the batch (running requests are "
+                     "preempted and recomputed, none lost), rebuilding, resuming...",
+                     f->name, value);
+        c->scroll = 0;
+    }
+}
+
+void con_flag_done(console_t *c, const ui_event_t *ev) {
+    pthread_join(c->flag_thread, NULL);
+    c->flag_busy = false;
+    if (ev->code < 0) {
+        con_out_error(c, ev->text);
+        return;
+    }
+    con_read_flags(c);
+    const flag_def_t *f = flags_find(c->flag_name);
+    if (!f) return;
+    show_flag(c, f, "set ");
+    if (f->apply == FLAG_REBUILD)
+        con_set_status(c, false, "%s = %s: KV pool rebuilt in %.2f s", f->name, c->flag_value,
+                       engine_now() - c->flag_t0);
+    else
+        con_set_status(c, false, "%s = %s (live: applies from the next engine step)", f->name,
+                       c->flag_value);
+}
+
+static void con_flags(console_t *c, const char *prefix) {
+    size_t plen = prefix ? strlen(prefix) : 0;
+    con_read_flags(c);
+    ui_text_add(c->text, UI_TXT_PRE,
+                "flag                          value        default      "
+                "applies   (* changed)");
+    int shown = 0;
+    for (int i = 0; i < c->n_flags; i++) {
+        const flag_def_t *f = flags_at(i);
+        if (plen && strncmp(f->name, prefix, plen)) continue;
+        ui_text_addf(c->text, UI_TXT_PRE, "%c %-28s %-12s %-12s %-8s  %s",
+                     c->flag_changed[i] ? '*' : ' ', f->name, c->flag_text[i], f->def,
+                     flag_apply_name(f->apply), f->help);
+        shown++;
+    }
+    if (!shown) ui_text_addf(c->text, UI_TXT_INFO, "no flag starts with \"%s\"", prefix);
+    c->scroll = 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Commands
+
+static void con_help(console_t *c, const char *name) {
+    char buf[8192];
+    err_t err = {{0}};
+    if (repl_help(name, buf, sizeof buf, &err) < 0) {
+        con_out_error(c, err.msg);
+        return;
+    }
+    ui_text_add(c->text, UI_TXT_PRE, buf);
+    if (!name) ui_text_add(c->text, UI_TXT_INFO, "F1 or ? (on an empty line) lists the keys");
+    c->scroll = 0;
+}
+
+/* Runs one submitted line; returns true to quit. */
+static bool run_line(console_t *c, const char *line) {
+    err_t err = {{0}};
+    if (repl_parse(line, &c->cmd, &err) < 0) {
+        con_out_error(c, err.msg);
+        return false;
+    }
+    repl_cmd_t *cmd = &c->cmd;
+    switch (cmd->kind) {
+        case REPL_EMPTY:
+            break;
+        case REPL_CHAT:
+            if (c->reply) { /* nothing typed is lost: the message waits in the line */
+                le_set_text(c->le, line);
+                con_set_status(c, false,
+                               "a reply is still streaming: your message stays in the line; "
+                               "Enter sends it once the reply ends (Esc stops the reply)");
+                break;
+            }
+            con_chat_send(c, cmd->text);
+            break;
+        case REPL_HELP:
+            con_help(c, cmd->argc ? cmd->argv[0] : NULL);
+            break;
+        case REPL_QUIT:
+            return con_quit_command(c, cmd->on);
+        case REPL_NEW:
+            con_chat_stop(c);
+            con_chat_reset(c);
+            ui_text_add(c->text, UI_TXT_INFO, "(new conversation)");
+            c->scroll = 0;
+            break;
+        case REPL_SYSTEM:
+            free(c->system);
+            c->system = strdup(cmd->text);
+            con_chat_reset(c);
+            ui_text_addf(c->text, UI_TXT_INFO, "(new conversation with %s)",
+                         *cmd->text ? "this system message" : "no system message");
+            c->scroll = 0;
+            break;
+        case REPL_THINK:
+            c->think = cmd->on;
+            ui_text_addf(c->text, UI_TXT_INFO, "(thinking %s: enable_thinking=%s)",
+                         cmd->on ? "on" : "off", cmd->on ? "default" : "false");
+            c->scroll = 0;
+            break;
+        case REPL_SET:
+            con_set(c, cmd->flag, cmd->argv[1]);
+            break;
+        case REPL_GET:
+            show_flag(c, cmd->flag, "");
+            break;
+        case REPL_FLAGS:
+            con_flags(c, cmd->argc ? cmd->argv[0] : NULL);
+            break;
+        case REPL_BENCH:
+            con_bench_start(c, cmd->argc, cmd->argv);
+            break;
+        case REPL_BENCH_STOP:
+            if (!con_bench_stop(c)) con_out_error(c, "no benchmark is running");
+            break;
+        case REPL_RESULTS:
+            con_results(c);
+            break;
+        case REPL_COMPARE:
+            con_compare(c, cmd);
+            break;
+        case REPL_TOOLS:
+        case REPL_TOOLS_OFF:
+            con_chat_tools(c, cmd);
+            break;
+        case REPL_CLEAR:
+            ui_text_clear(c->text);
+            c->scroll = 0;
+            break;
+    }
+    return false;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Keys
+
+static const double windows_s[] = {30, 60, 300, 900};
+#define N_WINDOWS ((int)(sizeof windows_s / sizeof windows_s[0]))
+
+double con_window_s(const console_t *c) {
+    return windows_s[c->window];
+}
+
+void con_relayout(console_t *c) {
+    layout_compute(COLS, LINES, &c->lay);
+    c->dirty = true;
+}
+
+/* A key while the help is open: the scroll keys scroll it, any other key closes it. */
+static void help_key(console_t *c, const input_event_t *ev) {
+    int page = LINES - 6 > 1 ? LINES - 6 : 1, by = 0;
+    if (ev->kind == INPUT_EDIT && (ev->key == LE_KEY_UP || ev->key == LE_KEY_DOWN))
+        by = ev->key == LE_KEY_UP ? 1 : -1;
+    else if (ev->kind == INPUT_EDIT && (ev->key == LE_KEY_HOME || ev->key == LE_KEY_END))
+        by = ev->key == LE_KEY_HOME ? 1 << 20 : -(1 << 20);
+    else if (ev->kind == INPUT_KEY && ev->curses_key && ev->key == KEY_PPAGE)
+        by = page;
+    else if (ev->kind == INPUT_KEY && ev->curses_key && ev->key == KEY_NPAGE)
+        by = -page;
+    else
+        c->help = false;
+    c->help_scroll = c->help_scroll + by < 0 ? 0 : c->help_scroll + by; /* draw clamps the top */
+}
+
+static void open_help(console_t *c) {
+    c->help = true;
+    c->help_scroll = 1 << 20; /* from the top */
+}
+
+static void scroll_by(console_t *c, int rows) {
+    c->scroll += rows;
+    if (c->scroll < 0) c->scroll = 0;
+    c->dirty = true;
+}
+
+/* Feeds one editor key; returns true to quit. */
+static bool editor_key(console_t *c, int key) {
+    switch (le_key(c->le, key)) {
+        case LE_SUBMIT: {
+            const char *line = le_submitted(c->le);
+            err_t err;
+            if (c->have_hist) le_history_save(c->le, c->hist_path, &err);
+            c->status_error = false;
+            return run_line(c, line);
+        }
+        case LE_EOF:
+            return true;
+        case LE_CANDIDATES: {
+            int n;
+            const char *const *cand = le_candidates(c->le, &n);
+            char buf[1024];
+            size_t used = 0;
+            for (int i = 0; i < n && used + 2 < sizeof buf; i++) {
+                int k = snprintf(buf + used, sizeof buf - used, "%s%s", i ? "  " : "", cand[i]);
+                if (k < 0 || (size_t)k >= sizeof buf - used) break;
+                used += (size_t)k;
+            }
+            con_set_status(c, false, "%s", buf);
+            break;
+        }
+        default:
+            break;
+    }
+    c->dirty = true;
+    return false;
+}
+
+/* One decoded key (input.h); returns true to quit. */
+static bool console_key(console_t *c, const input_event_t *ev) {
+    c->dirty = true;
+    int ch = ev->key;
+    if (ev->kind == INPUT_KEY && ev->curses_key && ch == KEY_RESIZE) {
+        con_relayout(c);
+        return false;
+    }
+    if (c->help && ev->kind != INPUT_PASTE) { /* a paste closes the help and is kept */
+        help_key(c, ev);
+        return false;
+    }
+    c->help = false;
+    switch (ev->kind) {
+        case INPUT_ESC:
+            con_chat_stop(c);
+            return false;
+        case INPUT_PASTE: /* the whole paste is one message, its line breaks kept */
+            le_insert(c->le, ev->text);
+            return false;
+        case INPUT_EDIT:
+            return editor_key(c, ch);
+        case INPUT_KEY:
+            break;
+    }
+    if (ev->curses_key) {
+        if (ch == KEY_F(1))
+            open_help(c);
+        else if (ch == KEY_F(2))
+            c->show_reasoning = !c->show_reasoning;
+        else if (ch == KEY_PPAGE)
+            scroll_by(c, c->lay.chat.h > 3 ? c->lay.chat.h - 2 : 1);
+        else if (ch == KEY_NPAGE)
+            scroll_by(c, -(c->lay.chat.h > 3 ? c->lay.chat.h - 2 : 1));
+        return false;
+    }
+    if (ch == 12) { /* Ctrl-L */
+        clearok(curscr, TRUE);
+        con_relayout(c);
+        return false;
+    }
+    if (le_text(c->le)[0] == '\0' && (ch == '?' || ch == '+' || ch == '-')) {
+        if (ch == '?')
+            open_help(c);
+        else if (ch == '+' && c->window > 0)
+            c->window--;
+        else if (ch == '-' && c->window < N_WINDOWS - 1)
+            c->window++;
+        return false;
+    }
+    return editor_key(c, ch);
+}
+
+/* Handles every key waiting on stdin; returns true to quit. */
+bool con_read_keys(console_t *c) {
+    wint_t ch;
+    int rc, n;
+    input_event_t ev[2];
+    while ((rc = get_wch(&ch)) != ERR) {
+        n = input_feed(c->in, rc == KEY_CODE_YES, (int)ch, engine_now(), ev);
+        for (int i = 0; i < n; i++)
+            if (console_key(c, &ev[i])) return true;
+    }
+    n = input_idle(c->in, engine_now(), ev);
+    return n && console_key(c, &ev[0]);
+}
