@@ -230,6 +230,11 @@ static int bind_one(model_weights_t *w, mdir_t *dir, const wspec_t *s, int layer
                            mdir_path(dir), ckpt, name, cfg->n_layers);
         return err_set(err, "%s/%s: missing tensor '%s'", mdir_path(dir), ckpt, name);
     }
+    if (t->dtype == DT_F8_E4M3 && s->kind == WK_ROUTER)
+        return err_set(err,
+                       "%s/%s: tensor '%s' is F8_E4M3 but the MoE router stays unquantized "
+                       "(BF16, F16 or F32)",
+                       WHERE(t));
     if (check_shape(dir, cfg, s, t, err) < 0) return -1;
 
     wtensor_t *out = slot_of(w, s, layer, expert);
@@ -241,11 +246,6 @@ static int bind_one(model_weights_t *w, mdir_t *dir, const wspec_t *s, int layer
     snprintf(scale_name, sizeof scale_name, "%s.weight_scale_inv", base);
     const st_tensor_t *sc = st_find(w->st, scale_name);
     if (t->dtype == DT_F8_E4M3) {
-        if (s->kind == WK_ROUTER)
-            return err_set(err,
-                           "%s/%s: tensor '%s' is F8_E4M3 but the MoE router stays unquantized "
-                           "(BF16, F16 or F32)",
-                           WHERE(t));
         if (s->kind != WK_LINEAR && s->kind != WK_LM_HEAD)
             return err_set(err, "%s/%s: tensor '%s' is F8_E4M3 but only projections can be FP8",
                            WHERE(t));
