@@ -100,6 +100,7 @@ typedef struct cb_moe {
     uint16_t *a16;      /* [rows, I_pad] bf16 SiLU product (BF16 path) */
     float *y;           /* [rows, H] f32 expert outputs */
     unsigned long long *load; /* [L][E] tokens routed since create (the expert-load stats) */
+    int32_t *trace;           /* host: trace_routing's [L][T][k], or NULL */
 } cb_moe_t;
 
 typedef struct cb_graph {
@@ -246,6 +247,8 @@ void cb_moe_layout_activations(cuda_backend_t *be, wlayout_t *a);
 int cb_moe_mlp(cuda_backend_t *be, const run_args_t *r, int l, const void *out, err_t *err);
 /* backend_ops_t.expert_load */
 int cb_expert_load(backend_t *base, uint64_t *out, err_t *err);
+/* backend_ops_t.trace_routing (copies each MoE layer's ids back, synchronously: tests only) */
+void cb_trace_routing(backend_t *base, int32_t *ids);
 
 /* cb_layers.cu */
 

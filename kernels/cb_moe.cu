@@ -230,6 +230,12 @@ int cb_moe_mlp(cuda_backend_t *be, const run_args_t *r, int l, const void *out, 
     if (moe_router(m->xf, y->router, T, H, m->E, m->logits, st, err) < 0 ||
         moe_topk(m->logits, T, m->E, m->k, m->norm, m->ids, m->weights, st, err) < 0)
         return -1;
+    if (m->trace) { /* tests only: synchronous, so the caller reads it when forward returns */
+        CUDA_CHECK(cudaStreamSynchronize(st), err);
+        CUDA_CHECK(cudaMemcpy(m->trace + (size_t)l * T * m->k, m->ids, (size_t)T * m->k * 4,
+                              cudaMemcpyDeviceToHost),
+                   err);
+    }
     const void *x_in = be->fp8 ? (const void *)be->xq : (const void *)be->x16;
     for (int t0 = 0; t0 < T; t0 += m->chunk) {
         int n = T - t0 < m->chunk ? T - t0 : m->chunk;
@@ -251,6 +257,10 @@ int cb_expert_load(backend_t *base, uint64_t *out, err_t *err) {
                err);
     CUDA_CHECK(cudaStreamSynchronize(be->stream), err);
     return 0;
+}
+
+void cb_trace_routing(backend_t *base, int32_t *ids) {
+    ((cuda_backend_t *)base)->moe.trace = ids;
 }
 
 extern "C" int cuda_backend_expert_value(const backend_t *base, int layer, int e, int slot,

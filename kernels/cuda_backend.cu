@@ -427,8 +427,9 @@ extern "C" void cuda_backend_graph_stats(const backend_t *base, long *replays, i
 
 /* Positional: the fields of backend_ops_t in order (name, create, destroy, kv_block_bytes,
  * kv_reserve, forward, sample, describe, kv_pool_bytes, configure, makes_dummy_weights,
- * expert_load). */
+ * expert_load, trace_routing). */
 extern "C" const backend_ops_t cuda_backend_ops = {
-    "cuda",    cb_create,   cb_destroy,       cb_kv_block_bytes, cb_kv_reserve, cb_forward,
-    cb_sample, cb_describe, cb_kv_pool_bytes, cb_configure,      true,          cb_expert_load,
+    "cuda",     cb_create,      cb_destroy,       cb_kv_block_bytes, cb_kv_reserve,
+    cb_forward, cb_sample,      cb_describe,      cb_kv_pool_bytes,  cb_configure,
+    true,       cb_expert_load, cb_trace_routing,
 };

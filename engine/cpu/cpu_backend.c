@@ -64,6 +64,7 @@ typedef struct cpu_backend {
     int kmax;                /* widest GEMM input: the most columns of any linear (H, nH*D, I) */
     cpu_moe_t *moe;          /* scratch of the MLP_MOE layers; NULL without */
     uint64_t *expert_counts; /* [n_layers][n_experts] tokens routed since create */
+    int32_t *trace;          /* trace_routing's [n_layers][T][k], or NULL */
 
     /* KV pool, f32 [n_layers][num_blocks][block_size][n_kv_heads][head_dim] each */
     float *k_pool, *v_pool;
@@ -586,8 +587,9 @@ static void moe_mlp(cpu_backend_t *be, int T, int layer) {
     for (int t = 0; t < T; t++)
         cpu_rmsnorm(be->h + (int64_t)t * H, L->norm[L_MLP_NORM], H, c->rms_norm_eps,
                     be->xn + (int64_t)t * H);
+    int32_t *trace = be->trace ? be->trace + (size_t)layer * T * c->n_experts_per_tok : NULL;
     cpu_moe_forward(be->moe, be->pool, &L->moe, be->xn, T, be->h, be->emulate_fp8,
-                    be->expert_counts + (size_t)layer * (size_t)c->n_experts);
+                    be->expert_counts + (size_t)layer * (size_t)c->n_experts, trace);
 }
 
 static int cpu_forward(backend_t *base, const be_batch_t *b, float *logits, err_t *err) {
@@ -633,6 +635,10 @@ static int cpu_expert_load(backend_t *base, uint64_t *out, err_t *err) {
     return 0;
 }
 
+static void cpu_trace_routing(backend_t *base, int32_t *ids) {
+    ((cpu_backend_t *)base)->trace = ids;
+}
+
 static void cpu_describe(const backend_t *base, char *buf, size_t size) {
     const cpu_backend_t *be = (const cpu_backend_t *)base;
     snprintf(buf, size, "cpu, %d thread%s, f32 (W8A8 emulation %s)%s", be->n_threads,
@@ -649,4 +655,5 @@ const backend_ops_t cpu_backend_ops = {
     .forward = cpu_forward,
     .describe = cpu_describe,
     .expert_load = cpu_expert_load,
+    .trace_routing = cpu_trace_routing,
 };

@@ -230,7 +230,8 @@ static void combine_tokens(void *ctx, int thread, int64_t begin, int64_t end) {
 // The layer
 
 static void forward_chunk(cpu_moe_t *m, cpu_pool_t *pool, const cpu_moe_weights_t *w,
-                          const float *x, int T, float *h, bool emulate_fp8, uint64_t *counts) {
+                          const float *x, int T, float *h, bool emulate_fp8, uint64_t *counts,
+                          int32_t *trace) {
     int H = m->H, E = m->E, k = m->k;
     moe_job_t job = {.m = m, .w = w, .x = x, .T = T, .h = h};
 
@@ -240,6 +241,7 @@ static void forward_chunk(cpu_moe_t *m, cpu_pool_t *pool, const cpu_moe_weights_
     for (int t = 0; t < T; t++)
         cpu_moe_route(m->logits + (int64_t)t * E, E, k, m->norm, m->ids + t * k,
                       m->weights + t * k);
+    if (trace) memcpy(trace, m->ids, (size_t)T * (size_t)k * sizeof *trace);
     int n_active = group(m, T);
     for (int e = 0; counts && e < E; e++)
         counts[e] += (uint64_t)m->count[e];
@@ -268,10 +270,10 @@ static void forward_chunk(cpu_moe_t *m, cpu_pool_t *pool, const cpu_moe_weights_
 }
 
 void cpu_moe_forward(cpu_moe_t *m, cpu_pool_t *pool, const cpu_moe_weights_t *w, const float *x,
-                     int T, float *h, bool emulate_fp8, uint64_t *counts) {
+                     int T, float *h, bool emulate_fp8, uint64_t *counts, int32_t *trace) {
     for (int t0 = 0; t0 < T; t0 += m->chunk) {
         int n = T - t0 < m->chunk ? T - t0 : m->chunk;
         forward_chunk(m, pool, w, x + (int64_t)t0 * m->H, n, h + (int64_t)t0 * m->H, emulate_fp8,
-                      counts);
+                      counts, trace ? trace + (int64_t)t0 * m->k : NULL);
     }
 }

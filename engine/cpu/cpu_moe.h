@@ -20,7 +20,7 @@
  *     cpu_moe_t *m;
  *     cpu_moe_create(cfg, n_threads, &m, &err);
  *     cpu_moe_weights_t lw = {router, experts};            // experts: weights_expert(w, l, 0, 0)
- *     cpu_moe_forward(m, pool, &lw, x, T, h, emulate_fp8, counts);   // counts[E] += routed
+ *     cpu_moe_forward(m, pool, &lw, x, T, h, emulate_fp8, counts, NULL);   // counts[E] += routed
  *     cpu_moe_destroy(m);
  */
 #ifndef TACHYON_CPU_MOE_H
@@ -50,11 +50,12 @@ int cpu_moe_create(const model_config_t *cfg, int n_threads, cpu_moe_t **out, er
 void cpu_moe_destroy(cpu_moe_t *m);
 
 /* h[t] += MoE(x[t]) for t < T: x [T, H] the normed input (f32), h [T, H] the residual stream.
- * counts[E] (may be NULL) gets the tokens routed to each expert added. Uses the pool's threads.
+ * counts[E] (may be NULL) gets the tokens routed to each expert added; trace [T, k] (may be
+ * NULL) each token's experts (backend_ops_t.trace_routing). Uses the pool's threads.
  * Every expert's gate and up must have the dtype (and FP8 block) of expert 0's gate, and every
  * down that of expert 0's down: the input quantization is shared (the backend checks). */
 void cpu_moe_forward(cpu_moe_t *m, cpu_pool_t *pool, const cpu_moe_weights_t *w, const float *x,
-                     int T, float *h, bool emulate_fp8, uint64_t *counts);
+                     int T, float *h, bool emulate_fp8, uint64_t *counts, int32_t *trace);
 
 /* The k experts of one token from its router logits [E]: ids in decreasing probability (ties:
  * lower id first) and their weights (renormalised when norm). Exposed for the tests and the

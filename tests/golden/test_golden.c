@@ -288,6 +288,11 @@ static void test_moe_fp8(void **state) {
     print_message("tiny-qwen3-moe-fp8: max |logit - transformers| = %.3g\n", e);
     assert_true(e <= LOGIT_TOLERANCE);
     check_greedy("tiny-qwen3-moe-fp8", "tiny-qwen3-moe-fp8", false);
+    /* how far W8A8 alone moves this model's logits (the scale of the CUDA backend's FP8
+     * differences, tests/gpu/test_cuda_backend.c) */
+    e = batched_prefill_error("tiny-qwen3-moe-fp8", "tiny-qwen3-moe-fp8", true);
+    print_message("tiny-qwen3-moe-fp8 W8A8: max |logit - transformers weight-only| = %.3g\n", e);
+    assert_true(e > LOGIT_TOLERANCE && e < 2.0);
 }
 
 /* W8A8 emulation against transformers with the same quantization (per token, per 128 columns,
