@@ -13,6 +13,7 @@
 #include "bench.h"
 #include "cli.h"
 #include "mdir.h"
+#include "statedir.h"
 #include "tokenizer.h"
 
 static const char bench_usage[] =
@@ -582,6 +583,13 @@ int cmd_bench(int argc, char **argv) {
     if (c.o.dataset != BENCH_DATASET_RANDOM && !c.output_len_set && !c.o.profile[0])
         c.o.output_len = 0;
 
+    if (c.save) { /* mkdir -p, as vLLM does; a directory that cannot be made fails before the run */
+        err_t de = {{0}};
+        if (statedir_mkdirs(c.result_dir, &de) < 0) {
+            fprintf(stderr, "tachyon bench: --result-dir %s: %s\n", c.result_dir, de.msg);
+            return 1;
+        }
+    }
     local_tok_t lt = {0};
     if (c.tokenizer) {
         if (lt_open(&lt, c.tokenizer) < 0) return 1;

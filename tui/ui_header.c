@@ -46,7 +46,7 @@ int ui_header_fit(const ui_header_field_t *f, int n, int width, bool ascii, char
     if (n > MAX_FIELDS) n = MAX_FIELDS;
     /* rank 0 always; then, lowest rank first, every field that still fits (a wide field left out
      * does not keep a narrower, less important one out) */
-    bool shown[MAX_FIELDS], tried[MAX_FIELDS];
+    bool shown[MAX_FIELDS] = {0}, tried[MAX_FIELDS] = {0};
     for (int i = 0; i < n; i++) {
         shown[i] = present(&f[i]) && f[i].rank == 0;
         tried[i] = shown[i] || !present(&f[i]);

@@ -61,12 +61,24 @@ void cpu_dequant_rows(const wtensor_t *w, int64_t row0, int n, float *dst) {
     }
 }
 
+/* The three f32 inner products below (cpu_dot, dot_4x1, dot_4x2) are left out of the
+ * sanitizers: ASan's shadow checks on their eight-lane accumulators and UBSan's index checks keep
+ * the loops scalar, which made the sanitizer build's CPU tests ten times slower than the engine
+ * logic they are there to check. They do float arithmetic on spans whose bounds their callers
+ * own (cpu_matmul_rows: the weight tensor's rows and cols; attention: the block table, checked by
+ * backend_check_bounds each step), and the callers' own accesses stay checked. */
+#if defined(__GNUC__)
+#define INNER_PRODUCT __attribute__((no_sanitize("address", "undefined")))
+#else
+#define INNER_PRODUCT
+#endif
+
 /* The fixed reduction of the 8 lanes, shared by every kernel. */
 static inline float reduce8(const float *a) {
     return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
 }
 
-float cpu_dot(const float *a, const float *b, int n) {
+INNER_PRODUCT float cpu_dot(const float *a, const float *b, int n) {
     float acc[8] = {0};
     int k = 0;
     for (; k + 8 <= n; k += 8)
@@ -78,7 +90,7 @@ float cpu_dot(const float *a, const float *b, int n) {
 }
 
 /* Four weight rows against one token: four independent FMA chains, same order as cpu_dot. */
-static void dot_4x1(const float *x, const float *w, int K, float *out) {
+INNER_PRODUCT static void dot_4x1(const float *x, const float *w, int K, float *out) {
     const float *w0 = w, *w1 = w + K, *w2 = w + 2 * K, *w3 = w + 3 * K;
     float a0[8] = {0}, a1[8] = {0}, a2[8] = {0}, a3[8] = {0};
     int k = 0;
@@ -105,8 +117,8 @@ static void dot_4x1(const float *x, const float *w, int K, float *out) {
 }
 
 /* Four weight rows against two tokens: eight chains, each weight load used twice. */
-static void dot_4x2(const float *x0, const float *x1, const float *w, int K, float *out0,
-                    float *out1) {
+INNER_PRODUCT static void dot_4x2(const float *x0, const float *x1, const float *w, int K,
+                                  float *out0, float *out1) {
     const float *w0 = w, *w1 = w + K, *w2 = w + 2 * K, *w3 = w + 3 * K;
     float a0[8] = {0}, a1[8] = {0}, a2[8] = {0}, a3[8] = {0};
     float b0[8] = {0}, b1[8] = {0}, b2[8] = {0}, b3[8] = {0};

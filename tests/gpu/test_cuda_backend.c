@@ -705,7 +705,7 @@ int main(void) {
         cmocka_unit_test(test_engine_seeded_sampling),
         cmocka_unit_test(test_engine_fp8_kv),
     };
-    /* TACHYON_TEST_FILTER: only the tests matching a pattern ("*moe*"), for the slow emulation */
-    if (getenv("TACHYON_TEST_FILTER")) cmocka_set_test_filter(getenv("TACHYON_TEST_FILTER"));
+    /* TEST_FILTER: only the tests matching a pattern ("*moe*"), for the slow emulation */
+    if (getenv("TEST_FILTER")) cmocka_set_test_filter(getenv("TEST_FILTER"));
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -83,8 +83,18 @@ listed=$("$bin" bench --list-profiles | grep -c '^[a-z]')
 "$bin" bench --base-url "$base" --backend openai-chat --dataset-name random --input-len 64 \
     --output-len 8 --num-prompts 4 --max-concurrency 2 --request-rate 50 --burstiness 2 \
     --percentile-metrics ttft,tpot,itl,e2el --metric-percentiles 50,90 --goodput ttft:100000 \
-    tpot:100000 --save-result --result-dir "$tmp" --result-filename chat.json \
+    tpot:100000 --save-result --result-dir "$tmp/new/dir" --result-filename chat.json \
     >"$tmp/chat.out" 2>"$tmp/chat.err" || fail "chat run: exit $?"
+# --result-dir is made as vLLM makes it (mkdir -p); one that cannot be made fails before the run
+[ -f "$tmp/new/dir/chat.json" ] && ok || fail "no chat.json in the --result-dir made for it"
+mv "$tmp/new/dir/chat.json" "$tmp/chat.json"
+if "$bin" bench --base-url "$base" --num-prompts 1 --save-result --result-dir "$tmp/chat.json/x" \
+    >/dev/null 2>"$tmp/baddir.err"; then
+    fail "a --result-dir under a file was accepted"
+else
+    grep -q "result-dir $tmp/chat.json/x: " "$tmp/baddir.err" && ok ||
+        fail "no message naming the --result-dir: $(cat "$tmp/baddir.err")"
+fi
 check_run chat 4 32 $((4 * 60)) $((4 * 90)) "$tmp/chat.out"
 for row in "Maximum request concurrency:             2" "Request rate configured (RPS):           50.00" \
            "Request goodput (req/s):" "P90 TTFT (ms):" "Median E2EL (ms):" "P50 ITL (ms):"; do

@@ -30,23 +30,7 @@
 
 #define N_BATCH       64
 #define GREEDY_TOKENS 12
-/* Requests in each batch-invariance run: all 64 in Release; under the sanitizers, whose CPU
- * forward pass is ~20x slower (this one test took 4-8 minutes of the suite), the first 16 walk
- * the same paths (chunked prefill at every budget, prefix caching on and off, preemption in the
- * 10-block pool) for the memory checks, and the Release run proves the invariance at 64. */
-#if defined(__SANITIZE_ADDRESS__)
-#define N_RUN 16
-#else
-#define N_RUN N_BATCH
-#endif
-/* Requests of the stress test on the real model: under the sanitizers on a loaded 2-core
- * machine, 120 of them (priority scheduling, 7 sequences at a time at one point) left the
- * lowest-priority ones without an event for the 120 s a wait allows; 48 walk the same mix. */
-#if defined(__SANITIZE_ADDRESS__)
-#define N_STRESS_CPU 48
-#else
-#define N_STRESS_CPU 120
-#endif
+#define N_STRESS_CPU  120 /* requests of the stress test on the real model */
 
 // ---------------------------------------------------------------------------------------------
 // Helpers
@@ -122,11 +106,11 @@ static void run_together(const char *fixture, const char *const *flags, bool exp
     engine_t *eng = tu_open_engine(tu_fixture(fixture), "cpu", flags);
     sampling_params_t p = tu_greedy(GREEDY_TOKENS);
     engine_stream_t *streams[N_BATCH];
-    for (int i = 0; i < N_RUN; i++)
+    for (int i = 0; i < N_BATCH; i++)
         streams[i] = tu_submit(eng, prompts[i], prompt_len[i], &p);
-    for (int i = 0; i < N_RUN; i++)
+    for (int i = 0; i < N_BATCH; i++)
         collect(streams[i], &together[i]);
-    for (int i = 0; i < N_RUN; i++) {
+    for (int i = 0; i < N_BATCH; i++) {
         assert_int_equal(together[i].finishes, 1);
         assert_int_equal(together[i].reason[0], ENGINE_FINISH_LENGTH);
         assert_int_equal(together[i].n_tokens[0], GREEDY_TOKENS);
@@ -147,13 +131,13 @@ static void run_together(const char *fixture, const char *const *flags, bool exp
 
 /* fixture: 3 layers of 2 KV heads x 128, as the pool size below assumes */
 static void batch_invariance(const char *fixture) {
-    for (int i = 0; i < N_RUN; i++)
+    for (int i = 0; i < N_BATCH; i++)
         prompt_len[i] = tu_prompt(i, prompts[i]);
     /* Alone: one request at a time on a fresh engine state. */
     const char *const base[] = {"max-model-len", "256", NULL};
     engine_t *eng = tu_open_engine(tu_fixture(fixture), "cpu", base);
     sampling_params_t p = tu_greedy(GREEDY_TOKENS);
-    for (int i = 0; i < N_RUN; i++)
+    for (int i = 0; i < N_BATCH; i++)
         collect(tu_submit(eng, prompts[i], prompt_len[i], &p), &alone[i]);
     engine_close(eng);
 
@@ -328,6 +312,41 @@ typedef struct stress {
     char failure[1200];
 } stress_t;
 
+/* What the engine holds, on stderr: the reason a request that never finishes is stuck. */
+static void print_engine_state(engine_t *eng) {
+    static stats_snapshot_t snap; /* large; the workers' timeouts print it one at a time */
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    static const char *states[] = {"waiting", "prefill", "decode", "preempted"};
+    pthread_mutex_lock(&lock);
+    engine_stats(eng, &snap);
+    fprintf(stderr, "engine: %d running, %d waiting, KV %d/%d, %llu steps, %d active:\n",
+            snap.running, snap.waiting, snap.kv_used, snap.kv_total, (unsigned long long)snap.steps,
+            snap.n_active);
+    for (int a = 0; a < snap.n_active && a < 64; a++) {
+        const stats_active_t *r = &snap.active[a];
+        fprintf(stderr, "  %s/%d %s prompt %d generated %d cached %d preemptions %d\n", r->id,
+                r->choice, states[r->state], r->prompt_tokens, r->generated, r->cached_tokens,
+                r->preemptions);
+    }
+    pthread_mutex_unlock(&lock);
+}
+
+/* engine_stream_wait without a fixed time limit: waits as long as the engine keeps stepping,
+ * 0 only once it has made no step for 120 s. A loaded machine (ASan, other jobs) slows the
+ * steps; a request the engine forgets stops them. */
+static int wait_while_engine_steps(engine_t *eng, engine_stream_t *s, engine_event_t *ev,
+                                   stats_snapshot_t *snap) {
+    uint64_t steps = UINT64_MAX;
+    for (int idle_s = 0; idle_s < 120; idle_s += 10) {
+        int rc = engine_stream_wait(s, ev, 10000);
+        if (rc != 0) return rc;
+        engine_stats(eng, snap);
+        if (snap->steps != steps) idle_s = -10; /* moved: the 120 s start again */
+        steps = snap->steps;
+    }
+    return 0;
+}
+
 /* Submits all of its requests at once (so that many run together and the pool overflows), then
  * reads their streams in order, cancelling some mid-way, and checks every finish. */
 static void *stress_worker(void *arg) {
@@ -335,6 +354,7 @@ static void *stress_worker(void *arg) {
     static const char *stops[] = {"\n", "the", "e", ".", "ab"};
     engine_stream_t **streams = calloc((size_t)st->count, sizeof *streams);
     sampling_params_t *params = calloc((size_t)st->count, sizeof *params);
+    stats_snapshot_t *snap = malloc(sizeof *snap);
     for (int j = 0; j < st->count; j++) {
         int i = st->first + j;
         uint64_t r = rng_bits(99, 0, (uint64_t)i);
@@ -375,7 +395,7 @@ static void *stress_worker(void *arg) {
         int finishes = 0, events = 0;
         engine_event_t ev;
         int rc;
-        while ((rc = engine_stream_wait(s, &ev, 120000)) > 0) {
+        while ((rc = wait_while_engine_steps(st->eng, s, &ev, snap)) > 0) {
             if (cancel && events++ == cancel_after) engine_stream_cancel(s);
             if (ev.type == ENGINE_EV_FINISH) {
                 finishes++;
@@ -402,8 +422,10 @@ static void *stress_worker(void *arg) {
             }
             engine_event_clear(&ev);
         }
-        if (rc != -1 && !st->failure[0])
-            snprintf(st->failure, sizeof st->failure, "request %d timed out", i);
+        if (rc != -1 && !st->failure[0]) {
+            snprintf(st->failure, sizeof st->failure, "request %d: no engine step for 120 s", i);
+            print_engine_state(st->eng);
+        }
         if (finishes != p->n && !st->failure[0])
             snprintf(st->failure, sizeof st->failure, "request %d: %d finishes for n = %d", i,
                      finishes, p->n);
@@ -414,6 +436,7 @@ static void *stress_worker(void *arg) {
         sampling_params_free(&params[j]);
     free(params);
     free(streams);
+    free(snap);
     return NULL;
 }
 
@@ -629,5 +652,7 @@ int main(void) {
         cmocka_unit_test(test_stress_cpu_backend),
         cmocka_unit_test(test_active_request_list),
     };
+    const char *only = getenv("TEST_FILTER"); /* e.g. TEST_FILTER='test_stress_*' */
+    if (only) cmocka_set_test_filter(only);
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

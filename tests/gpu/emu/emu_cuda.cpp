@@ -28,17 +28,20 @@ struct Barrier {
     unsigned gen = 0;
 };
 
-/* Fibers start through makecontext once, then switch with _setjmp / _longjmp, which (unlike
- * swapcontext) do not save the signal mask: no system call per switch. */
+/* One fiber per thread index, kept from block to block and launch to launch: started through
+ * makecontext once, then switched with _setjmp / _longjmp, which (unlike swapcontext) do not save
+ * the signal mask: no system call per switch. A fiber that finishes its thread's body parks; the
+ * next block resumes it into the body again. */
 struct Fiber {
     ucontext_t ctx;
     jmp_buf jb;
-    uint3 idx;
-    bool started = false, done = false;
+    bool started = false;
 };
 
+/* The block being run: thread index t is fiber t. */
 struct Block {
-    std::vector<Fiber> fibers;
+    std::vector<uint3> idx;
+    std::vector<char> done;
     std::vector<Barrier> warps;
     std::vector<uint64_t> exchange; /* 32 slots per warp */
     std::vector<uint32_t> mma;      /* per warp: each lane's fragment registers (emu_mma) */
@@ -51,11 +54,12 @@ struct Block {
 
 Block *blk;
 std::vector<uint32_t> dyn_smem;
+std::vector<Fiber> fibers; /* [up to 1024], each with its stack in stacks[] */
 std::vector<char *> stacks;
 unsigned long long events; /* arrivals and departures: a round without any is a deadlock */
 
 void yield_to_scheduler() {
-    if (!_setjmp(blk->fibers[blk->cur].jb)) _longjmp(blk->sched, 1);
+    if (!_setjmp(fibers[blk->cur].jb)) _longjmp(blk->sched, 1);
 }
 
 void wait(Barrier &b) {
@@ -80,17 +84,19 @@ void drop(Barrier &b) {
 }
 
 void fiber_main() {
-    (*blk->body)();
-    drop(blk->block);
-    drop(blk->warps[blk->cur / 32]);
-    blk->fibers[blk->cur].done = true;
-    _longjmp(blk->sched, 1);
+    for (;;) {
+        (*blk->body)();
+        drop(blk->block);
+        drop(blk->warps[blk->cur / 32]);
+        blk->done[blk->cur] = 1;
+        yield_to_scheduler(); /* parked until a block needs this thread index again */
+    }
 }
 
 } // namespace
 
 const uint3 &emu_thread_idx(void) {
-    return blk->fibers[blk->cur].idx;
+    return blk->idx[blk->cur];
 }
 
 int emu_lane(void) {
@@ -173,44 +179,47 @@ void emu_run_grid(dim3 grid, dim3 block, size_t smem, const std::function<void()
         fprintf(stderr, "emu: block of %d threads not supported\n", n);
         abort();
     }
-    while ((int)stacks.size() < n)
+    fibers.reserve(1024); /* never moved: a started ucontext_t points into itself */
+    while ((int)fibers.size() < n) {
         stacks.push_back(static_cast<char *>(malloc(kStack)));
+        fibers.emplace_back();
+        Fiber &f = fibers.back();
+        getcontext(&f.ctx);
+        f.ctx.uc_stack.ss_sp = stacks.back();
+        f.ctx.uc_stack.ss_size = kStack;
+        f.ctx.uc_link = nullptr;
+        makecontext(&f.ctx, fiber_main, 0);
+    }
     emu_grid_dim = grid;
     emu_block_dim = block;
     /* Garbage, not zeros: a kernel must not rely on fresh shared memory. */
     dyn_smem.assign(smem / 4 + 1, 0xcdcdcdcdu);
-    for (unsigned z = 0; z < grid.z; z++)
-        for (unsigned y = 0; y < grid.y; y++)
-            for (unsigned x = 0; x < grid.x; x++) {
-                Block b;
-                b.fibers.resize(n);
-                b.warps.resize(n / 32);
-                b.exchange.assign((size_t)n, 0);
-                b.mma.assign((size_t)n * kMmaRegs, 0);
-                b.block.expected = n;
+    Block b;
+    b.idx.resize(n);
+    for (int t = 0; t < n; t++)
+        b.idx[t] = make_uint3(t % block.x, (t / block.x) % block.y, t / (block.x * block.y));
+    b.body = &body;
+    for (volatile unsigned z = 0; z < grid.z; z++)
+        for (volatile unsigned y = 0; y < grid.y; y++)
+            for (volatile unsigned x = 0; x < grid.x; x++) {
+                b.done.assign((size_t)n, 0);
+                b.warps.assign((size_t)n / 32, Barrier{});
                 for (auto &w : b.warps)
                     w.expected = 32;
-                b.body = &body;
+                b.exchange.assign((size_t)n, 0);
+                b.mma.assign((size_t)n * kMmaRegs, 0);
+                b.block = Barrier{};
+                b.block.expected = n;
                 blk = &b;
                 emu_block_idx = make_uint3(x, y, z);
-                for (int t = 0; t < n; t++) {
-                    Fiber &f = b.fibers[t];
-                    f.idx =
-                        make_uint3(t % block.x, (t / block.x) % block.y, t / (block.x * block.y));
-                    getcontext(&f.ctx);
-                    f.ctx.uc_stack.ss_sp = stacks[t];
-                    f.ctx.uc_stack.ss_size = kStack;
-                    f.ctx.uc_link = nullptr;
-                    makecontext(&f.ctx, fiber_main, 0);
-                }
                 for (;;) {
                     volatile int alive = 0;
                     volatile unsigned long long before = events;
                     for (volatile int t = 0; t < n; t++) {
-                        Fiber &f = b.fibers[t];
-                        if (f.done) continue;
+                        if (b.done[t]) continue;
                         alive++;
                         b.cur = t;
+                        Fiber &f = fibers[t];
                         if (!_setjmp(b.sched)) {
                             if (!f.started) {
                                 f.started = true;

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "cuda_check.h"
 #include "gemm.h"
@@ -49,28 +50,50 @@ extern "C" int gemm_fp8_check(gemm_ctx_t *g, int n, int k, int t, bool y_f32, er
     return 0;
 }
 
+/* Sum of a[k] * b[k] over [k0, k1) in eight lanes (vectorizes), then the lanes in a fixed order:
+ * the same order for a row whatever the batch around it, as batch invariance needs. */
+static float dot_f32(const float *a, const float *b, int k0, int k1) {
+    float lane[8] = {0};
+    int k = k0;
+    for (; k + 8 <= k1; k += 8)
+        for (int j = 0; j < 8; j++)
+            lane[j] += a[k + j] * b[k + j];
+    for (int j = 0; k < k1; k++, j++)
+        lane[j] += a[k] * b[k];
+    return ((lane[0] + lane[4]) + (lane[2] + lane[6])) +
+           ((lane[1] + lane[5]) + (lane[3] + lane[7]));
+}
+
+static void store(void *y, bool y_f32, size_t i, float v) {
+    if (y_f32)
+        ((float *)y)[i] = v;
+    else
+        ((uint16_t *)y)[i] = dtype_f32_to_bf16(v);
+}
+
 extern "C" int gemm_fp8(gemm_ctx_t *g, const gemm_w8_t *w, const uint8_t *x, const float *xs, int t,
                         void *y, bool y_f32, err_t *err) {
     if (t <= 0) return 0;
     char why[160];
     if (!gemm_fp8_shape_ok(w->n, w->k, why, sizeof why)) return err_set(err, "%s", why);
     int tp = gemm_pad_t(t), ld = gemm_w8_scale_ld(w->k), L = (w->k + 127) / 128;
-    for (int r = 0; r < tp; r++)
-        for (int n = 0; n < w->n; n++) {
-            float acc = 0.0f;
+    const size_t K = (size_t)w->k;
+    std::vector<float> xf((size_t)tp * K), wf(K); /* decoded once per call / per weight row */
+    for (size_t i = 0; i < xf.size(); i++)
+        xf[i] = g->e4m3[x[i]];
+    for (int n = 0; n < w->n; n++) {
+        for (size_t k = 0; k < K; k++)
+            wf[k] = g->e4m3[w->data[(size_t)n * K + k]];
+        for (int r = 0; r < tp; r++) {
+            float acc = 0.0f; /* promoted to f32 with both scales per 128-column block */
             for (int kb = 0; kb < L; kb++) {
-                float part = 0.0f;
                 int k1 = (kb + 1) * 128 < w->k ? (kb + 1) * 128 : w->k;
-                for (int k = kb * 128; k < k1; k++)
-                    part +=
-                        g->e4m3[w->data[(size_t)n * w->k + k]] * g->e4m3[x[(size_t)r * w->k + k]];
+                float part = dot_f32(wf.data(), &xf[(size_t)r * K], kb * 128, k1);
                 acc += part * w->scale[(size_t)(n / 128) * ld + kb] * xs[(size_t)kb * tp + r];
             }
-            if (y_f32)
-                ((float *)y)[(size_t)r * w->n + n] = acc;
-            else
-                ((uint16_t *)y)[(size_t)r * w->n + n] = dtype_f32_to_bf16(acc);
+            store(y, y_f32, (size_t)r * w->n + n, acc);
         }
+    }
     return 0;
 }
 
@@ -78,17 +101,17 @@ extern "C" int gemm_bf16(gemm_ctx_t *g, const gemm_w16_t *w, const uint16_t *x, 
                          bool y_f32, err_t *err) {
     (void)g;
     (void)err;
-    for (int r = 0; r < t; r++)
-        for (int n = 0; n < w->n; n++) {
-            float acc = 0.0f;
-            for (int k = 0; k < w->k; k++)
-                acc += dtype_bf16_to_f32(w->data[(size_t)n * w->k + k]) *
-                       dtype_bf16_to_f32(x[(size_t)r * w->k + k]);
-            if (y_f32)
-                ((float *)y)[(size_t)r * w->n + n] = acc;
-            else
-                ((uint16_t *)y)[(size_t)r * w->n + n] = dtype_f32_to_bf16(acc);
-        }
+    if (t <= 0) return 0;
+    const size_t K = (size_t)w->k;
+    std::vector<float> xf((size_t)t * K), wf(K); /* decoded once per call / per weight row */
+    for (size_t i = 0; i < xf.size(); i++)
+        xf[i] = dtype_bf16_to_f32(x[i]);
+    for (int n = 0; n < w->n; n++) {
+        for (size_t k = 0; k < K; k++)
+            wf[k] = dtype_bf16_to_f32(w->data[(size_t)n * K + k]);
+        for (int r = 0; r < t; r++)
+            store(y, y_f32, (size_t)r * w->n + n, dot_f32(wf.data(), &xf[(size_t)r * K], 0, w->k));
+    }
     return 0;
 }
 
