@@ -699,13 +699,10 @@ def is_fp8_linear(name):
         f".{lin}." in name for lin in LINEARS)
 
 
-def in_first_shard(name):
-    return name == "model.embed_tokens.weight" or name.startswith("model.layers.0.")
-
-
-def save_fp8_fixture(state, cfg, tok, out, is_fp8=is_fp8_linear, first_shard=in_first_shard):
-    """Writes the BF16 checkpoint tensors `state` with the linears `is_fp8` picks in block FP8,
-    as two shards (those `first_shard` picks, then the rest) and their index."""
+def save_fp8_fixture(state, cfg, tok, out, is_fp8=is_fp8_linear, first_shard=None):
+    """BF16 `state` with the `is_fp8` linears in block FP8, in two shards (`first_shard`'s, rest)."""
+    first_shard = first_shard or (lambda k: k == "model.embed_tokens.weight" or
+                                  k.startswith("model.layers.0."))
     tensors = {}
     for name, value in state.items():
         if is_fp8(name):
@@ -838,8 +835,7 @@ PROMPTS = [
 
 def make_golden(fixture, model, tok, golden_dir, name=None, prompt_sets=PROMPTS,
                 n_greedy=GREEDY_TOKENS, min_margin=MIN_GREEDY_MARGIN, reference="eager float32"):
-    """Writes golden/<name>.json and .logits.f32 (name: the fixture's) for `model`, a prompt from
-    each candidate list of prompt_sets whose greedy margins are all at least min_margin."""
+    """golden/<name or fixture>.json, .logits.f32: each prompt set's first with margins >= min."""
     name = name or fixture
     prompts, rows = [], []
     for target, candidates in prompt_sets:
@@ -910,10 +906,6 @@ def check_bf16_roundtrip(bf16_dir, golden_dir):
 # ---------------------------------------------------------------------------------------------
 
 
-def tree_size(path):
-    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
-
-
 def install(staging):
     """Replaces the fixture directories only once everything was built and checked, so a failed
     run leaves the committed fixtures (which CMake embeds) untouched."""
@@ -978,11 +970,9 @@ def build(staging, rng):
     save_fp8_fixture(bf16_state(fp8_model), fp8_cfg, tok, fp8_dir)
 
     torch.set_num_threads(1)
-    golden = {
-        BF16: make_golden(BF16, reference_model(bf16_cfg, load_stored_bf16(bf16_dir)), tok,
-                          golden_dir),
-        FP8: make_golden(FP8, reference_model(fp8_cfg, load_stored_fp8(fp8_dir)), tok, golden_dir),
-    }
+    golden = {name: make_golden(name, reference_model(cfg, load(d)), tok, golden_dir) for name, cfg,
+              load, d in ((BF16, bf16_cfg, load_stored_bf16, bf16_dir),
+                          (FP8, fp8_cfg, load_stored_fp8, fp8_dir))}
     check_bf16_roundtrip(bf16_dir, golden_dir)
     return bf16_loss, fp8_loss, golden
 
@@ -999,7 +989,7 @@ def report(bf16_loss, fp8_loss, golden):
             log(f"{path.stat().st_size:>10}  {path.relative_to(FIXTURES)}")
             ours += path.stat().st_size
     log(f"written by make-fixtures: {ours} bytes = {ours / 1e6:.3f} MB = {ours / 2**20:.3f} MiB")
-    total = tree_size(FIXTURES)
+    total = sum(f.stat().st_size for f in FIXTURES.rglob("*") if f.is_file())
     log(f"all of tests/fixtures:    {total} bytes = {total / 1e6:.3f} MB = {total / 2**20:.3f} MiB")
     if ours >= SIZE_LIMIT:
         sys.exit(f"the fixtures written here exceed {SIZE_LIMIT} bytes")
