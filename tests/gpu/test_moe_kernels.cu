@@ -169,6 +169,33 @@ static void copy_perm(const moe_perm_t &p, int T, int k, int E, perm_host_t *h) 
     h->pair_row = get(p.pair_row, (size_t)T * k);
 }
 
+/* A routing of T tokens made `how`, grouped on the device by moe_permute: the ids (host and
+ * device), the grouping and its host copy. unroute frees the device side. */
+typedef struct routed {
+    std::vector<int32_t> ids;
+    int32_t *di;
+    void *buf;
+    moe_perm_t p;
+    perm_host_t h;
+} routed_t;
+
+static routed_t route(int T, int k, int E, route_t how) {
+    routed_t r;
+    r.ids = make_ids(T, k, E, how);
+    r.di = dev<int32_t>(r.ids.size());
+    put(r.di, r.ids);
+    r.buf = dev<uint8_t>(moe_perm_bytes(T, k, E));
+    moe_perm_layout(r.buf, T, k, E, &r.p);
+    OPS(moe_permute(r.di, T, k, E, &r.p, NULL, 0, ERR));
+    copy_perm(r.p, T, k, E, &r.h);
+    return r;
+}
+
+static void unroute(routed_t &r) {
+    CK(cudaFree(r.di));
+    CK(cudaFree(r.buf));
+}
+
 static bool check_perm(const char *what, const std::vector<int32_t> &ids, int T, int k, int E,
                        const perm_host_t &g) {
     int tiles = moe_max_tiles(T, k, E), rows = moe_max_rows(T, k, E), at = 0;
@@ -254,15 +281,9 @@ static void rand_fp8_weights(int E, int n, int K, std::vector<uint8_t> &q, std::
 /* One grouped GEMM case: gather mode (rows by token, as gate|up) and direct mode (rows in
  * order, as down) over the same routing, FP8 or BF16. */
 static void gemm_case(bool fp8, int T, int k, int E, int N, int K, route_t how) {
-    std::vector<int32_t> ids = make_ids(T, k, E, how);
-    int32_t *di = dev<int32_t>(ids.size());
-    put(di, ids);
-    void *buf = dev<uint8_t>(moe_perm_bytes(T, k, E));
-    moe_perm_t p;
-    moe_perm_layout(buf, T, k, E, &p);
-    OPS(moe_permute(di, T, k, E, &p, NULL, 0, ERR));
-    perm_host_t h;
-    copy_perm(p, T, k, E, &h);
+    routed_t rt = route(T, k, E, how);
+    const moe_perm_t &p = rt.p;
+    const perm_host_t &h = rt.h;
     const int rows = moe_max_rows(T, k, E), Tp = (T + 3) & ~3, esize = fp8 ? 1 : 2;
 
     /* weights */
@@ -352,8 +373,7 @@ static void gemm_case(bool fp8, int T, int k, int E, int N, int K, route_t how) 
         CK(cudaFree(dy));
     }
     (void)esize;
-    CK(cudaFree(di));
-    CK(cudaFree(buf));
+    unroute(rt);
     CK(cudaFree(dw));
     if (dws) CK(cudaFree(dws));
 }
@@ -369,15 +389,11 @@ static void test_gemm(void) {
 /* ---- combine -------------------------------------------------------------------------------- */
 
 static void combine_case(int T, int k, int E, int H, route_t how) {
-    std::vector<int32_t> ids = make_ids(T, k, E, how);
-    int32_t *di = dev<int32_t>(ids.size());
-    put(di, ids);
-    void *buf = dev<uint8_t>(moe_perm_bytes(T, k, E));
-    moe_perm_t p;
-    moe_perm_layout(buf, T, k, E, &p);
-    OPS(moe_permute(di, T, k, E, &p, NULL, 0, ERR));
-    perm_host_t h;
-    copy_perm(p, T, k, E, &h);
+    routed_t rt = route(T, k, E, how);
+    const std::vector<int32_t> &ids = rt.ids;
+    int32_t *di = rt.di;
+    const moe_perm_t &p = rt.p;
+    const perm_host_t &h = rt.h;
     const int rows = moe_max_rows(T, k, E);
     std::vector<float> y((size_t)rows * H), w((size_t)T * k);
     for (auto &v : y)
@@ -409,8 +425,7 @@ static void combine_case(int T, int k, int E, int H, route_t how) {
     char what[128];
     snprintf(what, sizeof what, "moe_combine T=%d k=%d E=%d H=%d %s", T, k, E, H, route_name[how]);
     close_all(what, out.data(), ref.data(), out.size(), 0.0, 0.0);
-    CK(cudaFree(di));
-    CK(cudaFree(buf));
+    unroute(rt);
     CK(cudaFree(dy));
     CK(cudaFree(dw));
     CK(cudaFree(dout));
