@@ -3,6 +3,7 @@
  * algorithms and the synthetic statistics). Everything is deterministic for o->seed.
  */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -117,6 +118,14 @@ static int check_tok(const bench_tokenizer_t *tok, bench_err_t *err) {
 
 /* ---- random (reference 3.6) ---- */
 
+/* bench_options_t.stop raised while the prompts are made (/bench stop, Ctrl-C): -1 with the
+ * message, so that a long preparation ends at once. */
+static int check_stop(const bench_options_t *o, bench_err_t *err) {
+    return o->stop && atomic_load(o->stop)
+               ? bench_err_set(err, "stopped while preparing the prompts")
+               : 0;
+}
+
 static int build_random(const bench_options_t *o, const bench_tokenizer_t *tok, int n,
                         bench_prompt_t *out, bench_err_t *err) {
     double r = o->range_ratio;
@@ -163,6 +172,7 @@ static int build_random(const bench_options_t *o, const bench_tokenizer_t *tok, 
             prefix[k] = v.allowed[bench_rng_below(&rng, (uint64_t)v.n_allowed)];
     }
     for (int i = 0; i < n && rc == 0; i++) {
+        if ((rc = check_stop(o, err)) < 0) break;
         int target = o->prefix_len + in_lens[i];
         if ((rc = idbuf_reserve(&seq, target > 0 ? target : 1, err)) < 0) break;
         seq.n = 0;
@@ -388,6 +398,7 @@ static int build_synthetic(const bench_options_t *o, const bench_tokenizer_t *to
         int body = plens[i] - nspec;
         if (body < 1) body = 1;
         int got;
+        if ((rc = check_stop(o, err)) < 0) break;
         if ((rc = synth_text(tok, &v, &rng, body, &out[i].text, &got, err)) < 0) break;
         out[i].prompt_len = got + nspec;
         out[i].output_len = o->output_len > 0 ? o->output_len : olens[i];

@@ -17,6 +17,12 @@
  * KV slots: the pool holds num_blocks blocks of block_size tokens for every layer. A token's
  * slot is block_id * block_size + offset; slot_mapping tells where each new token's K and V go,
  * and the block table tells which blocks hold a sequence's context, in order.
+ *
+ * Recurrent state (models with Gated DeltaNet layers, model_has_state): the backend also holds
+ * state slots, one per running sequence (state_reserve; the KV manager hands them out from the
+ * same memory budget), each with every linear layer's conv window and SSM state. The batch names
+ * each sequence's slot; a sequence whose first new token is at position 0 starts from a zero
+ * state (a new or preempted-and-recomputed sequence), any other continues from its slot.
  */
 #ifndef TACHYON_BACKEND_H
 #define TACHYON_BACKEND_H
@@ -45,7 +51,9 @@ typedef struct be_batch {
     const int32_t *block_tables; /* [n_seqs, block_table_stride] block ids */
     int block_table_stride;
     int n_logits; /* rows that need logits (last token of a finished prefill, decodes) */
-    const int32_t *logit_rows; /* [n_logits] token indices into the flattened arrays */
+    const int32_t *logit_rows;  /* [n_logits] token indices into the flattened arrays */
+    const int32_t *state_slots; /* [n_seqs] recurrent-state slot of each sequence (models with
+                                   state; NULL otherwise) */
 } be_batch_t;
 
 typedef struct backend_options {
@@ -63,6 +71,8 @@ typedef struct backend_options {
     int kv_cache_dtype;            /* CUDA: kv_cache_dtype_t (auto = bf16, fp8 = e4m3); the
                                       engine calls `configure` with it before it rebuilds the
                                       pool */
+    bool ssm_state_bf16;           /* models with state: SSM state in bf16, not f32 (the
+                                      mamba-ssm-cache-dtype flag; applies at state_reserve) */
 } backend_options_t;
 
 typedef struct backend backend_t;
@@ -107,6 +117,13 @@ typedef struct backend_ops {
      * the order the top-k found them; rows of other layers untouched). The caller keeps ids
      * alive and large enough until it passes NULL. */
     void (*trace_routing)(backend_t *be, int32_t *ids);
+    /* Models with recurrent state (NULL otherwise, or 0 bytes). Bytes of one state slot; the
+     * SSM dtype is the one `configure` last set. */
+    size_t (*state_bytes)(const backend_t *be);
+    /* (Re)allocates n_slots state slots (previous contents are lost), with the KV pool. */
+    int (*state_reserve)(backend_t *be, int n_slots, err_t *err);
+    /* Copies slot src's state into slot dst, before the next forward reads dst (a fork). */
+    int (*state_copy)(backend_t *be, int src, int dst, err_t *err);
 } backend_ops_t;
 
 /* Every backend instance starts with this header. */

@@ -26,6 +26,7 @@ void batch_free(step_batch_t *sb) {
     free(sb->ctx_len);
     free(sb->logit_rows);
     free(sb->logit_seq);
+    free(sb->state_slots);
     free(sb->row_seq);
     free(sb->row_out);
     free(sb->tables);
@@ -74,6 +75,7 @@ static int reserve(step_batch_t *sb, int n_tokens, int n_seqs, size_t n_table) {
             grow_to(&sb->ctx_len, old, need, sizeof *sb->ctx_len, &cap) < 0 ||
             grow_to(&sb->logit_rows, old, need, sizeof *sb->logit_rows, &cap) < 0 ||
             grow_to(&sb->logit_seq, old, need, sizeof *sb->logit_seq, &cap) < 0 ||
+            grow_to(&sb->state_slots, old, need, sizeof *sb->state_slots, &cap) < 0 ||
             grow_to(&sb->row_out, old, need, sizeof *sb->row_out, &cap) < 0 ||
             grow_to(&sb->row_seq, old, need, sizeof *sb->row_seq, &cap) < 0)
             return -1;
@@ -170,6 +172,8 @@ int batch_build(step_batch_t *sb, const sched_out_t *plan, double t0, be_batch_t
     int32_t *restrict tokens = sb->tokens, *restrict positions = sb->pos;
     int64_t *restrict slots = sb->slots;
     int32_t *restrict qstart = sb->qstart, *restrict ctx = sb->ctx_len;
+    int32_t *restrict state_slots = sb->state_slots;
+    bool any_state = false;
     int32_t *restrict logit_rows = sb->logit_rows, *restrict logit_seq = sb->logit_seq;
     int32_t *restrict tables = sb->tables;
     size_t stride = (size_t)sb->stride;
@@ -186,6 +190,8 @@ int batch_build(step_batch_t *sb, const sched_out_t *plan, double t0, be_batch_t
         int c0 = s->n_computed, n_new = n_new_of[i], nb = s->n_blocks;
         const int32_t *blocks = s->blocks, *seq_tokens = s->tokens;
         qstart[r] = t;
+        state_slots[r] = s->has_state ? s->state_slot : -1;
+        any_state |= s->has_state;
         if (n_new == 1) { /* a decode (or a prompt's last token): no loop to set up */
             tokens[t] = seq_tokens[c0];
             positions[t] = c0;
@@ -243,6 +249,7 @@ int batch_build(step_batch_t *sb, const sched_out_t *plan, double t0, be_batch_t
                       .block_tables = tables,
                       .block_table_stride = (int)stride,
                       .n_logits = n_logits,
-                      .logit_rows = logit_rows};
+                      .logit_rows = logit_rows,
+                      .state_slots = any_state ? state_slots : NULL};
     return 0;
 }

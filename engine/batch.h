@@ -73,7 +73,8 @@ typedef struct step_batch {
     int64_t *slots;
     int cap_tok;
     int32_t *qstart, *ctx_len, *logit_rows;
-    int32_t *logit_seq; /* [n_logits] the plan index each logits row belongs to */
+    int32_t *state_slots; /* [cap_seq] each row's recurrent-state slot (-1: none) */
+    int32_t *logit_seq;   /* [n_logits] the plan index each logits row belongs to */
     int cap_seq;
     /* The block table persists: row r holds row_seq[r]'s blocks. A new stride rewrites every
      * row (table_gen). */

@@ -42,8 +42,7 @@ void engine_opts_init(engine_opts_t *o) {
     flags_init(&o->flags);
 }
 
-/* Wakes the engine thread for a change made under e->mu (which the caller holds). */
-static void tell_engine(engine_t *e) {
+void tell_engine(engine_t *e) {
     atomic_fetch_add_explicit(&e->news, 1, memory_order_relaxed);
     pthread_cond_signal(&e->cv);
 }
@@ -95,31 +94,40 @@ static uint64_t pool_bytes(const engine_t *e, const flag_values_t *f) {
     return auto_pool_bytes();
 }
 
-/* The options a backend takes from the flags. */
-static void backend_options_from_flags(backend_options_t *bo, const flag_values_t *f) {
+/* The options a backend takes from the flags (and the model: its SSM state dtype). */
+static void backend_options_from_flags(backend_options_t *bo, const flag_values_t *f,
+                                       const model_config_t *cfg) {
     bo->gpu_memory_utilization = f->gpu_memory_utilization;
     bo->max_num_batched_tokens = f->max_num_batched_tokens;
     bo->max_num_seqs = f->max_num_seqs;
     bo->cuda_graphs = f->cuda_graphs;
     bo->kv_cache_dtype = f->kv_cache_dtype;
+    bo->ssm_state_bf16 = f->mamba_ssm_cache_dtype == SSM_DTYPE_BF16 ||
+                         (f->mamba_ssm_cache_dtype == SSM_DTYPE_AUTO && cfg->ssm_dtype == DT_BF16);
 }
 
 /* Hands the backend the flags (engine thread only: a backend is not thread-safe). */
 static void configure_backend(engine_t *e, const flag_values_t *f) {
     if (!e->be->ops->configure) return;
     backend_options_t bo = {0};
-    backend_options_from_flags(&bo, f);
+    backend_options_from_flags(&bo, f, e->cfg);
     e->be->ops->configure(e->be, &bo);
 }
 
-static int check_rebuild_flags(const engine_t *e, flag_values_t *f, err_t *err) {
+/* Bytes of one sequence's recurrent state on the backend (0: the model has none). */
+static uint64_t state_bytes(const engine_t *e) {
+    return e->has_state ? e->be->ops->state_bytes(e->be) : 0;
+}
+
+int check_rebuild_flags(const engine_t *e, flag_values_t *f, err_t *err) {
     int model_len = e->cfg->max_position_embeddings;
     if (f->max_model_len == 0) {
         /* auto: the model's context, or as much of it as the pool can give one sequence (a
          * 40k-token Qwen3 context does not fit the CPU's default pool for the bigger presets) */
         f->max_model_len = model_len;
         size_t per_block = e->be->ops->kv_block_bytes(e->be, f->block_size);
-        uint64_t bytes = pool_bytes(e, f);
+        uint64_t bytes = pool_bytes(e, f), one_state = state_bytes(e);
+        bytes = bytes > one_state ? bytes - one_state : 0; /* a sequence's state, if any */
         uint64_t fit = per_block ? bytes / per_block * (uint64_t)f->block_size : 0;
         if (fit >= (uint64_t)f->block_size && fit < (uint64_t)model_len) {
             f->max_model_len = (int)fit;
@@ -148,14 +156,31 @@ static uint64_t auto_pool_bytes(void) {
 }
 
 /* Blocks the pool gets under flags f (max_model_len normalised), or -1 with a message when one
- * max-model-len sequence would not fit. */
-static int pool_blocks(const engine_t *e, const flag_values_t *f, err_t *err) {
+ * max-model-len sequence would not fit. A model with recurrent state first takes one state slot
+ * per sequence that may run (max-num-seqs) from the same bytes, fewer when that would leave no
+ * room for one max-model-len sequence's blocks (*n_slots; 0 for other models). */
+static int pool_blocks(const engine_t *e, const flag_values_t *f, int *n_slots, err_t *err) {
     uint64_t bytes = pool_bytes(e, f);
     size_t per_block = e->be->ops->kv_block_bytes(e->be, f->block_size);
     if (per_block == 0) return err_set(err, "%s backend: a KV block takes 0 bytes", e->ops->name);
+    uint64_t need = ((uint64_t)f->max_model_len + (uint64_t)f->block_size - 1) / f->block_size;
+    uint64_t state = state_bytes(e), kv_need = need * per_block;
+    *n_slots = 0;
+    if (state > 0) {
+        uint64_t slots = bytes > kv_need ? (bytes - kv_need) / state : 0;
+        if (slots > (uint64_t)f->max_num_seqs) slots = (uint64_t)f->max_num_seqs;
+        if (slots == 0)
+            return err_set(err,
+                           "the KV pool (%llu MiB) cannot hold one sequence's recurrent state "
+                           "(%.1f MiB) beside one max-model-len sequence of %d tokens (%llu "
+                           "MiB): raise kv-cache-memory or lower max-model-len",
+                           (unsigned long long)(bytes >> 20), (double)state / (1 << 20),
+                           f->max_model_len, (unsigned long long)(kv_need >> 20));
+        *n_slots = (int)slots;
+        bytes -= slots * state;
+    }
     uint64_t nb = bytes / per_block;
     if (nb > INT_MAX / 2) nb = INT_MAX / 2;
-    uint64_t need = ((uint64_t)f->max_model_len + (uint64_t)f->block_size - 1) / f->block_size;
     if (nb < need)
         return err_set(err,
                        "the KV pool (%llu MiB: %llu blocks of %d tokens) cannot hold one "
@@ -220,12 +245,21 @@ static void take_inbox(engine_t *e, eng_req_t *list) {
             output_end_request(e, req, ENGINE_FINISH_ERROR, msg);
             continue;
         }
-        if (sched_add(e->sched, &req->choices[0].b.s) < 0) {
+        sched_seq_t *first = &req->choices[0].b.s;
+        if (sched_add(e->sched, first) < 0) {
             output_end_request(e, req, ENGINE_FINISH_ERROR, "out of memory");
             continue;
         }
         req->choices[0].started = true;
         req->n_started = 1;
+        /* With recurrent state, choices fork where choice 0's state is at a block boundary
+         * (scheduler.h): at once for a prompt within one block, else when it gets there. */
+        if (e->has_state && req->n > 1) {
+            if (sched_fork_point(first, e->f.block_size) == 0)
+                output_fork_choices(e, req);
+            else
+                first->fork_pending = true;
+        }
     }
 }
 
@@ -280,6 +314,17 @@ static int sample_rows(engine_t *e, const be_batch_t *b, err_t *err) {
     return 0;
 }
 
+/* Forks the choices of requests whose choice 0 reached its fork point in this step. */
+static void fork_at_points(engine_t *e, const sched_out_t *out) {
+    for (int i = 0; i < out->n; i++) {
+        sched_seq_t *seq = out->seqs[i];
+        if (!seq->fork_pending || seq->n_computed != sched_fork_point(seq, e->f.block_size))
+            continue;
+        seq->fork_pending = false;
+        output_fork_choices(e, choice_of(seq)->req);
+    }
+}
+
 /* Runs one step; fills *st (but for its end time and duration) and returns true when one ran. */
 static bool step(engine_t *e, stats_step_t *st) {
     double t0 = engine_now();
@@ -327,6 +372,7 @@ static bool step(engine_t *e, stats_step_t *st) {
         goto record;
     }
     sched_advance(e->sched, &out);
+    if (e->has_state) fork_at_points(e, &out);
     stats_add_generation_tokens(e->stats, (uint64_t)b.n_logits);
     double now = engine_now();
     for (int l = 0; l < b.n_logits; l++) {
@@ -344,6 +390,8 @@ record:
                          .waiting = sched_num_waiting(e->sched),
                          .kv_used = kv_used(e->kv),
                          .kv_total = e->num_blocks,
+                         .state_used = e->num_slots - kv_state_available(e->kv),
+                         .state_total = e->num_slots,
                          .prefill_tokens = counts.prefill,
                          .decode_tokens = counts.decode,
                          .preempted = out.n_preempted + e->extra_preempted};
@@ -403,10 +451,13 @@ static void record_idle(engine_t *e) {
                        .waiting = sched_num_waiting(e->sched),
                        .kv_used = kv_used(e->kv),
                        .kv_total = e->num_blocks,
+                       .state_used = e->num_slots - kv_state_available(e->kv),
+                       .state_total = e->num_slots,
                        .preempted = e->extra_preempted};
     const stats_step_t *l = &e->last_rec;
     if (l->running == 0 && l->waiting == st.waiting && l->kv_used == st.kv_used &&
-        l->kv_total == st.kv_total && st.preempted == 0)
+        l->kv_total == st.kv_total && l->state_used == st.state_used &&
+        l->state_total == st.state_total && st.preempted == 0)
         return;
     stats_record_step(e->stats, &st);
     e->last_rec = st;
@@ -418,25 +469,38 @@ static void record_idle(engine_t *e) {
 
 /* Sets up the pool for flags f (checked by check_rebuild_flags). */
 static int make_pool(engine_t *e, const flag_values_t *f, err_t *err) {
-    int nb = pool_blocks(e, f, err);
+    int n_slots;
+    int nb = pool_blocks(e, f, &n_slots, err);
     if (nb < 0) return -1;
-    kv_pool_t *kv = kv_create(nb, f->block_size, f->enable_prefix_caching);
-    if (!kv) return err_set(err, "out of memory for a KV pool of %d blocks", nb);
-    if (backend_kv_reserve(e->be, nb, f->block_size, err) < 0) {
+    kv_pool_t *kv = kv_create(nb, f->block_size, f->enable_prefix_caching && !e->has_state);
+    if (!kv || kv_state_init(kv, n_slots) < 0) {
+        kv_destroy(kv);
+        return err_set(err, "out of memory for a KV pool of %d blocks", nb);
+    }
+    if (backend_kv_reserve(e->be, nb, f->block_size, err) < 0 ||
+        (e->has_state && e->be->ops->state_reserve(e->be, n_slots, err) < 0)) {
         kv_destroy(kv);
         return -1;
     }
+    if (e->has_state)
+        fprintf(stderr,
+                "tachyon: %s: %d recurrent-state slots of %.1f MiB (one per running sequence, "
+                "max-num-seqs %d) and %d KV blocks of %d tokens share the pool\n",
+                e->cfg->model_type, n_slots, (double)state_bytes(e) / (1 << 20), f->max_num_seqs,
+                nb, f->block_size);
     kv_destroy(e->kv);
     e->kv = kv;
     e->num_blocks = nb;
+    e->num_slots = n_slots;
     e->batch.block_size = f->block_size;
     e->mml = f->max_model_len;
     return 0;
 }
 
 static int rebuild(engine_t *e, flag_values_t *f, err_t *err) {
+    int n_slots;
     if (check_rebuild_flags(e, f, err) < 0) return -1;
-    if (pool_blocks(e, f, err) < 0) return -1;
+    if (pool_blocks(e, f, &n_slots, err) < 0) return -1;
     for (eng_req_t *req = e->live; req; req = req->next) {
         int n_prompt = req->choices[0].b.s.n_prompt;
         int need = req->max_tokens_set ? n_prompt + req->max_tokens : n_prompt + 1;
@@ -469,7 +533,7 @@ static int rebuild(engine_t *e, flag_values_t *f, err_t *err) {
 
 static void apply_live(engine_t *e, const flag_values_t *f) {
     if (f->enable_prefix_caching != e->f.enable_prefix_caching)
-        kv_set_prefix_caching(e->kv, f->enable_prefix_caching);
+        kv_set_prefix_caching(e->kv, f->enable_prefix_caching && !e->has_state);
     configure_backend(e, f);
     sched_config_t sc = sched_config_of(f);
     sched_set_config(e->sched, &sc);
@@ -740,102 +804,6 @@ fail:
 }
 
 // ---------------------------------------------------------------------------------------------
-// Flags
-
-int engine_flag_get(engine_t *e, const char *name, char *buf, size_t size, err_t *err) {
-    const flag_def_t *d = flags_find(name);
-    if (!d) return err_set(err, "unknown flag \"%s\"", name ? name : "");
-    pthread_mutex_lock(&e->mu);
-    flags_format(d, &e->flags, buf, size);
-    pthread_mutex_unlock(&e->mu);
-    return 0;
-}
-
-int engine_flag_set_async(engine_t *e, const char *name, const char *value,
-                          engine_flag_done_fn done, void *ctx, err_t *err) {
-    const flag_def_t *d = flags_find(name);
-    if (!d) return err_set(err, "unknown flag \"%s\"", name ? name : "");
-    if (d->apply == FLAG_RELOAD)
-        return err_set(err, "%s needs a restart: it changes the model or its parallel layout",
-                       d->name);
-    flag_change_t *c = NULL;
-    if (d->apply == FLAG_REBUILD) {
-        c = calloc(1, sizeof *c);
-        if (!c || !(c->value = strdup(value ? value : ""))) {
-            free(c);
-            return err_set(err, "out of memory");
-        }
-        *c = (flag_change_t){.def = d, .value = c->value, .done = done, .ctx = ctx};
-    }
-    pthread_mutex_lock(&e->mu);
-    flag_values_t nf = e->flags;
-    int rc = flags_set(d, value, &nf, err);
-    if (rc == 0 && d->apply == FLAG_REBUILD) rc = check_rebuild_flags(e, &nf, err);
-    if (rc == 0 && e->closing) rc = err_set(err, "the engine is closing");
-    if (rc == 0) {
-        rc = 1;
-        if (d->apply == FLAG_LIVE && flags_differ(d, &nf, &e->flags)) {
-            e->flags = nf;
-            e->flags_gen++;
-            tell_engine(e);
-        } else if (d->apply == FLAG_REBUILD) {
-            /* queued even when it looks unchanged: an earlier change may still be queued */
-            if (e->changes_tail)
-                e->changes_tail->next = c;
-            else
-                e->changes = c;
-            e->changes_tail = c;
-            c = NULL;
-            rc = 0;
-            tell_engine(e);
-        }
-    }
-    pthread_mutex_unlock(&e->mu);
-    if (c) {
-        free(c->value);
-        free(c);
-    }
-    return rc;
-}
-
-/* engine_flag_set waits for its change here. */
-typedef struct flag_waiter {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    bool done;
-    int rc;
-    err_t err;
-} flag_waiter_t;
-
-static void flag_answered(void *ctx, int rc, const char *msg) {
-    flag_waiter_t *w = ctx;
-    pthread_mutex_lock(&w->mu);
-    w->rc = rc;
-    if (rc < 0) err_set(&w->err, "%s", msg);
-    w->done = true;
-    pthread_cond_signal(&w->cv);
-    pthread_mutex_unlock(&w->mu);
-}
-
-int engine_flag_set(engine_t *e, const char *name, const char *value, err_t *err) {
-    flag_waiter_t w = {.done = false};
-    pthread_mutex_init(&w.mu, NULL);
-    pthread_cond_init(&w.cv, NULL);
-    int rc = engine_flag_set_async(e, name, value, flag_answered, &w, err);
-    if (rc == 0) {
-        pthread_mutex_lock(&w.mu);
-        while (!w.done)
-            pthread_cond_wait(&w.cv, &w.mu);
-        pthread_mutex_unlock(&w.mu);
-        rc = w.rc;
-        if (rc < 0 && err) *err = w.err;
-    }
-    pthread_mutex_destroy(&w.mu);
-    pthread_cond_destroy(&w.cv);
-    return rc < 0 ? -1 : 0;
-}
-
-// ---------------------------------------------------------------------------------------------
 // Open and close
 
 const model_config_t *engine_model_config(const engine_t *e) {
@@ -939,12 +907,26 @@ int engine_open(const engine_opts_t *o, engine_t **out, err_t *err) {
     e->cfg = weights_config(e->w);
     if (load_text(e, o->tokenizer, err) < 0) goto fail;
 
+    if (weights_note(e->w)[0]) fprintf(stderr, "tachyon: %s\n", weights_note(e->w));
+
     flag_values_t f = o->flags;
     backend_options_t bo = o->backend_opts;
-    backend_options_from_flags(&bo, &f);
+    backend_options_from_flags(&bo, &f, e->cfg);
     if (e->ops->create(&bo, e->w, &e->be, err) < 0) {
         err_prefix(err, "%s backend", e->ops->name);
         goto fail;
+    }
+    if (model_has_state(e->cfg)) {
+        if (!e->be->ops->state_bytes || !e->be->ops->state_reserve || !e->be->ops->state_copy) {
+            err_set(err, "%s backend: %s keeps recurrent state, which this backend cannot hold",
+                    e->ops->name, e->cfg->model_type);
+            goto fail;
+        }
+        e->has_state = true;
+        if (f.enable_prefix_caching)
+            fprintf(stderr, "tachyon: %s: prefix caching is off: %s\n", e->cfg->model_type,
+                    ENGINE_NO_PREFIX_CACHING_WHY);
+        f.enable_prefix_caching = false;
     }
     if (check_rebuild_flags(e, &f, err) < 0) goto fail;
     batch_init(&e->batch, f.block_size, e->stop_ids, e->n_stop_ids, on_first_scheduled, e);
@@ -962,6 +944,7 @@ int engine_open(const engine_opts_t *o, engine_t **out, err_t *err) {
     }
     e->experts = expert_load_open(e->cfg, e->be, e->stats, engine_now());
     e->flags = e->f = f;
+    stats_set_kv(e->stats, 0, e->num_blocks); /* the pool's size before the first step */
     if (pthread_create(&e->thread, NULL, engine_main, e) != 0) {
         err_set(err, "cannot start the engine thread");
         goto fail;

@@ -15,6 +15,7 @@
 static const char *const POLICY_CHOICES[] = {"fcfs", "priority", NULL};
 static const char *const GENCONFIG_CHOICES[] = {"auto", "vllm", NULL};
 static const char *const KV_DTYPE_CHOICES[] = {"auto", "fp8", NULL};
+static const char *const SSM_DTYPE_CHOICES[] = {"auto", "float32", "bfloat16", NULL};
 static const char *const BOOL_VALUES[] = {"true", "false", NULL};
 static const char *const UNSET_VALUES[] = {"unset", NULL};
 
@@ -156,6 +157,13 @@ static const flag_def_t FLAGS[] = {
      .choices = KV_DTYPE_CHOICES,
      .def = "auto",
      .help = "auto: the model's activation type; fp8: e4m3 (cuda backend)"},
+    {.name = "mamba-ssm-cache-dtype",
+     .type = FLAG_ENUM,
+     .apply = FLAG_REBUILD,
+     FIELD(mamba_ssm_cache_dtype),
+     .choices = SSM_DTYPE_CHOICES,
+     .def = "auto",
+     .help = "recurrent state of hybrid models (Qwen3.5): auto = config.json's mamba_ssm_dtype"},
     {.name = "gpu-memory-utilization",
      .type = FLAG_FLOAT,
      .apply = FLAG_REBUILD,

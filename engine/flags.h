@@ -46,6 +46,13 @@ typedef enum kv_cache_dtype {
     KV_DTYPE_FP8,  /* e4m3 (GPU backend) */
 } kv_cache_dtype_t;
 
+/* The recurrent (SSM) state's element type of models with state (Qwen3.5). */
+typedef enum ssm_cache_dtype {
+    SSM_DTYPE_AUTO, /* the config's mamba_ssm_dtype (float32 for Qwen3.5) */
+    SSM_DTYPE_F32,
+    SSM_DTYPE_BF16, /* half the memory per sequence, the state rounded after every step */
+} ssm_cache_dtype_t;
+
 /* The values of every flag. Sampling defaults use the "unset" values of sampling.h (NaN, -1):
  * unset means "take generation_config.json's value". */
 typedef struct flag_values {
@@ -64,8 +71,9 @@ typedef struct flag_values {
     uint64_t seed; /* seed of requests that give none */
     /* KV cache (rebuild) */
     int block_size;
-    int max_model_len;  /* 0 = the model's max_position_embeddings */
-    int kv_cache_dtype; /* kv_cache_dtype_t */
+    int max_model_len;         /* 0 = the model's max_position_embeddings */
+    int kv_cache_dtype;        /* kv_cache_dtype_t */
+    int mamba_ssm_cache_dtype; /* ssm_cache_dtype_t */
     double gpu_memory_utilization;
     uint64_t kv_cache_memory; /* bytes; CPU backend pool size (0 = 25% of RAM, at most 4 GiB) */
     /* model (reload) */

@@ -45,6 +45,11 @@ struct kv_pool {
     uint64_t queried, hit;
     uint64_t misuse;
     char misuse_msg[96];
+
+    /* recurrent-state slots: a stack of free ones, and which are in use */
+    int32_t *state_free; /* [n_slots] */
+    uint8_t *state_used; /* [n_slots] */
+    int n_slots, n_state_free;
 };
 
 static void note_misuse(kv_pool_t *kv, const char *fmt, ...) {
@@ -188,6 +193,8 @@ void kv_destroy(kv_pool_t *kv) {
     free(kv->cached);
     free(kv->slot_hash);
     free(kv->slot_block);
+    free(kv->state_free);
+    free(kv->state_used);
     free(kv);
 }
 
@@ -360,6 +367,55 @@ void kv_reset_counters(kv_pool_t *kv) {
     kv->queried = kv->hit = 0;
 }
 
+/* ---- recurrent-state slots ------------------------------------------------------------------ */
+
+int kv_state_init(kv_pool_t *kv, int n_slots) {
+    if (n_slots < 0) return -1;
+    int32_t *stack = malloc((size_t)(n_slots > 0 ? n_slots : 1) * sizeof *stack);
+    uint8_t *used = calloc((size_t)(n_slots > 0 ? n_slots : 1), 1);
+    if (!stack || !used) {
+        free(stack);
+        free(used);
+        return -1;
+    }
+    free(kv->state_free);
+    free(kv->state_used);
+    kv->state_free = stack;
+    kv->state_used = used;
+    kv->n_slots = kv->n_state_free = n_slots;
+    for (int i = 0; i < n_slots; i++) /* slot 0 on top */
+        stack[i] = n_slots - 1 - i;
+    return 0;
+}
+
+int kv_state_slots(const kv_pool_t *kv) {
+    return kv->n_slots;
+}
+
+int kv_state_available(const kv_pool_t *kv) {
+    return kv->n_state_free;
+}
+
+int32_t kv_state_alloc(kv_pool_t *kv) {
+    if (kv->n_state_free == 0) return -1;
+    int32_t s = kv->state_free[--kv->n_state_free];
+    kv->state_used[s] = 1;
+    return s;
+}
+
+void kv_state_free(kv_pool_t *kv, int32_t slot) {
+    if (slot < 0 || slot >= kv->n_slots) {
+        note_misuse(kv, "kv_state_free(%d): no such slot", slot);
+        return;
+    }
+    if (!kv->state_used[slot]) {
+        note_misuse(kv, "kv_state_free(%d): slot is free", slot);
+        return;
+    }
+    kv->state_used[slot] = 0;
+    kv->state_free[kv->n_state_free++] = slot;
+}
+
 /* ---- invariants ----------------------------------------------------------------------------- */
 
 static int fail(char *buf, int size, const char *fmt, ...) {
@@ -432,5 +488,21 @@ int kv_check(const kv_pool_t *kv, char *buf, int size) {
     }
     if (entries != cached)
         return fail(buf, size, "table: %d entries for %d cached blocks", entries, cached);
-    return 0;
+
+    int used = 0;
+    for (int i = 0; i < kv->n_slots; i++)
+        used += kv->state_used[i];
+    if (used + kv->n_state_free != kv->n_slots)
+        return fail(buf, size, "state slots: %d used + %d free of %d", used, kv->n_state_free,
+                    kv->n_slots);
+    uint8_t *seen = calloc((size_t)(kv->n_slots > 0 ? kv->n_slots : 1), 1);
+    if (!seen) return fail(buf, size, "out of memory");
+    int rc = 0;
+    for (int i = 0; i < kv->n_state_free && rc == 0; i++) {
+        int32_t s = kv->state_free[i];
+        if (s < 0 || s >= kv->n_slots || kv->state_used[s] || seen[s]++)
+            rc = fail(buf, size, "state slot %d is on the free list wrongly", s);
+    }
+    free(seen);
+    return rc;
 }

@@ -18,6 +18,14 @@
  *     kv_release(kv, b);
  *     kv_destroy(kv);
  *
+ * Models with recurrent state (Qwen3.5's Gated DeltaNet layers) also take state slots from the
+ * pool's memory: one per running sequence, handed out and taken back here, their contents held
+ * by the backend (engine/backend.h).
+ *
+ *     kv_state_init(kv, 64);                           // 64 slots
+ *     int32_t s = kv_state_alloc(kv);                  // -1 when none is free
+ *     kv_state_free(kv, s);
+ *
  * Not thread-safe: the engine thread owns it.
  */
 #ifndef TACHYON_KVCACHE_H
@@ -93,9 +101,23 @@ int kv_refcount(const kv_pool_t *kv, int32_t block);
 void kv_counters(const kv_pool_t *kv, uint64_t *queried, uint64_t *hit);
 void kv_reset_counters(kv_pool_t *kv);
 
+/* Gives the pool n_slots recurrent-state slots, all free (0: none, the default). -1 when out of
+ * memory or n_slots < 0. */
+int kv_state_init(kv_pool_t *kv, int n_slots);
+
+/* State slots in the pool, and free ones. */
+int kv_state_slots(const kv_pool_t *kv);
+int kv_state_available(const kv_pool_t *kv);
+
+/* A free slot, now in use; -1 when none is left. */
+int32_t kv_state_alloc(kv_pool_t *kv);
+
+/* Gives a slot back. Misuse (out of range, already free) changes nothing and is recorded. */
+void kv_state_free(kv_pool_t *kv, int32_t slot);
+
 /* Checks the invariants (every block exactly once in free, evictable or used; reference counts;
- * hash table consistent). For tests and debug builds: returns 0, or -1 naming the first broken
- * one in buf. */
+ * hash table consistent; every state slot free or used, once). For tests and debug builds: returns
+ * 0, or -1 naming the first broken one in buf. */
 int kv_check(const kv_pool_t *kv, char *buf, int size);
 
 #endif

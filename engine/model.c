@@ -88,6 +88,46 @@ int model_json_rope(const cJSON *json, const char *file, model_config_t *cfg, er
     return model_json_double(json, file, "rope_theta", 10000.0, &cfg->rope_theta, err);
 }
 
+int model_json_decoder(const cJSON *json, const char *file, int extra_layers, model_config_t *cfg,
+                       err_t *err) {
+    if (model_json_int(json, file, "hidden_size", -1, 1, &cfg->hidden_size, err) < 0 ||
+        model_json_int(json, file, "num_hidden_layers", -1, 1, &cfg->n_layers, err) < 0 ||
+        model_json_int(json, file, "num_attention_heads", -1, 1, &cfg->n_heads, err) < 0 ||
+        model_json_int(json, file, "num_key_value_heads", cfg->n_heads, 1, &cfg->n_kv_heads, err) <
+            0 ||
+        model_json_int(json, file, "intermediate_size", -1, 1, &cfg->intermediate_size, err) < 0 ||
+        model_json_int(json, file, "vocab_size", -1, 1, &cfg->vocab_size, err) < 0 ||
+        model_json_int(json, file, "max_position_embeddings", 32768, 1,
+                       &cfg->max_position_embeddings, err) < 0)
+        return -1;
+    /* HF: head_dim defaults to hidden_size / num_attention_heads. */
+    if (model_json_int(json, file, "head_dim", cfg->hidden_size / cfg->n_heads, 2, &cfg->head_dim,
+                       err) < 0)
+        return -1;
+    double eps = 0;
+    if (model_json_double(json, file, "rms_norm_eps", 1e-6, &eps, err) < 0) return -1;
+    cfg->rms_norm_eps = (float)eps;
+    if (model_json_rope(json, file, cfg, err) < 0) return -1;
+    bool bias = false;
+    if (model_json_bool(json, file, "attention_bias", false, &bias, err) < 0) return -1;
+    if (bias)
+        return err_set(err, "%s: attention_bias true is not supported for %s", file,
+                       cfg->model_type);
+    const char *act = model_json_string(json, "hidden_act");
+    if (act && strcmp(act, "silu") != 0)
+        return err_set(err, "%s: hidden_act \"%s\" is not supported (silu)", file, act);
+    if (cfg->n_heads % cfg->n_kv_heads != 0)
+        return err_set(err,
+                       "%s: num_attention_heads %d is not a multiple of num_key_value_heads %d",
+                       file, cfg->n_heads, cfg->n_kv_heads);
+    if (cfg->head_dim % 2 != 0)
+        return err_set(err, "%s: head_dim %d must be even for RoPE", file, cfg->head_dim);
+    if (cfg->n_layers + extra_layers > MODEL_MAX_LAYERS)
+        return err_set(err, "%s: %d layers are more than the %d Tachyon supports", file,
+                       cfg->n_layers + extra_layers, MODEL_MAX_LAYERS);
+    return 0;
+}
+
 static int parse_torch_dtype(const cJSON *json, const char *file, model_config_t *cfg, err_t *err) {
     const char *s = model_json_string(json, "torch_dtype");
     if (!s) s = model_json_string(json, "dtype");
@@ -142,6 +182,8 @@ static int parse_quantization(const cJSON *json, const char *file, model_config_
 static const model_arch_t *const model_archs[] = {
     &model_arch_qwen3,
     &model_arch_qwen3_moe,
+    &model_arch_qwen3_5,
+    &model_arch_qwen3_5_text,
 };
 #define N_ARCHS ((int)(sizeof model_archs / sizeof model_archs[0]))
 
@@ -149,6 +191,26 @@ const model_arch_t *model_arch_find(const char *model_type) {
     for (int i = 0; i < N_ARCHS; i++)
         if (strcmp(model_archs[i]->model_type, model_type) == 0) return model_archs[i];
     return NULL;
+}
+
+int model_count_attn(const model_config_t *c, attn_kind_t kind) {
+    int n = 0;
+    for (int l = 0; l < c->n_layers; l++)
+        n += c->layer[l].attn == kind;
+    return n;
+}
+
+uint64_t model_state_bytes(const model_config_t *c, dtype_t ssm_dtype) {
+    uint64_t ssm = (uint64_t)c->lin_v_heads * (uint64_t)c->lin_k_dim * (uint64_t)c->lin_v_dim;
+    uint64_t conv = (uint64_t)(c->lin_conv_kernel - 1) * (uint64_t)model_lin_conv_dim(c);
+    return (uint64_t)model_count_attn(c, ATTN_LINEAR) * (ssm * dtype_size(ssm_dtype) + conv * 2);
+}
+
+/* q_proj doubles when the model's full attention is gated (q | gate per head). */
+static int q_proj_factor(const model_config_t *c) {
+    for (int l = 0; l < c->n_layers + c->n_mtp_layers; l++)
+        if (c->layer[l].attn == ATTN_GATED) return 2;
+    return 1;
 }
 
 int64_t model_dim(const model_config_t *c, wdim_t dim) {
@@ -171,6 +233,20 @@ int64_t model_dim(const model_config_t *c, wdim_t dim) {
             return c->n_experts;
         case WD_MOE_INTER:
             return c->moe_intermediate_size;
+        case WD_Q_PROJ:
+            return (int64_t)q_proj_factor(c) * c->n_heads * c->head_dim;
+        case WD_2HIDDEN:
+            return 2 * (int64_t)c->hidden_size;
+        case WD_LIN_CONV:
+            return model_lin_conv_dim(c);
+        case WD_LIN_V:
+            return model_lin_v_dim(c);
+        case WD_LIN_HEADS:
+            return c->lin_v_heads;
+        case WD_LIN_DV:
+            return c->lin_v_dim;
+        case WD_CONV_K:
+            return c->lin_conv_kernel;
     }
     return 0;
 }
@@ -203,6 +279,32 @@ void model_dim_explain(const model_config_t *c, wdim_t dim, char *buf, size_t si
             break;
         case WD_MOE_INTER:
             snprintf(buf, size, "moe_intermediate_size %d", c->moe_intermediate_size);
+            break;
+        case WD_Q_PROJ:
+            snprintf(buf, size, "num_attention_heads %d x head_dim %d%s", c->n_heads, c->head_dim,
+                     q_proj_factor(c) == 2 ? " x 2 (attn_output_gate)" : "");
+            break;
+        case WD_2HIDDEN:
+            snprintf(buf, size, "2 x hidden_size %d", c->hidden_size);
+            break;
+        case WD_LIN_CONV:
+            snprintf(buf, size,
+                     "2 x linear_num_key_heads %d x linear_key_head_dim %d + "
+                     "linear_num_value_heads %d x linear_value_head_dim %d",
+                     c->lin_k_heads, c->lin_k_dim, c->lin_v_heads, c->lin_v_dim);
+            break;
+        case WD_LIN_V:
+            snprintf(buf, size, "linear_num_value_heads %d x linear_value_head_dim %d",
+                     c->lin_v_heads, c->lin_v_dim);
+            break;
+        case WD_LIN_HEADS:
+            snprintf(buf, size, "linear_num_value_heads %d", c->lin_v_heads);
+            break;
+        case WD_LIN_DV:
+            snprintf(buf, size, "linear_value_head_dim %d", c->lin_v_dim);
+            break;
+        case WD_CONV_K:
+            snprintf(buf, size, "linear_conv_kernel_dim %d", c->lin_conv_kernel);
             break;
     }
 }
@@ -250,6 +352,7 @@ int model_config_parse(const char *text, const char *file, model_config_t *cfg, 
     if (parse_torch_dtype(json, file, cfg, err) < 0 ||
         parse_quantization(json, file, cfg, err) < 0 || cfg->arch->parse(json, file, cfg, err) < 0)
         goto out;
+    if (cfg->rotary_dim == 0) cfg->rotary_dim = cfg->head_dim;
     rc = 0;
 out:
     cJSON_Delete(json);
@@ -317,6 +420,21 @@ static const struct {
                         "\"rope_theta\": 5000000, \"hidden_size\": 4096, "
                         "\"num_hidden_layers\": 94, \"num_attention_heads\": 64, "
                         "\"intermediate_size\": 12288, \"moe_intermediate_size\": 1536}"},
+    /* Qwen/Qwen3.5-9B (models.md 4.2): the vision tower's config is left out, since text-only
+     * serving never reads it */
+    {"qwen3.5-9b",
+     "{\"model_type\": \"qwen3_5\", \"tie_word_embeddings\": false, \"text_config\": {"
+     "\"model_type\": \"qwen3_5_text\", \"hidden_size\": 4096, \"num_hidden_layers\": 32, "
+     "\"full_attention_interval\": 4, \"intermediate_size\": 12288, "
+     "\"num_attention_heads\": 16, \"num_key_value_heads\": 4, \"head_dim\": 256, "
+     "\"attn_output_gate\": true, \"linear_num_key_heads\": 16, "
+     "\"linear_num_value_heads\": 32, \"linear_key_head_dim\": 128, "
+     "\"linear_value_head_dim\": 128, \"linear_conv_kernel_dim\": 4, \"rope_parameters\": "
+     "{\"rope_type\": \"default\", \"rope_theta\": 10000000, \"partial_rotary_factor\": "
+     "0.25, \"mrope_section\": [11, 11, 10], \"mrope_interleaved\": true}, "
+     "\"rms_norm_eps\": 1e-06, \"vocab_size\": 248320, \"max_position_embeddings\": 262144, "
+     "\"mamba_ssm_dtype\": \"float32\", \"mtp_num_hidden_layers\": 1, \"hidden_act\": \"silu\", "
+     "\"bos_token_id\": 248044, \"eos_token_id\": 248044, \"dtype\": \"bfloat16\"}}"},
 };
 #define N_PRESETS ((int)(sizeof presets / sizeof presets[0]))
 
@@ -355,13 +473,14 @@ static int64_t params(const model_config_t *c, int experts) {
     for (int i = 0; i < a->n_tensors; i++) {
         const wspec_t *s = &a->tensors[i];
         if (s->kind == WK_LM_HEAD && c->tie_word_embeddings) continue;
+        if (wspec_is_mtp(s)) continue; /* the draft head is not part of the model's size */
         int64_t size = model_dim(c, s->rows) * model_dim(c, s->cols);
         if (!s->per_layer) {
             n += size;
             continue;
         }
         for (int l = 0; l < c->n_layers; l++)
-            if (wspec_in_layer(s, c, l)) n += s->per_expert ? size * experts : size;
+            if (wspec_in_layer(s, c, l)) n += wspec_per_expert(s) ? size * experts : size;
     }
     return n;
 }
@@ -380,11 +499,18 @@ void model_config_describe(const model_config_t *c, char *buf, size_t size) {
         snprintf(moe, sizeof moe, ", %d experts (top %d) of intermediate %d, %.2fB active",
                  c->n_experts, c->n_experts_per_tok, c->moe_intermediate_size,
                  (double)model_active_param_count(c) / 1e9);
-    snprintf(buf, size,
-             "%s: %d layers, hidden %d, %d/%d heads x %d, intermediate %d%s, vocab %d, "
-             "%.2fB params, %s%s",
-             c->model_type, c->n_layers, c->hidden_size, c->n_heads, c->n_kv_heads, c->head_dim,
-             c->intermediate_size, moe, c->vocab_size, (double)model_param_count(c) / 1e9,
-             c->fp8 ? "fp8 block 128x128" : dtype_name(c->torch_dtype),
-             c->tie_word_embeddings ? ", tied embeddings" : "");
+    int n =
+        snprintf(buf, size,
+                 "%s: %d layers, hidden %d, %d/%d heads x %d, intermediate %d%s, vocab %d, "
+                 "%.2fB params, %s%s",
+                 c->model_type, c->n_layers, c->hidden_size, c->n_heads, c->n_kv_heads, c->head_dim,
+                 c->intermediate_size, moe, c->vocab_size, (double)model_param_count(c) / 1e9,
+                 c->fp8 ? "fp8 block 128x128" : dtype_name(c->torch_dtype),
+                 c->tie_word_embeddings ? ", tied embeddings" : "");
+    int linear = model_count_attn(c, ATTN_LINEAR);
+    if (linear > 0 && n >= 0 && (size_t)n < size)
+        snprintf(buf + n, size - (size_t)n,
+                 ", hybrid %d Gated DeltaNet + %d full, %.1f MiB state/seq, prefix caching off",
+                 linear, c->n_layers - linear,
+                 (double)model_state_bytes(c, c->ssm_dtype) / (1 << 20));
 }

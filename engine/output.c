@@ -150,6 +150,10 @@ void output_fork_choices(engine_t *e, eng_req_t *req) {
             continue;
         }
         q->started = true;
+        err_t err = {{0}};
+        if (q->b.s.has_state &&
+            e->be->ops->state_copy(e->be, parent->state_slot, q->b.s.state_slot, &err) < 0)
+            output_finish_choice(e, q, ENGINE_FINISH_ERROR, NULL, -1, -1, err.msg);
     }
     req->n_started = req->n;
 }

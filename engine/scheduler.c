@@ -54,10 +54,12 @@ int sched_seq_reserve(sched_seq_t *seq, int n) {
 }
 
 /* Releases the blocks last to first, so that a prompt's tail blocks are evicted before its
- * head (which other prompts are more likely to share). */
+ * head (which other prompts are more likely to share), and the state slot. */
 static void release_blocks(kv_pool_t *kv, sched_seq_t *seq) {
     for (int i = seq->n_blocks - 1; i >= 0; i--)
         kv_release(kv, seq->blocks[i]);
+    if (seq->has_state) kv_state_free(kv, seq->state_slot);
+    seq->has_state = false;
     seq->n_blocks = 0;
     seq->n_computed = 0;
     seq->n_committed = 0;
@@ -214,9 +216,14 @@ int sched_add(sched_t *s, sched_seq_t *seq) {
 }
 
 int sched_fork(sched_t *s, const sched_seq_t *parent, sched_seq_t *child) {
-    if (child->state != SCHED_SEQ_IDLE || parent->n_computed < parent->n_prompt) return -1;
     int bs = kv_block_size(s->kv);
-    int shared = (parent->n_prompt - 1) / bs;
+    int shared = sched_fork_point(parent, bs) / bs;
+    bool state = kv_state_slots(s->kv) > 0;
+    if (child->state != SCHED_SEQ_IDLE ||
+        (state ? parent->n_computed != shared * bs || !parent->has_state
+               : parent->n_computed < parent->n_prompt))
+        return -1;
+    if (state && shared > 0 && kv_state_available(s->kv) == 0) shared = 0; /* recomputes */
     if (GROW(child->tokens, child->cap_tokens, parent->n_prompt) < 0 ||
         GROW(child->blocks, child->cap_blocks, shared > 0 ? shared : 1) < 0)
         return -1;
@@ -231,6 +238,10 @@ int sched_fork(sched_t *s, const sched_seq_t *parent, sched_seq_t *child) {
     }
     child->n_blocks = shared;
     child->n_computed = shared * bs;
+    if (state && shared > 0) {
+        child->state_slot = kv_state_alloc(s->kv);
+        child->has_state = true;
+    }
     if (n_hashes > 0) memcpy(child->hashes, parent->hashes, (size_t)n_hashes * sizeof(uint64_t));
     child->n_hashes = n_hashes;
     child->n_committed = parent->n_committed < shared ? parent->n_committed : shared;
@@ -308,8 +319,14 @@ static void take_blocks(kv_pool_t *kv, sched_seq_t *seq, int n) {
 }
 
 /* Without chunked prefill a computation that does not fit the rest of the budget waits; one
- * larger than the whole budget runs alone in a step of its own, or it would never run. */
-static int clamp_new(const sched_t *s, int n_new, int budget, int n_scheduled) {
+ * larger than the whole budget runs alone in a step of its own, or it would never run. A
+ * sequence waiting to fork stops at the fork point. */
+static int clamp_new(const sched_t *s, const sched_seq_t *seq, int budget, int n_scheduled) {
+    int n_new = seq->n_tokens - seq->n_computed;
+    if (seq->fork_pending) {
+        int to_fork = sched_fork_point(seq, kv_block_size(s->kv)) - seq->n_computed;
+        if (to_fork < n_new) n_new = to_fork > 0 ? to_fork : 0;
+    }
     if (s->cfg.chunked_prefill) return n_new < budget ? n_new : budget;
     if (n_new <= budget) return n_new;
     return n_scheduled == 0 && budget == s->cfg.max_num_batched_tokens ? n_new : 0;
@@ -352,7 +369,7 @@ int sched_schedule(sched_t *s, sched_out_t *out, sched_seq_t **failed) {
         budget -= fast;
         if (i == n_running || budget == 0) break;
         sched_seq_t *seq = running[i];
-        int n_new = clamp_new(s, seq->n_tokens - seq->n_computed, budget, o.n);
+        int n_new = clamp_new(s, seq, budget, o.n);
         if (n_new == 0) continue;
         int need = blocks_needed(seq, seq->n_computed + n_new, bs);
         if (need < 0) {
@@ -394,19 +411,25 @@ int sched_schedule(sched_t *s, sched_out_t *out, sched_seq_t **failed) {
             seq->n_computed = hit * bs;
             seq->n_committed = hit;
         }
-        int n_new = clamp_new(s, seq->n_tokens - seq->n_computed, budget, o.n);
+        int n_new = clamp_new(s, seq, budget, o.n);
         int need = n_new > 0 ? blocks_needed(seq, seq->n_computed + n_new, bs) : 0;
         if (need < 0) {
             *failed = seq;
             *out = o;
             return -1;
         }
-        if (n_new == 0 || kv_available(s->kv) < need) {
+        bool needs_slot = kv_state_slots(s->kv) > 0 && !seq->has_state;
+        if (n_new == 0 || kv_available(s->kv) < need ||
+            (needs_slot && kv_state_available(s->kv) == 0)) {
             if (hit > 0) release_blocks(s->kv, seq);
             break;
         }
         heap_remove(s, seq);
         take_blocks(s->kv, seq, need);
+        if (needs_slot) {
+            seq->state_slot = kv_state_alloc(s->kv);
+            seq->has_state = true;
+        }
         if (!seq->admitted) {
             seq->admitted = true;
             seq->cached_tokens = hit * bs;

@@ -23,6 +23,14 @@
  *     sched_seq_free(&seq);
  *     sched_destroy(s);
  *
+ * Models with recurrent state (the pool has state slots, kvcache.h): a sequence takes a slot
+ * when admitted and gives it back with its blocks (finish, preemption: recompute rebuilds the
+ * state from position 0); admission waits for a free slot as it waits for blocks. A request
+ * with n > 1 choices forks them where its state and its blocks agree: choice 0's computation
+ * stops at sched_fork_point (the last block boundary before its prompt's last token) until the
+ * engine forks there; each child copies the parent's state into a slot of its own, shares the
+ * parent's full blocks and computes the rest of the prompt itself.
+ *
  * Cost per step is O(running + scheduled tokens + admitted * log waiting); no allocation in
  * steady state (per-sequence arrays and the output arrays grow geometrically and stay).
  * Not thread-safe: the engine thread owns it, with the KV pool.
@@ -63,6 +71,10 @@ typedef struct sched_seq {
     int prefix_queried; /* tokens looked up at the first admission (full blocks) */
     int n_preemptions;
     uint32_t blocks_gen; /* bumped whenever the block table is dropped (preemption, release) */
+    bool has_state;      /* holds recurrent-state slot state_slot (models with state) */
+    int32_t state_slot;
+    bool fork_pending; /* choice 0 of a request with state and n > 1: its computation stops at
+                          sched_fork_point until the engine forks the other choices there */
     /* scheduler bookkeeping */
     sched_state_t state;
     int index; /* in the heap or the running array */
@@ -123,10 +135,18 @@ int sched_add(sched_t *s, sched_seq_t *seq);
 
 /* Starts `child` as another choice of `parent`'s prompt: its tokens are the parent's prompt, and
  * its block table references the parent's blocks that hold only prompt tokens, fully
- * (positions [0, (n_prompt - 1) / block_size * block_size)), so it computes the rest of the
- * prompt itself, at least the last token. The parent must have computed its prompt. The child
- * (initialised with sched_seq_init, ordering keys set) is queued. -1 when out of memory. */
+ * (positions [0, sched_fork_point)), so it computes the rest of the prompt itself, at least the
+ * last token. The parent must have computed its prompt; with recurrent state, exactly up to
+ * the fork point: the child then also takes a state slot (has_state), into which the caller
+ * copies the parent's state before the next step (when no slot is free, it shares nothing and
+ * recomputes from the start). The child (initialised with sched_seq_init, ordering keys set)
+ * is queued. -1 when out of memory or the parent is not at the fork point. */
 int sched_fork(sched_t *s, const sched_seq_t *parent, sched_seq_t *child);
+
+/* Where the choices of seq's prompt part: (n_prompt - 1) / block_size * block_size. */
+static inline int sched_fork_point(const sched_seq_t *seq, int block_size) {
+    return (seq->n_prompt - 1) / block_size * block_size;
+}
 
 /* Takes a sequence out of the scheduler (finished or cancelled) and frees its blocks. A no-op
  * for an idle sequence. */

@@ -15,7 +15,7 @@ static const struct {
 static uint64_t tensor_bytes(const model_config_t *cfg, const wspec_t *s, int64_t rows,
                              int64_t cols) {
     if (rows <= 0 || cols <= 0) return 0;
-    if (cfg->fp8 && s->kind == WK_LINEAR)
+    if (cfg->fp8 && (s->kind == WK_LINEAR || s->kind == WK_EXPERT))
         return (uint64_t)(rows * cols) + (uint64_t)((rows + 127) / 128 * ((cols + 127) / 128)) * 4;
     return (uint64_t)(rows * cols) * 2;
 }
@@ -65,17 +65,17 @@ void shard_plan_make(const model_config_t *cfg, int tp, bool ep, shard_plan_t *o
         int copies = 0, local = 0;
         for (int l = 0; l < (s->per_layer ? cfg->n_layers : 1); l++) {
             if (s->per_layer && !wspec_in_layer(s, cfg, l)) continue;
-            copies += s->per_expert ? cfg->n_experts : 1;
-            local += s->per_expert ? out->experts : 1;
+            copies += wspec_per_expert(s) ? cfg->n_experts : 1;
+            local += wspec_per_expert(s) ? out->experts : 1;
         }
         if (copies == 0) continue;
-        bool fp8 = cfg->fp8 && s->kind == WK_LINEAR;
+        bool fp8 = cfg->fp8 && (s->kind == WK_LINEAR || s->kind == WK_EXPERT);
         int64_t rows = model_dim(cfg, s->rows), cols = model_dim(cfg, s->cols);
         /* column-parallel: output rows split; row-parallel: input columns split */
         int64_t r = s->kind == WK_VECTOR || s->kind == WK_ROUTER
                         ? rows
                         : share(cfg, s->rows, tp, out->ep, fp8, out->why, sizeof out->why);
-        int64_t c = s->kind == WK_LINEAR && s->cols != WD_HIDDEN
+        int64_t c = (s->kind == WK_LINEAR || s->kind == WK_EXPERT) && s->cols != WD_HIDDEN
                         ? share(cfg, s->cols, tp, out->ep, fp8, out->why, sizeof out->why)
                         : cols;
         uint64_t whole = tensor_bytes(cfg, s, rows, cols), part = tensor_bytes(cfg, s, r, c);
@@ -84,7 +84,7 @@ void shard_plan_make(const model_config_t *cfg, int tp, bool ep, shard_plan_t *o
     }
     int attn_layers = 0; /* the layers with a KV cache */
     for (int l = 0; l < cfg->n_layers; l++)
-        attn_layers += cfg->layer[l].attn == ATTN_FULL;
+        attn_layers += cfg->layer[l].attn == ATTN_FULL || cfg->layer[l].attn == ATTN_GATED;
     out->kv_per_token = (uint64_t)attn_layers * 2 * (uint64_t)out->kv_heads * cfg->head_dim * 2;
     out->valid = out->why[0] == 0;
 }

@@ -104,10 +104,19 @@ void stats_record_step(stats_t *st, const stats_step_t *step) {
     h->waiting = step->waiting;
     h->kv_used = step->kv_used;
     h->kv_total = step->kv_total;
+    h->state_used = step->state_used;
+    h->state_total = step->state_total;
     h->steps++;
     if (step->preempted > 0) h->preemptions += (uint64_t)step->preempted;
     int tokens = step->prefill_tokens + step->decode_tokens;
     if (tokens > 0) hist_observe(&h->iteration_tokens, tokens);
+    pthread_mutex_unlock(&st->mu);
+}
+
+void stats_set_kv(stats_t *st, int used, int total) {
+    pthread_mutex_lock(&st->mu);
+    st->head.kv_used = used;
+    st->head.kv_total = total;
     pthread_mutex_unlock(&st->mu);
 }
 

@@ -30,6 +30,8 @@ typedef struct stats_step {
     int waiting;        /* sequences queued */
     int kv_used;        /* blocks referenced */
     int kv_total;       /* blocks in the pool */
+    int state_used;     /* recurrent-state slots held by sequences (models with state) */
+    int state_total;    /* state slots in the pool (0: the model keeps no state) */
     int prefill_tokens; /* tokens scheduled this step that were prompt (or recompute) */
     int decode_tokens;  /* tokens scheduled this step that were decodes */
     int preempted;      /* sequences preempted this step */
@@ -101,6 +103,7 @@ typedef struct stats_experts {
 typedef struct stats_snapshot {
     /* gauges (the last step) */
     int running, waiting, kv_used, kv_total;
+    int state_used, state_total; /* recurrent-state slots (models with state) */
     /* counters since start */
     uint64_t steps;
     uint64_t prompt_tokens;     /* whole prompts (cached part included) of requests that gave
@@ -133,6 +136,8 @@ stats_t *stats_create(void); /* NULL when out of memory */
 void stats_destroy(stats_t *st);
 
 void stats_record_step(stats_t *st, const stats_step_t *step);
+/* Sets the KV gauges without recording a step: the pool's size, known before the first one. */
+void stats_set_kv(stats_t *st, int used, int total);
 void stats_record_request(stats_t *st, const stats_request_t *req);
 /* One inter-token latency, seconds (every decode token after the first). */
 void stats_record_itl(stats_t *st, double itl_s);

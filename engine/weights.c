@@ -13,7 +13,7 @@
 struct model_weights {
     model_config_t config;
     wtensor_t global[G_COUNT];
-    wtensor_t *layers;  /* [n_layers][L_COUNT] */
+    wtensor_t *layers;  /* [n_layers + n_mtp_layers][L_COUNT] */
     wtensor_t *experts; /* [n_layers][n_experts][E_COUNT]; NULL for a dense model */
     mdir_t *dir;        /* owned when weights_open opened it */
     st_set_t *st;       /* the checkpoint, when loaded */
@@ -21,6 +21,7 @@ struct model_weights {
     int n_owned, cap_owned;
     float *dummy_scales; /* the dummy FP8 scale array, shared by every tensor (all one value) */
     int64_t n_dummy_scales;
+    char note[512]; /* what loading left out (weights_note) */
 };
 
 static int own(model_weights_t *w, void *p, err_t *err) {
@@ -39,9 +40,51 @@ static int own(model_weights_t *w, void *p, err_t *err) {
     return 0;
 }
 
+/* Decoder layers and MTP layers: every per-layer slot array. */
+static int all_layers(const model_config_t *cfg) {
+    return cfg->n_layers + cfg->n_mtp_layers;
+}
+
+/* Whether a layer of kinds k holds the slot: the norms always, and the slots of its attention
+ * and MLP kinds (weights.h lists each kind's slots as one run). */
+static bool kinds_hold(model_layer_t k, int slot) {
+    if (slot == L_ATTN_NORM || slot == L_MLP_NORM) return true;
+    bool attn = false, mlp = false;
+    switch (k.attn) {
+        case ATTN_FULL:
+        case ATTN_GATED:
+            attn = slot >= L_Q && slot <= L_K_NORM;
+            break;
+        case ATTN_LINEAR:
+            attn = slot >= L_LIN_QKV && slot <= L_LIN_OUT;
+            break;
+    }
+    switch (k.mlp) {
+        case MLP_DENSE:
+            mlp = slot >= L_GATE && slot <= L_DOWN;
+            break;
+        case MLP_MOE:
+            mlp = slot == L_ROUTER;
+            break;
+    }
+    return attn || mlp;
+}
+
+bool wspec_is_mtp(const wspec_t *s) {
+    return strncmp(s->name, "mtp.", 4) == 0;
+}
+
+bool wspec_in_layer(const wspec_t *s, const model_config_t *cfg, int l) {
+    bool mtp_layer = l >= cfg->n_layers;
+    if (l < 0 || l >= all_layers(cfg) || wspec_is_mtp(s) != mtp_layer) return false;
+    /* expert slots (eslot_t) are not lslot_t: checked before the slot test */
+    if (wspec_per_expert(s)) return !mtp_layer && cfg->layer[l].mlp == MLP_MOE;
+    return kinds_hold(cfg->layer[l], s->slot);
+}
+
 static model_weights_t *weights_new(const model_config_t *cfg, err_t *err) {
     model_weights_t *w = calloc(1, sizeof *w);
-    if (w) w->layers = calloc((size_t)cfg->n_layers * L_COUNT, sizeof *w->layers);
+    if (w) w->layers = calloc((size_t)all_layers(cfg) * L_COUNT, sizeof *w->layers);
     if (w && cfg->n_experts > 0)
         w->experts =
             calloc((size_t)cfg->n_layers * (size_t)cfg->n_experts * E_COUNT, sizeof *w->experts);
@@ -73,15 +116,13 @@ static wtensor_t *expert_of(const model_weights_t *w, int layer, int expert, int
 }
 
 static wtensor_t *slot_of(model_weights_t *w, const wspec_t *s, int layer, int expert) {
-    if (s->per_expert) return expert_of(w, layer, expert, s->slot);
+    if (wspec_per_expert(s)) return expert_of(w, layer, expert, s->slot);
     return s->per_layer ? &w->layers[(size_t)layer * L_COUNT + s->slot] : &w->global[s->slot];
 }
 
-/* Copies of a per-layer tensor in layer l: none when the layer does not hold it, one per
- * expert for per-expert tensors. */
-static int copies_in_layer(const model_config_t *cfg, const wspec_t *s, int l) {
-    if (!wspec_in_layer(s, cfg, l)) return 0;
-    return s->per_expert ? cfg->n_experts : 1;
+/* Copies of a tensor in a layer that holds it: one per expert for per-expert tensors. */
+static int copies(const model_config_t *cfg, const wspec_t *s) {
+    return wspec_per_expert(s) ? cfg->n_experts : 1;
 }
 
 mdir_t *weights_dir(const model_weights_t *w) {
@@ -90,6 +131,9 @@ mdir_t *weights_dir(const model_weights_t *w) {
 
 const model_config_t *weights_config(const model_weights_t *w) {
     return &w->config;
+}
+const char *weights_note(const model_weights_t *w) {
+    return w->note;
 }
 const wtensor_t *weights_global(const model_weights_t *w, gslot_t slot) {
     return &w->global[slot];
@@ -111,7 +155,7 @@ uint64_t weights_bytes(const model_weights_t *w) {
     uint64_t n = 0;
     for (int g = 0; g < G_COUNT; g++)
         if (!(g == G_LM_HEAD && w->config.tie_word_embeddings)) n += wtensor_bytes(&w->global[g]);
-    for (int i = 0; i < w->config.n_layers * L_COUNT; i++)
+    for (int i = 0; i < all_layers(&w->config) * L_COUNT; i++)
         n += wtensor_bytes(&w->layers[i]);
     for (size_t i = 0; w->experts && i < (size_t)w->config.n_layers * w->config.n_experts * E_COUNT;
          i++)
@@ -164,7 +208,9 @@ static int check_shape(mdir_t *dir, const model_config_t *cfg, const wspec_t *s,
                        const st_tensor_t *t, err_t *err) {
     int64_t rows = model_dim(cfg, s->rows), cols = model_dim(cfg, s->cols);
     bool ok = s->rows == WD_ONE ? (t->ndim == 1 && t->shape[0] == cols)
-                                : (t->ndim == 2 && t->shape[0] == rows && t->shape[1] == cols);
+              : s->kind == WK_CONV
+                  ? (t->ndim == 3 && t->shape[0] == rows && t->shape[1] == 1 && t->shape[2] == cols)
+                  : (t->ndim == 2 && t->shape[0] == rows && t->shape[1] == cols);
     if (ok) return 0;
     char have[128], rdim[128], cdim[128];
     shape_str(t, have, sizeof have);
@@ -173,6 +219,11 @@ static int check_shape(mdir_t *dir, const model_config_t *cfg, const wspec_t *s,
     if (s->rows == WD_ONE)
         return err_set(err, "%s/%s: tensor '%s' has shape %s but config.json implies [%lld] (%s)",
                        WHERE(t), have, (long long)cols, cdim);
+    if (s->kind == WK_CONV)
+        return err_set(err,
+                       "%s/%s: tensor '%s' has shape %s but config.json implies [%lld, 1, %lld] "
+                       "(%s; %s)",
+                       WHERE(t), have, (long long)rows, (long long)cols, rdim, cdim);
     return err_set(err,
                    "%s/%s: tensor '%s' has shape %s but config.json implies [%lld, %lld] (%s; %s)",
                    WHERE(t), have, (long long)rows, (long long)cols, rdim, cdim);
@@ -210,18 +261,39 @@ static int bind_scale(model_weights_t *w, mdir_t *dir, const st_tensor_t *t, con
     return 0;
 }
 
+/* A projection: the kinds that may be block FP8. */
+static bool is_linear(wkind_t k) {
+    return k == WK_LINEAR || k == WK_LM_HEAD || k == WK_LINEAR_BF16 || k == WK_EXPERT;
+}
+
+/* The checkpoint name of tensor s of layer `layer` (its base, without ".weight"), expert
+ * `expert` for a per-expert one. */
+static void tensor_base(const model_config_t *cfg, const wspec_t *s, int layer, int expert,
+                        char *buf, size_t size) {
+    if (wspec_per_expert(s))
+        snprintf(buf, size, s->name, layer, expert);
+    else
+        snprintf(buf, size, s->name, wspec_is_mtp(s) ? layer - cfg->n_layers : layer);
+}
+
+/* The checkpoint tensors bound so far (weights and scales), for note_unused. */
+typedef struct bound {
+    const void **t;
+    int n;
+} bound_t;
+
 static int bind_one(model_weights_t *w, mdir_t *dir, const wspec_t *s, int layer, int expert,
-                    err_t *err) {
+                    bound_t *b, err_t *err) {
     const model_config_t *cfg = &w->config;
     char base[256], name[300];
-    snprintf(base, sizeof base, s->name, layer, expert);
-    snprintf(name, sizeof name, "%s.weight", base);
+    tensor_base(cfg, s, layer, expert, base, sizeof base);
+    snprintf(name, sizeof name, s->kind == WK_PARAM ? "%s" : "%s.weight", base);
     const st_tensor_t *t = st_find(w->st, name);
     if (!t) {
         const char *ckpt = mdir_has(dir, "model.safetensors.index.json")
                                ? "model.safetensors.index.json"
                                : "model.safetensors";
-        if (s->per_expert)
+        if (wspec_per_expert(s))
             return err_set(err,
                            "%s/%s: missing tensor '%s' (config.json has %d experts in layer %d)",
                            mdir_path(dir), ckpt, name, cfg->n_experts, layer);
@@ -236,17 +308,18 @@ static int bind_one(model_weights_t *w, mdir_t *dir, const wspec_t *s, int layer
                        "(BF16, F16 or F32)",
                        WHERE(t));
     if (check_shape(dir, cfg, s, t, err) < 0) return -1;
+    b->t[b->n++] = t;
 
     wtensor_t *out = slot_of(w, s, layer, expert);
     *out = (wtensor_t){.dtype = t->dtype,
-                       .rows = t->ndim == 2 ? t->shape[0] : 1,
-                       .cols = t->ndim == 2 ? t->shape[1] : t->shape[0],
+                       .rows = t->ndim >= 2 ? t->shape[0] : 1,
+                       .cols = t->shape[t->ndim - 1],
                        .data = t->data};
     char scale_name[320];
     snprintf(scale_name, sizeof scale_name, "%s.weight_scale_inv", base);
     const st_tensor_t *sc = st_find(w->st, scale_name);
     if (t->dtype == DT_F8_E4M3) {
-        if (s->kind != WK_LINEAR && s->kind != WK_LM_HEAD)
+        if (!is_linear(s->kind))
             return err_set(err, "%s/%s: tensor '%s' is F8_E4M3 but only projections can be FP8",
                            WHERE(t));
         if (!cfg->fp8)
@@ -257,35 +330,104 @@ static int bind_one(model_weights_t *w, mdir_t *dir, const wspec_t *s, int layer
         if (!sc)
             return err_set(err, "%s/%s: tensor '%s' is F8_E4M3 but '%s' is missing", WHERE(t),
                            scale_name);
+        b->t[b->n++] = sc;
         return bind_scale(w, dir, t, sc, out, err);
     }
     if (t->dtype != DT_BF16 && t->dtype != DT_F16 && t->dtype != DT_F32)
         return err_set(err, "%s/%s: tensor '%s' has dtype %s; expected BF16, F16, F32%s", WHERE(t),
-                       dtype_name(t->dtype),
-                       s->kind == WK_LINEAR || s->kind == WK_LM_HEAD ? " or F8_E4M3" : "");
+                       dtype_name(t->dtype), is_linear(s->kind) ? " or F8_E4M3" : "");
     if (sc)
         return err_set(err, "%s/%s: tensor '%s' has a weight_scale_inv but dtype %s (not F8_E4M3)",
                        WHERE(t), dtype_name(t->dtype));
     return 0;
 }
 
+/* Whether tensor s is bound for layer l (0 for a model-wide tensor). */
+static bool wanted(const model_config_t *cfg, const wspec_t *s, int l) {
+    if (s->kind == WK_LM_HEAD && cfg->tie_word_embeddings) return false;
+    if (!s->per_layer) return !wspec_is_mtp(s) || cfg->n_mtp_layers > 0;
+    return wspec_in_layer(s, cfg, l);
+}
+
+/* MTP tensors are optional as a whole: a checkpoint without the first one (transformers'
+ * save_pretrained drops them) has no MTP layers. */
+static void check_mtp(model_weights_t *w) {
+    model_config_t *cfg = &w->config;
+    const model_arch_t *a = cfg->arch;
+    for (int i = 0; i < a->n_tensors && cfg->n_mtp_layers > 0; i++) {
+        const wspec_t *s = &a->tensors[i];
+        if (!wspec_is_mtp(s)) continue;
+        char base[256], name[300];
+        tensor_base(cfg, s, cfg->n_layers, 0, base, sizeof base);
+        snprintf(name, sizeof name, "%s.weight", base);
+        if (st_find(w->st, name)) return;
+        snprintf(w->note + strlen(w->note), sizeof w->note - strlen(w->note),
+                 "%sconfig.json has %d MTP layer%s but the checkpoint no '%s': MTP is not loaded",
+                 w->note[0] ? "; " : "", cfg->n_mtp_layers, cfg->n_mtp_layers == 1 ? "" : "s",
+                 name);
+        cfg->n_mtp_layers = 0;
+        return;
+    }
+}
+
+static int cmp_ptr(const void *a, const void *b) {
+    uintptr_t x = (uintptr_t) * (const void *const *)a, y = (uintptr_t) * (const void *const *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Notes the checkpoint's tensors nothing bound: a vision tower (text-only serving) or others. */
+static void note_unused(model_weights_t *w, const bound_t *b) {
+    const void **bound = b->t;
+    size_t n_bound = (size_t)b->n;
+    qsort(bound, n_bound, sizeof *bound, cmp_ptr);
+    int vision = 0, other = 0;
+    const char *first = NULL;
+    for (int i = 0; i < st_count(w->st); i++) {
+        const st_tensor_t *t = st_at(w->st, i);
+        if (bsearch(&t, bound, n_bound, sizeof *bound, cmp_ptr)) continue;
+        if (!strncmp(t->name, "model.visual.", 13) || !strncmp(t->name, "visual.", 7)) {
+            vision++;
+        } else if (other++ == 0) {
+            first = t->name;
+        }
+    }
+    size_t n = strlen(w->note);
+    if (vision)
+        n += (size_t)snprintf(w->note + n, sizeof w->note - n,
+                              "%sthe vision tower (%d tensors under model.visual.) is not loaded: "
+                              "text-only serving, as vLLM's --language-model-only",
+                              n ? "; " : "", vision);
+    if (other && n < sizeof w->note)
+        snprintf(w->note + n, sizeof w->note - n, "%s%d checkpoint tensor%s not used (first: %s)",
+                 n ? "; " : "", other, other == 1 ? " is" : "s are", first);
+}
+
 int weights_load(mdir_t *dir, const model_config_t *cfg, model_weights_t **out, err_t *err) {
     *out = NULL;
     model_weights_t *w = weights_new(cfg, err);
     if (!w) return -1;
+    bound_t b = {NULL, 0};
     if (st_open(dir, &w->st, err) < 0) goto fail;
+    if (!(b.t = malloc(((size_t)st_count(w->st) + 1) * sizeof *b.t))) {
+        err_set(err, "out of memory");
+        goto fail;
+    }
+    check_mtp(w);
+    cfg = &w->config;
     const model_arch_t *a = cfg->arch;
     for (int i = 0; i < a->n_tensors; i++) {
         const wspec_t *s = &a->tensors[i];
-        if (s->kind == WK_LM_HEAD && cfg->tie_word_embeddings) continue;
-        for (int l = 0; l < (s->per_layer ? cfg->n_layers : 1); l++)
-            for (int e = 0; e < (s->per_layer ? copies_in_layer(cfg, s, l) : 1); e++)
-                if (bind_one(w, dir, s, l, e, err) < 0) goto fail;
+        for (int l = 0; l < (s->per_layer ? all_layers(cfg) : 1); l++)
+            for (int e = 0; e < (wanted(cfg, s, l) ? copies(cfg, s) : 0); e++)
+                if (bind_one(w, dir, s, l, e, &b, err) < 0) goto fail;
     }
     if (cfg->tie_word_embeddings) w->global[G_LM_HEAD] = w->global[G_EMBED];
+    note_unused(w, &b);
+    free(b.t);
     *out = w;
     return 0;
 fail:
+    free(b.t);
     weights_destroy(w);
     return -1;
 }
@@ -303,15 +445,16 @@ uint8_t weights_dummy_e4m3(uint64_t seed, uint64_t stream, uint64_t i) {
     return dtype_f32_to_e4m3(x / WEIGHTS_DUMMY_FP8_SCALE);
 }
 
-/* Norm vectors are made eagerly even when lazy: they are tiny and every backend reads them on
- * the host. */
+/* Norm vectors and parameters are made eagerly even when lazy: they are tiny and every backend
+ * reads them on the host. Both are 1 (A_log 1 and dt_bias 1 decay the Gated DeltaNet's state
+ * by about e^-3.5 a token: finite for any length). */
 static int make_dummy(model_weights_t *w, const wspec_t *s, uint64_t stream, uint64_t seed,
                       bool lazy, wtensor_t *out, err_t *err) {
     const model_config_t *cfg = &w->config;
     int64_t rows = model_dim(cfg, s->rows), cols = model_dim(cfg, s->cols);
     size_t n = (size_t)(rows * cols);
     /* Real -FP8 checkpoints keep lm_head in BF16 (HF always skips it when quantizing). */
-    bool fp8 = cfg->fp8 && s->kind == WK_LINEAR;
+    bool fp8 = cfg->fp8 && (s->kind == WK_LINEAR || s->kind == WK_EXPERT);
     *out = (wtensor_t){.dtype = fp8 ? DT_F8_E4M3 : DT_BF16, .rows = rows, .cols = cols};
     if (fp8) {
         /* Every block's amax is (about) the half width, so one scale fits all blocks. */
@@ -331,7 +474,8 @@ static int make_dummy(model_weights_t *w, const wspec_t *s, uint64_t stream, uin
         }
         out->scale_inv = w->dummy_scales;
     }
-    if (lazy && s->kind != WK_VECTOR) {
+    bool vector = s->kind == WK_VECTOR || s->kind == WK_PARAM;
+    if (lazy && !vector) {
         out->dummy = true;
         out->dummy_seed = seed;
         out->dummy_stream = stream;
@@ -340,7 +484,7 @@ static int make_dummy(model_weights_t *w, const wspec_t *s, uint64_t stream, uin
     void *data = malloc(n * dtype_size(out->dtype));
     if (own(w, data, err) < 0) return -1;
     out->data = data;
-    if (s->kind == WK_VECTOR) {
+    if (vector) {
         uint16_t one = dtype_f32_to_bf16(1.0f);
         for (size_t i = 0; i < n; i++)
             ((uint16_t *)data)[i] = one;
@@ -362,9 +506,8 @@ static int dummy(const model_config_t *cfg, uint64_t seed, bool lazy, model_weig
     const model_arch_t *a = cfg->arch;
     for (int i = 0; i < a->n_tensors; i++) {
         const wspec_t *s = &a->tensors[i];
-        if (s->kind == WK_LM_HEAD && cfg->tie_word_embeddings) continue;
-        for (int l = 0; l < (s->per_layer ? cfg->n_layers : 1); l++)
-            for (int e = 0; e < (s->per_layer ? copies_in_layer(cfg, s, l) : 1); e++) {
+        for (int l = 0; l < (s->per_layer ? all_layers(cfg) : 1); l++)
+            for (int e = 0; e < (wanted(cfg, s, l) ? copies(cfg, s) : 0); e++) {
                 /* layers < 256 (MODEL_MAX_LAYERS) in the low byte, the expert above it */
                 uint64_t stream = (uint64_t)i << 32 | (uint64_t)e << 8 | (uint64_t)l;
                 if (make_dummy(w, s, stream, seed, lazy, slot_of(w, s, l, e), err) < 0) {
@@ -432,9 +575,9 @@ uint64_t weights_dummy_bytes(const model_config_t *cfg) {
         const wspec_t *s = &a->tensors[i];
         if (s->kind == WK_LM_HEAD && cfg->tie_word_embeddings) continue;
         uint64_t size = (uint64_t)(model_dim(cfg, s->rows) * model_dim(cfg, s->cols));
-        size *= cfg->fp8 && s->kind == WK_LINEAR ? 1 : 2;
-        for (int l = 0; l < (s->per_layer ? cfg->n_layers : 1); l++)
-            n += size * (uint64_t)(s->per_layer ? copies_in_layer(cfg, s, l) : 1);
+        size *= cfg->fp8 && (s->kind == WK_LINEAR || s->kind == WK_EXPERT) ? 1 : 2;
+        for (int l = 0; l < (s->per_layer ? all_layers(cfg) : 1); l++)
+            if (wanted(cfg, s, l)) n += size * (uint64_t)copies(cfg, s);
     }
     return n;
 }

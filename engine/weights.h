@@ -30,13 +30,18 @@ typedef enum gslot {
     G_EMBED,      /* [V, H] */
     G_FINAL_NORM, /* [H] */
     G_LM_HEAD,    /* [V, H]; the embedding itself when tie_word_embeddings */
+    /* the MTP head (Qwen3.5, models.md 4.8), when the model has MTP layers */
+    G_MTP_FC,          /* [H, 2H] fc over concat(embedding, hidden) */
+    G_MTP_EMBED_NORM,  /* [H] pre_fc_norm_embedding */
+    G_MTP_HIDDEN_NORM, /* [H] pre_fc_norm_hidden */
+    G_MTP_NORM,        /* [H] norm of the MTP layers' output */
     G_COUNT
 } gslot_t;
 
 /* Per-layer tensors, by role. A layer holds the slots of its layer kinds (model_layer_t): the
- * two norms of every layer, then those of ATTN_FULL (q..k_norm), of MLP_DENSE (gate..down) and
- * of MLP_MOE (the router; its experts are eslot_t). An architecture with new kinds adds their
- * slots here. */
+ * two norms of every layer, then those of ATTN_FULL / ATTN_GATED (q..k_norm), of ATTN_LINEAR
+ * (lin_qkv..lin_out), of MLP_DENSE (gate..down) and of MLP_MOE (the router; its experts are
+ * eslot_t). An architecture with new kinds adds their slots here. */
 typedef enum lslot {
     L_ATTN_NORM, /* [H] input_layernorm */
     L_Q,         /* [nH*D, H] */
@@ -49,7 +54,18 @@ typedef enum lslot {
     L_GATE,      /* [I, H] */
     L_UP,        /* [I, H] */
     L_DOWN,      /* [H, I] */
-    L_ROUTER,    /* [E, H] mlp.gate of an MLP_MOE layer: never quantized */
+    /* ATTN_LINEAR (Gated DeltaNet; Hk key heads of dk, Hv value heads of dv, conv kernel K) */
+    L_LIN_QKV,     /* [2*Hk*dk + Hv*dv, H] in_proj_qkv: q | k | v rows */
+    L_LIN_Z,       /* [Hv*dv, H] in_proj_z: the output gate */
+    L_LIN_B,       /* [Hv, H] in_proj_b: beta = sigmoid(x Wb^T) */
+    L_LIN_A,       /* [Hv, H] in_proj_a: the decay's input */
+    L_LIN_CONV,    /* [2*Hk*dk + Hv*dv, K] conv1d (stored [C, 1, K]) */
+    L_LIN_A_LOG,   /* [Hv] A_log */
+    L_LIN_DT_BIAS, /* [Hv] dt_bias */
+    L_LIN_NORM,    /* [dv] the gated RMSNorm's weight (plain w, not 1 + w) */
+    L_LIN_OUT,     /* [H, Hv*dv] out_proj */
+    /* MLP_MOE */
+    L_ROUTER, /* [E, H] mlp.gate: never quantized */
     L_COUNT
 } lslot_t;
 
@@ -82,8 +98,9 @@ typedef struct wtensor {
 typedef struct model_weights model_weights_t;
 
 /* Binds the checkpoint of `dir` to `cfg`'s architecture. Fails naming the file and tensor for a
- * missing tensor, a dtype or shape that does not match the config, or bad scales. `dir` must
- * outlive the weights. The caller owns *out. */
+ * missing tensor, a dtype or shape that does not match the config, or bad scales. MTP tensors
+ * are optional as a whole (without mtp.fc the model has no MTP layers: n_mtp_layers becomes
+ * 0, with a note). `dir` must outlive the weights. The caller owns *out. */
 int weights_load(mdir_t *dir, const model_config_t *cfg, model_weights_t **out, err_t *err);
 
 /* Random weights for any config: norms are 1, other tensors uniform with the std of HF's
@@ -142,10 +159,15 @@ void weights_destroy(model_weights_t *w);
 
 const model_config_t *weights_config(const model_weights_t *w);
 
+/* What loading left out, for the log: "" or e.g. "the vision tower (12 tensors under
+ * model.visual.) is not loaded: text-only serving, as vLLM's --language-model-only". */
+const char *weights_note(const model_weights_t *w);
+
 /* The model directory weights_open() opened (for tokenizer.json and generation_config.json),
  * or NULL for a preset. */
 mdir_t *weights_dir(const model_weights_t *w);
 const wtensor_t *weights_global(const model_weights_t *w, gslot_t slot);
+/* layer: a decoder layer, or n_layers + i for MTP layer i. */
 const wtensor_t *weights_layer(const model_weights_t *w, int layer, lslot_t slot);
 /* Expert `expert` of layer `layer` (an MLP_MOE layer; other layers' experts are empty). */
 const wtensor_t *weights_expert(const model_weights_t *w, int layer, int expert, eslot_t slot);

@@ -38,6 +38,12 @@ constexpr int kPrefillRpw = 4;
 constexpr int kDecodeWarps = 4; /* decode CTA: 4 warps x ceil(G / 4) rows */
 constexpr float kLog2e = 1.4426950408889634f;
 
+/* Prefill rows per warp: head_dim 256 (Qwen3.5) takes one, so that its q rows and K / V tiles
+ * stay within the 48 KiB of static shared memory. */
+template <int D> constexpr int prefill_rpw() {
+    return D == 256 ? 1 : kPrefillRpw;
+}
+
 struct AttnParams {
     const __nv_bfloat16 *q;
     __nv_bfloat16 *out;
@@ -399,8 +405,11 @@ AttnParams make_params(const ops_attn_args_t *a) {
 }
 
 int check_args(const char *what, const ops_attn_args_t *a, err_t *err) {
-    if (a->head_dim != 64 && a->head_dim != 128)
-        return err_set(err, "%s: head_dim %d not supported (64, 128)", what, a->head_dim);
+    if (a->head_dim != 64 && a->head_dim != 128 && a->head_dim != 256)
+        return err_set(err, "%s: head_dim %d not supported (64, 128, 256)", what, a->head_dim);
+    if (a->head_dim == 256 && a->n_kv_heads > 0 && a->n_heads / a->n_kv_heads > 2 * kDecodeWarps)
+        return err_set(err, "%s: head_dim 256 takes at most %d query heads per KV head", what,
+                       2 * kDecodeWarps);
     if (a->n_kv_heads <= 0 || a->n_heads % a->n_kv_heads ||
         a->n_heads / a->n_kv_heads > OPS_MAX_GROUP)
         return err_set(err, "%s: %d query heads over %d KV heads not supported (group <= %d)", what,
@@ -415,7 +424,7 @@ int check_args(const char *what, const ops_attn_args_t *a, err_t *err) {
 
 template <int D, typename KV>
 int launch_prefill(const ops_attn_args_t *a, int max_q_len, cudaStream_t stream, err_t *err) {
-    constexpr int rows = kPrefillWarps * kPrefillRpw;
+    constexpr int rpw = prefill_rpw<D>(), rows = kPrefillWarps * rpw;
     const int G = a->n_heads / a->n_kv_heads;
     /* Tiles of the whole batch: at most S * ceil(max_q * G / rows), and at most
      * T * G / rows + S when the token count is known (each sequence wastes < 1 tile). */
@@ -426,8 +435,8 @@ int launch_prefill(const ops_attn_args_t *a, int max_q_len, cudaStream_t stream,
     }
     if (tiles > 0x7fffffff) return err_set(err, "ops_attention_prefill: batch too large");
     const dim3 grid((unsigned)tiles, 1, a->n_kv_heads);
-    OPS_LAUNCH((attn_kernel<D, kPrefillWarps, kPrefillRpw, false, KV>), grid, kPrefillWarps * 32, 0,
-               stream, make_params(a), 1, nullptr, nullptr);
+    OPS_LAUNCH((attn_kernel<D, kPrefillWarps, rpw, false, KV>), grid, kPrefillWarps * 32, 0, stream,
+               make_params(a), 1, nullptr, nullptr);
     CUDA_CHECK(cudaGetLastError(), err);
     return 0;
 }
@@ -453,9 +462,11 @@ int launch_decode(const ops_attn_args_t *a, int num_splits, float *ws_o, float *
     const int G = a->n_heads / a->n_kv_heads;
     if (G <= kDecodeWarps)
         return launch_decode_rpw<D, KV, 1>(a, num_splits, ws_o, ws_lse, stream, err);
-    if (G <= 2 * kDecodeWarps)
+    if (G <= 2 * kDecodeWarps || D == 256) /* 256: check_args allows no more */
         return launch_decode_rpw<D, KV, 2>(a, num_splits, ws_o, ws_lse, stream, err);
-    return launch_decode_rpw<D, KV, 4>(a, num_splits, ws_o, ws_lse, stream, err);
+    if constexpr (D != 256)
+        return launch_decode_rpw<D, KV, 4>(a, num_splits, ws_o, ws_lse, stream, err);
+    return 0;
 }
 
 } // namespace
@@ -471,6 +482,9 @@ extern "C" int ops_attention_prefill(const ops_attn_args_t *a, int max_q_len, cu
     if (a->head_dim == 64)
         return fp8 ? launch_prefill<64, uint8_t>(a, max_q_len, stream, err)
                    : launch_prefill<64, __nv_bfloat16>(a, max_q_len, stream, err);
+    if (a->head_dim == 256)
+        return fp8 ? launch_prefill<256, uint8_t>(a, max_q_len, stream, err)
+                   : launch_prefill<256, __nv_bfloat16>(a, max_q_len, stream, err);
     return fp8 ? launch_prefill<128, uint8_t>(a, max_q_len, stream, err)
                : launch_prefill<128, __nv_bfloat16>(a, max_q_len, stream, err);
 }
@@ -513,6 +527,9 @@ extern "C" int ops_attention_decode(const ops_attn_args_t *a, int num_splits, vo
     if (a->head_dim == 64)
         return fp8 ? launch_decode<64, uint8_t>(a, num_splits, ws_o, ws_lse, stream, err)
                    : launch_decode<64, __nv_bfloat16>(a, num_splits, ws_o, ws_lse, stream, err);
+    if (a->head_dim == 256)
+        return fp8 ? launch_decode<256, uint8_t>(a, num_splits, ws_o, ws_lse, stream, err)
+                   : launch_decode<256, __nv_bfloat16>(a, num_splits, ws_o, ws_lse, stream, err);
     return fp8 ? launch_decode<128, uint8_t>(a, num_splits, ws_o, ws_lse, stream, err)
                : launch_decode<128, __nv_bfloat16>(a, num_splits, ws_o, ws_lse, stream, err);
 }

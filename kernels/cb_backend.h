@@ -24,6 +24,7 @@
 #include "memplan.h"
 #include "moe.h"
 #include "ops.h"
+#include "ops_gdn.h"
 
 #define GEMM_WORKSPACE     (32ull << 20)  /* bytes: what cuBLASLt asks for at most on Hopper */
 #define RESERVE_BYTES      (512ull << 20) /* graphs, cuBLASLt internals, context growth */
@@ -67,13 +68,25 @@ typedef struct cb_linear {
     gemm_w16_t w16;
 } cb_linear_t;
 
-/* A layer's device weights, those of its kinds set (cb_weights.cu: layer_spec). */
+/* A layer's device weights, those of its kinds set (cb_weights.cu: layer_spec). Norm weights
+ * hold norm_offset + w (Qwen3.5's zero-centred norms). */
 typedef struct cb_layer {
     float *attn_norm, *mlp_norm; /* [H] f32 */
-    /* ATTN_FULL */
+    /* ATTN_FULL, ATTN_GATED */
     float *q_norm, *k_norm; /* [D] f32 */
-    cb_linear_t qkv;        /* [nH*D + 2 * nKV*D, H]: q | k | v rows */
+    cb_linear_t qkv;        /* [nH*D + 2 * nKV*D, H]: q | k | v rows (ATTN_GATED: [2 * nH*D +
+                               2 * nKV*D, H], q_proj's per-head q | gate rows, then k, v) */
     cb_linear_t o;          /* [H, nH*D] */
+    int attn;               /* its ordinal among the attention layers (its KV pools) */
+    /* ATTN_LINEAR (the Gated DeltaNet) */
+    cb_linear_t lin_qkv;    /* [C, H] in_proj_qkv */
+    cb_linear_t lin_z;      /* [Hv*dv, H] in_proj_z */
+    cb_linear_t lin_ba;     /* [2 * Hv, H] in_proj_b | in_proj_a rows, always BF16 */
+    cb_linear_t lin_out;    /* [H, Hv*dv] out_proj */
+    float *conv;            /* [C, K] f32 */
+    float *a_log, *dt_bias; /* [Hv] f32 */
+    float *lin_norm;        /* [dv] f32 the gated norm's weight */
+    int linear;             /* its ordinal among the linear layers (its state) */
     /* MLP_DENSE */
     cb_linear_t gate_up; /* [2 * I_pad, H]: gate rows, zero rows to I_pad, up rows, zero rows */
     cb_linear_t down;    /* [H, I_pad]: zero columns from I */
@@ -131,6 +144,10 @@ typedef struct cuda_backend {
     bool fp8;          /* linears in FP8 (else BF16) */
     char fp8_why[200]; /* why the BF16 fallback was taken for an FP8 checkpoint */
     int H, D, nH, nKV, qd, kvd, qkv_n, I, I_pad, V, L; /* I: 0 without dense MLPs */
+    int n_attn;     /* layers with a KV cache (ATTN_FULL, ATTN_GATED) */
+    int n_linear;   /* ATTN_LINEAR layers */
+    int qkv_max;    /* widest QKV GEMM output: qkv_n, or the gated layers' 2 qd + 2 kvd */
+    int rotary_dim; /* RoPE dims of each head (inv_freq has rotary_dim / 2) */
     float eps;
     cb_moe_t moe; /* E = 0 for a dense model */
     cudaStream_t stream;
@@ -143,13 +160,13 @@ typedef struct cuda_backend {
     uint16_t *embed;    /* [V, H] bf16 */
     gemm_w16_t lm_head; /* [V, H] bf16 (the embedding when tied) */
     float *final_norm;  /* [H] f32 */
-    float *inv_freq;    /* [D/2] f32 */
+    float *inv_freq;    /* [rotary_dim / 2] f32 */
 
     /* capacities */
     int cap_t; /* tokens per piece, a multiple of 4 */
     int cap_s; /* sequences per piece */
     int cap_l; /* logit rows per piece */
-    int kmax;  /* widest GEMM input: max(H, qd, I_pad) */
+    int kmax;  /* widest GEMM input: max(H, qd, I_pad, Hv*dv) */
 
     /* activations (one arena) */
     void *amem;
@@ -157,23 +174,32 @@ typedef struct cuda_backend {
     uint8_t *xq;   /* [cap_t, kmax] e4m3 GEMM input (FP8 path) */
     float *xs;     /* [kmax / 128, cap_t] f32 its scales, transposed */
     uint16_t *x16; /* [cap_t, kmax] bf16 GEMM input (BF16 path) */
-    void *qkv;     /* [cap_t, qkv_n] GEMM_OUT */
+    void *qkv;     /* [cap_t, qkv_max] GEMM_OUT */
     uint16_t *q;   /* [cap_t, qd] bf16 after q-norm and RoPE */
     uint16_t *att; /* [cap_t, qd] bf16 attention output */
     void *o_out;   /* [cap_t, H] GEMM_OUT */
     void *gu;      /* [cap_t, 2 * I_pad] GEMM_OUT */
     void *d_out;   /* [cap_t, H] GEMM_OUT */
-    uint16_t *xf;  /* [cap_l, H] bf16 final-norm rows */
-    float *logits; /* [cap_l, V] f32 */
-    void *attn_ws; /* split-KV partials for SPLIT_MAX_SEQS sequences */
-    void *counts;  /* sampler occurrence counts [cap_l, V] int32, kept zero */
+    /* ATTN_LINEAR (models with state; f32 GEMM outputs as GEMM_OUT) */
+    uint16_t *x16n;    /* [cap_t, H] bf16 normed input of in_proj_b|a on the FP8 path */
+    float *gx;         /* [cap_t, C] in_proj_qkv output */
+    float *gz;         /* [cap_t, Hv*dv] in_proj_z output */
+    float *gba;        /* [cap_t, 2 * Hv] in_proj_b | in_proj_a output */
+    float *gy;         /* [cap_t, C] conv + SiLU, q and k then L2-normalized */
+    float *gg, *gbeta; /* [cap_t, Hv] decay and beta */
+    float *go;         /* [cap_t, Hv*dv] the delta rule's output */
+    uint16_t *gn;      /* [cap_t, Hv*dv] bf16 gated-norm output (out_proj's input) */
+    uint16_t *xf;      /* [cap_l, H] bf16 final-norm rows */
+    float *logits;     /* [cap_l, V] f32 */
+    void *attn_ws;     /* split-KV partials for SPLIT_MAX_SEQS sequences */
+    void *counts;      /* sampler occurrence counts [cap_l, V] int32, kept zero */
 
     /* step metadata: device buffers and their pinned staging, same layout */
     void *meta_d, *meta_h;
     size_t meta_bytes;
-    int32_t *ids_d, *pos_d, *qs_d, *ctx_d, *lrows_d;
+    int32_t *ids_d, *pos_d, *qs_d, *ctx_d, *lrows_d, *sslots_d;
     int64_t *slots_d;
-    int32_t *ids_h, *pos_h, *qs_h, *ctx_h, *lrows_h;
+    int32_t *ids_h, *pos_h, *qs_h, *ctx_h, *lrows_h, *sslots_h; /* sslots: state slots [cap_s] */
     int64_t *slots_h;
     int32_t *tables_d, *tables_h; /* [cap_tables] block tables, the batch's stride */
     size_t cap_tables;
@@ -193,6 +219,13 @@ typedef struct cuda_backend {
     int num_blocks, block_size;
     size_t pool_bytes; /* one layer's K (or V) pool */
 
+    /* recurrent state (ATTN_LINEAR): per slot, every linear layer's conv window [K - 1, C] f32
+     * then its SSM state [Hv, dk, dv] (f32, or bf16 with ssm_bf16) */
+    void *state_mem;
+    int n_slots;
+    bool ssm_bf16, ssm_bf16_next; /* of the current slots; the flag, for the next reserve */
+    int Hk, Hv, dk, dv, K, C;     /* the Gated DeltaNet's shapes */
+
     /* graphs */
     bool graphs;       /* the cuda-graphs flag */
     int max_seqs_live; /* the max-num-seqs flag (graph sizes stop there) */
@@ -204,6 +237,10 @@ typedef struct cuda_backend {
 
 /* cuda_backend.cu: cudaMalloc, with the memory plan's message when the device is full. */
 int cb_alloc_dev(cuda_backend_t *be, void **p, size_t bytes, const char *what, err_t *err);
+
+/* The Gated DeltaNet ops' arguments for T tokens of n_seqs sequences (the step's metadata
+ * buffers) and linear layer li's view of the state slots (li < 0: shapes only). */
+ops_gdn_args_t cb_gdn_args(const cuda_backend_t *be, int li, int T, int n_seqs);
 
 /* cb_weights.cu */
 

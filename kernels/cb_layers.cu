@@ -5,13 +5,23 @@
  *
  *     h = embed[token_ids]                                   ops_embed
  *     for each layer l:
- *         full_attention (ATTN_FULL):
+ *         full_attention (ATTN_FULL, ATTN_GATED):
  *             x = rmsnorm(h += out, attn_norm)               the input of the QKV linear
- *             qkv = x [Wq|Wk|Wv]^T                           linear
+ *             qkv = x [Wq|Wk|Wv]^T                           linear (ATTN_GATED: q | gate per head)
  *             q, k = rope(rmsnorm(q, q_norm)), rope(rmsnorm(k, k_norm)); kv_cache[slot] = k, v
- *                                                            ops_qk_norm_rope_kv
+ *                                                            ops_qk_norm_rope_kv (ATTN_GATED:
+ *                                                            ops_gated_qk_norm_rope_kv, partial)
  *             att = softmax(q k^T / sqrt(D) + causal) v      ops_attention_prefill / _decode
+ *             (ATTN_GATED: att *= sigmoid(gate))             ops_output_gate
  *             out = att Wo^T                                 linear
+ *         linear_attention (ATTN_LINEAR, the Gated DeltaNet, cpu_gdn.h):
+ *             x = rmsnorm(h += out, attn_norm)
+ *             qkv, z = x Wqkv^T, x Wz^T                      linear (FP8 or BF16)
+ *             b | a = x [Wb|Wa]^T                            BF16 GEMM (never quantized)
+ *             y = silu(conv(qkv)) with the slot's window     ops_gdn_conv
+ *             q, k l2-normalized; decay, beta                ops_gdn_prepare
+ *             o = delta rule with the slot's state           ops_gdn_chunked / _recurrent
+ *             out = (w * rmsnorm(o) * silu(z)) Wout^T        ops_gdn_gated_norm, linear
  *         dense_mlp (MLP_DENSE):
  *             x = rmsnorm(h += out, mlp_norm)                the input of the gate|up linear
  *             gu = x [Wg|Wu]^T                               linear
@@ -47,13 +57,26 @@ size_t cb_layout_activations(cuda_backend_t *be, char *base) {
     } else {
         be->x16 = (uint16_t *)take(&a, T * K * 2);
     }
-    be->qkv = take(&a, T * (size_t)be->qkv_n * GEMM_OUT_BYTES);
+    be->qkv = take(&a, T * (size_t)be->qkv_max * GEMM_OUT_BYTES);
     be->q = (uint16_t *)take(&a, T * (size_t)be->qd * 2);
     be->att = (uint16_t *)take(&a, T * (size_t)be->qd * 2);
     be->o_out = take(&a, T * H * GEMM_OUT_BYTES);
     be->gu = take(&a, T * 2 * (size_t)be->I_pad * GEMM_OUT_BYTES);
     be->d_out = take(&a, T * H * GEMM_OUT_BYTES);
     cb_moe_layout_activations(be, &a);
+    if (be->n_linear) {
+        size_t C = (size_t)be->C, Hv = (size_t)be->Hv, vd = Hv * (size_t)be->dv;
+        if (be->fp8) be->x16n = (uint16_t *)take(&a, T * H * 2);
+        /* f32 GEMM outputs (GEMM_OUT_F32) */
+        be->gx = (float *)take(&a, T * C * 4);
+        be->gz = (float *)take(&a, T * vd * 4);
+        be->gba = (float *)take(&a, T * 2 * Hv * 4);
+        be->gy = (float *)take(&a, T * C * 4);
+        be->gg = (float *)take(&a, T * Hv * 4);
+        be->gbeta = (float *)take(&a, T * Hv * 4);
+        be->go = (float *)take(&a, T * vd * 4);
+        be->gn = (uint16_t *)take(&a, T * vd * 2);
+    }
     return a.off;
 }
 
@@ -68,9 +91,10 @@ size_t cb_layout_logits(cuda_backend_t *be, char *base) {
 // ---------------------------------------------------------------------------------------------
 // linear(): the FP8 / BF16 dispatch
 
-/* What a linear reads, and the op that makes it. */
+/* What a linear reads, and the op that makes it (IN_READY: the previous linear's input, still
+ * in xq / xs or x16). */
 typedef struct lin_in {
-    enum { IN_RMSNORM, IN_SWIGLU, IN_BF16 } op;
+    enum { IN_RMSNORM, IN_SWIGLU, IN_BF16, IN_READY } op;
     const void *src;   /* IN_RMSNORM: the output to add to h first, GEMM_OUT [T, H], or NULL;
                           IN_SWIGLU: gate | up, GEMM_OUT [T, 2k]; IN_BF16: bf16 [T, k] */
     const float *norm; /* IN_RMSNORM: [H] f32 */
@@ -84,6 +108,9 @@ static lin_in_t swiglu_of(const void *gu) {
 }
 static lin_in_t bf16_of(const void *x) {
     return lin_in_t{lin_in_t::IN_BF16, x, NULL};
+}
+static lin_in_t ready(void) {
+    return lin_in_t{lin_in_t::IN_READY, NULL, NULL};
 }
 
 /* out[T, w.n] (GEMM_OUT) = in[T, w.k] W^T: makes the input in the form the weights' path reads
@@ -107,6 +134,8 @@ static int linear(cuda_backend_t *be, const lin_in_t &in, const cb_linear_t *w, 
             case lin_in_t::IN_BF16:
                 rc = ops_quant_fp8(in.src, OPS_BF16, k, T, k, Tp, k, be->xq, be->xs, st, err);
                 break;
+            case lin_in_t::IN_READY:
+                break;
         }
         if (rc < 0) return -1;
         return gemm_fp8(be->gemm, &w->w8, be->xq, be->xs, T, out, GEMM_OUT_F32, err);
@@ -124,6 +153,8 @@ static int linear(cuda_backend_t *be, const lin_in_t &in, const cb_linear_t *w, 
         case lin_in_t::IN_BF16:
             x = (const uint16_t *)in.src;
             break;
+        case lin_in_t::IN_READY:
+            break;
     }
     if (rc < 0) return -1;
     return gemm_bf16(be->gemm, &w->w16, x, T, out, GEMM_OUT_F32, err);
@@ -132,14 +163,16 @@ static int linear(cuda_backend_t *be, const lin_in_t &in, const cb_linear_t *w, 
 // ---------------------------------------------------------------------------------------------
 // The layer kinds
 
-/* ATTN_FULL over layer l; `out` is the previous block's output (NULL before the first). Leaves
- * its own output in be->o_out. */
+/* ATTN_FULL, ATTN_GATED over layer l; `out` is the previous block's output (NULL before the
+ * first). Leaves its own output in be->o_out. */
 static int full_attention(cuda_backend_t *be, const run_args_t *r, int l, const void *out,
                           err_t *err) {
     const cb_layer_t *y = &be->layers[l];
     const int T = r->T;
-    void *kc = (char *)be->kv_mem + (size_t)(2 * l) * be->pool_bytes;
-    void *vc = (char *)be->kv_mem + (size_t)(2 * l + 1) * be->pool_bytes;
+    const bool gated = be->cfg->layer[l].attn == ATTN_GATED;
+    const int64_t ld_qkv = gated ? 2 * (int64_t)be->qd + 2 * be->kvd : be->qkv_n;
+    void *kc = (char *)be->kv_mem + (size_t)(2 * y->attn) * be->pool_bytes;
+    void *vc = (char *)be->kv_mem + (size_t)(2 * y->attn + 1) * be->pool_bytes;
 
     /* x = rmsnorm(h += out, attn_norm); qkv = x [Wq|Wk|Wv]^T */
     if (linear(be, rmsnorm_of_h(out, y->attn_norm), &y->qkv, T, be->qkv, err) < 0) return -1;
@@ -148,7 +181,7 @@ static int full_attention(cuda_backend_t *be, const run_args_t *r, int l, const 
     ops_qkv_args_t qa = {};
     qa.qkv = be->qkv;
     qa.qkv_dtype = GEMM_OUT;
-    qa.ld_qkv = be->qkv_n;
+    qa.ld_qkv = ld_qkv;
     qa.T = T;
     qa.n_heads = be->nH;
     qa.n_kv_heads = be->nKV;
@@ -165,7 +198,9 @@ static int full_attention(cuda_backend_t *be, const run_args_t *r, int l, const 
     qa.kv_dtype = be->kv_dtype;
     qa.kv_scale = 1.0f;
     qa.block_size = be->block_size;
-    if (ops_qk_norm_rope_kv(&qa, be->stream, err) < 0) return -1;
+    if ((gated ? ops_gated_qk_norm_rope_kv(&qa, be->rotary_dim, be->stream, err)
+               : ops_qk_norm_rope_kv(&qa, be->stream, err)) < 0)
+        return -1;
 
     /* att = softmax(q k^T / sqrt(D) + causal) v */
     ops_attn_args_t at = {};
@@ -189,9 +224,52 @@ static int full_attention(cuda_backend_t *be, const run_args_t *r, int l, const 
     int rc = r->decode ? ops_attention_decode(&at, r->splits, be->attn_ws, be->stream, err)
                        : ops_attention_prefill(&at, r->max_q, be->stream, err);
     if (rc < 0) return -1;
+    /* ATTN_GATED: att *= sigmoid(gate) */
+    if (gated &&
+        ops_output_gate(be->att, be->qkv, GEMM_OUT, ld_qkv, T, be->nH, be->D, be->stream, err) < 0)
+        return -1;
 
     /* out = att Wo^T */
     return linear(be, bf16_of(be->att), &y->o, T, be->o_out, err);
+}
+
+/* ATTN_LINEAR (the Gated DeltaNet) over layer l, with the sequences' state slots; `out` is the
+ * previous block's output. Leaves its own output in be->o_out. */
+static int linear_attention(cuda_backend_t *be, const run_args_t *r, int l, const void *out,
+                            err_t *err) {
+    const cb_layer_t *y = &be->layers[l];
+    const int T = r->T, Hv = be->Hv, vd = be->Hv * be->dv;
+    cudaStream_t st = be->stream;
+
+    /* x = rmsnorm(h += out, attn_norm); qkv = x Wqkv^T; z = x Wz^T */
+    if (linear(be, rmsnorm_of_h(out, y->attn_norm), &y->lin_qkv, T, be->gx, err) < 0 ||
+        linear(be, ready(), &y->lin_z, T, be->gz, err) < 0)
+        return -1;
+    /* b | a = x [Wb|Wa]^T in BF16 (the FP8 path normalizes h again, already updated, to bf16) */
+    const uint16_t *x16 = be->x16;
+    if (be->fp8) {
+        if (ops_add_rmsnorm_bf16(be->resid, NULL, GEMM_OUT, NULL, T, be->H, y->attn_norm, be->eps,
+                                 be->x16n, st, err) < 0)
+            return -1;
+        x16 = be->x16n;
+    }
+    if (gemm_bf16(be->gemm, &y->lin_ba.w16, x16, T, be->gba, true, err) < 0) return -1;
+
+    const ops_gdn_args_t a = cb_gdn_args(be, y->linear, T, r->n_seqs);
+    if (ops_gdn_conv(&a, be->gx, be->C, y->conv, be->gy, st, err) < 0 ||
+        ops_gdn_prepare(&a, be->gy, be->gba, 2 * Hv, Hv, y->a_log, y->dt_bias, be->gg, be->gbeta,
+                        st, err) < 0)
+        return -1;
+    /* each kernel takes its own sequences (more than one new token: chunked) */
+    if (!r->decode && ops_gdn_chunked(&a, be->gy, be->gg, be->gbeta, be->go, st, err) < 0)
+        return -1;
+    if (ops_gdn_recurrent(&a, be->gy, be->gg, be->gbeta, be->go, st, err) < 0 ||
+        ops_gdn_gated_norm(T, Hv, be->dv, be->go, be->gz, vd, y->lin_norm, be->eps, be->gn, vd, st,
+                           err) < 0)
+        return -1;
+
+    /* out = o Wout^T */
+    return linear(be, bf16_of(be->gn), &y->lin_out, T, be->o_out, err);
 }
 
 /* MLP_DENSE over layer l; `out` is the previous block's output. Leaves its own in be->d_out. */
@@ -212,7 +290,12 @@ int cb_run_stack(cuda_backend_t *be, const run_args_t *r, err_t *err) {
     for (int l = 0; l < be->L; l++) {
         switch (be->cfg->layer[l].attn) {
             case ATTN_FULL:
+            case ATTN_GATED:
                 if (full_attention(be, r, l, out, err) < 0) return -1;
+                out = be->o_out;
+                break;
+            case ATTN_LINEAR:
+                if (linear_attention(be, r, l, out, err) < 0) return -1;
                 out = be->o_out;
                 break;
         }

@@ -77,13 +77,13 @@ size_t cb_layout_meta(cuda_backend_t *be, char *base, bool host) {
     int32_t *ids = (int32_t *)take(&a, T * 4), *pos = (int32_t *)take(&a, T * 4);
     int64_t *slots = (int64_t *)take(&a, T * 8);
     int32_t *qs = (int32_t *)take(&a, (S + 1) * 4), *ctx = (int32_t *)take(&a, S * 4);
-    int32_t *lrows = (int32_t *)take(&a, Lr * 4);
+    int32_t *lrows = (int32_t *)take(&a, Lr * 4), *sslots = (int32_t *)take(&a, S * 4);
     if (host) {
         be->ids_h = ids, be->pos_h = pos, be->slots_h = slots, be->qs_h = qs, be->ctx_h = ctx;
-        be->lrows_h = lrows;
+        be->lrows_h = lrows, be->sslots_h = sslots;
     } else {
         be->ids_d = ids, be->pos_d = pos, be->slots_d = slots, be->qs_d = qs, be->ctx_d = ctx;
-        be->lrows_d = lrows;
+        be->lrows_d = lrows, be->sslots_d = sslots;
     }
     return a.off;
 }
@@ -135,6 +135,12 @@ static int check_batch(const cuda_backend_t *be, const be_batch_t *b, err_t *err
         if (b->logit_rows[i] <= b->logit_rows[i - 1])
             return err_set(err, "cuda backend: logit rows must ascend (row %d after %d)",
                            b->logit_rows[i], b->logit_rows[i - 1]);
+    if (be->n_linear && b->n_seqs > 0 && !b->state_slots)
+        return err_set(err, "cuda backend: a model with recurrent state needs state_slots");
+    for (int s = 0; be->n_linear && s < b->n_seqs; s++)
+        if (b->state_slots[s] < 0 || b->state_slots[s] >= be->n_slots)
+            return err_set(err, "cuda backend: sequence %d has state slot %d (%d slots)", s,
+                           b->state_slots[s], be->n_slots);
     return 0;
 }
 
@@ -191,6 +197,7 @@ static int stage_piece(cuda_backend_t *be, const be_batch_t *b, const piece_t *p
         int q1 = b->query_start[s + 1] < p->t1 ? b->query_start[s + 1] : p->t1;
         be->qs_h[j] = q0 - p->t0;
         be->ctx_h[j] = b->context_len[s] - (b->query_start[s + 1] - q1);
+        be->sslots_h[j] = b->state_slots ? b->state_slots[s] : -1;
     }
     be->qs_h[ns] = nt;
     memcpy(be->tables_h, seq_row(b, p->s0), (size_t)ns * (size_t)stride * 4);
@@ -204,6 +211,7 @@ static int stage_piece(cuda_backend_t *be, const be_batch_t *b, const piece_t *p
         be->qs_h[j + 1] = j + 1;
         be->ctx_h[j] = 1;
         be->lrows_h[j] = j;
+        be->sslots_h[j] = -1; /* no state: the Gated DeltaNet writes zeros */
         memset(be->tables_h + (size_t)j * stride, 0, (size_t)stride * 4);
     }
     CUDA_CHECK(

@@ -25,53 +25,79 @@ typedef struct part {
     int64_t row0, rows, cols;
 } part_t;
 
-/* A device linear [n, k]: checkpoint projections stacked by rows, the rest zero. */
+/* A device linear [n, k]: checkpoint projections stacked by rows, the rest zero. bf16: kept in
+ * BF16 on the FP8 path too (Qwen3.5's in_proj_b / in_proj_a, which FP8 checkpoints leave
+ * unquantized). */
 typedef struct lin_spec {
     cb_linear_t *w;
     int64_t n, k;
     int n_parts;
     part_t part[3];
+    bool bf16;
 } lin_spec_t;
 
-/* A norm vector, f32 on the device. */
+/* A small tensor [rows, len] (norm vectors, the Gated DeltaNet's conv weight and parameters),
+ * f32 on the device; offset is added to every value (the RMSNorms' norm_offset). */
 typedef struct vec_spec {
     float **dst;
     lslot_t slot;
-    int64_t len;
+    int64_t len, rows;
+    float offset;
 } vec_spec_t;
 
 typedef struct layer_spec {
-    vec_spec_t vec[4];
+    vec_spec_t vec[8];
     int n_vec;
-    lin_spec_t lin[4];
+    lin_spec_t lin[6];
     int n_lin;
 } layer_spec_t;
+
+static bool lin_is_fp8(const cuda_backend_t *be, const lin_spec_t *e) {
+    return be->fp8 && !e->bf16;
+}
 
 /* What layer l holds on the device, by its kinds. Offsets use the current I_pad. */
 static void layer_spec(const cuda_backend_t *be, int l, layer_spec_t *s) {
     cb_layer_t *y = &be->layers[l];
     int64_t H = be->H, D = be->D, qd = be->qd, kvd = be->kvd, I = be->I, Ip = be->I_pad;
+    int64_t C = be->C, vd = (int64_t)be->Hv * be->dv, Hv = be->Hv;
+    float off = be->cfg->norm_offset;
     s->n_vec = s->n_lin = 0;
-    s->vec[s->n_vec++] = vec_spec_t{&y->attn_norm, L_ATTN_NORM, H};
-    s->vec[s->n_vec++] = vec_spec_t{&y->mlp_norm, L_MLP_NORM, H};
+    s->vec[s->n_vec++] = vec_spec_t{&y->attn_norm, L_ATTN_NORM, H, 1, off};
+    s->vec[s->n_vec++] = vec_spec_t{&y->mlp_norm, L_MLP_NORM, H, 1, off};
     switch (be->cfg->layer[l].attn) {
         case ATTN_FULL:
-            s->vec[s->n_vec++] = vec_spec_t{&y->q_norm, L_Q_NORM, D};
-            s->vec[s->n_vec++] = vec_spec_t{&y->k_norm, L_K_NORM, D};
+        case ATTN_GATED: {
+            int64_t qn = be->cfg->layer[l].attn == ATTN_GATED ? 2 * qd : qd;
+            s->vec[s->n_vec++] = vec_spec_t{&y->q_norm, L_Q_NORM, D, 1, off};
+            s->vec[s->n_vec++] = vec_spec_t{&y->k_norm, L_K_NORM, D, 1, off};
             s->lin[s->n_lin++] =
                 lin_spec_t{&y->qkv,
-                           be->qkv_n,
+                           qn + 2 * kvd,
                            H,
                            3,
-                           {{L_Q, 0, qd, H}, {L_K, qd, kvd, H}, {L_V, qd + kvd, kvd, H}}};
-            s->lin[s->n_lin++] = lin_spec_t{&y->o, H, qd, 1, {{L_O, 0, H, qd}}};
+                           {{L_Q, 0, qn, H}, {L_K, qn, kvd, H}, {L_V, qn + kvd, kvd, H}},
+                           false};
+            s->lin[s->n_lin++] = lin_spec_t{&y->o, H, qd, 1, {{L_O, 0, H, qd}}, false};
+            break;
+        }
+        case ATTN_LINEAR:
+            s->vec[s->n_vec++] = vec_spec_t{&y->conv, L_LIN_CONV, be->K, C, 0.0f};
+            s->vec[s->n_vec++] = vec_spec_t{&y->a_log, L_LIN_A_LOG, Hv, 1, 0.0f};
+            s->vec[s->n_vec++] = vec_spec_t{&y->dt_bias, L_LIN_DT_BIAS, Hv, 1, 0.0f};
+            s->vec[s->n_vec++] = vec_spec_t{&y->lin_norm, L_LIN_NORM, be->dv, 1, 0.0f};
+            s->lin[s->n_lin++] = lin_spec_t{&y->lin_qkv, C, H, 1, {{L_LIN_QKV, 0, C, H}}, false};
+            s->lin[s->n_lin++] = lin_spec_t{&y->lin_z, vd, H, 1, {{L_LIN_Z, 0, vd, H}}, false};
+            s->lin[s->n_lin++] = lin_spec_t{
+                &y->lin_ba, 2 * Hv, H, 2, {{L_LIN_B, 0, Hv, H}, {L_LIN_A, Hv, Hv, H}}, true};
+            s->lin[s->n_lin++] = lin_spec_t{&y->lin_out, H, vd, 1, {{L_LIN_OUT, 0, H, vd}}, false};
             break;
     }
     switch (be->cfg->layer[l].mlp) {
         case MLP_DENSE:
             s->lin[s->n_lin++] =
-                lin_spec_t{&y->gate_up, 2 * Ip, H, 2, {{L_GATE, 0, I, H}, {L_UP, Ip, I, H}}};
-            s->lin[s->n_lin++] = lin_spec_t{&y->down, H, Ip, 1, {{L_DOWN, 0, H, I}}};
+                lin_spec_t{&y->gate_up, 2 * Ip, H, 2, {{L_GATE, 0, I, H}, {L_UP, Ip, I, H}}, false};
+            s->lin[s->n_lin++] = lin_spec_t{&y->down, H, Ip, 1, {{L_DOWN, 0, H, I}}, false};
             break;
         case MLP_MOE: /* the router and the experts: cb_moe.cu */
             break;
@@ -103,8 +129,8 @@ int cb_check_weights(const cuda_backend_t *be, err_t *err) {
         layer_spec_t s;
         layer_spec(be, l, &s);
         for (int i = 0; i < s.n_vec; i++)
-            if (check_tensor(weights_layer(w, l, s.vec[i].slot), l, s.vec[i].slot, 1, s.vec[i].len,
-                             err) < 0)
+            if (check_tensor(weights_layer(w, l, s.vec[i].slot), l, s.vec[i].slot, s.vec[i].rows,
+                             s.vec[i].len, err) < 0)
                 return -1;
         for (int i = 0; i < s.n_lin; i++)
             for (int j = 0; j < s.lin[i].n_parts; j++) {
@@ -148,6 +174,7 @@ bool cb_fp8_possible(cuda_backend_t *be) {
         layer_spec_t s;
         layer_spec(be, l, &s);
         for (int i = 0; i < s.n_lin; i++) {
+            if (s.lin[i].bf16) continue;
             for (int j = 0; j < s.lin[i].n_parts; j++) {
                 const wtensor_t *t = weights_layer(be->w, l, s.lin[i].part[j].slot);
                 if (t->dtype != DT_F8_E4M3) {
@@ -193,11 +220,11 @@ size_t cb_layout_weights(cuda_backend_t *be, char *base) {
         layer_spec_t s;
         layer_spec(be, l, &s);
         for (int i = 0; i < s.n_vec; i++)
-            *s.vec[i].dst = (float *)take(&a, (size_t)s.vec[i].len * 4);
+            *s.vec[i].dst = (float *)take(&a, (size_t)(s.vec[i].rows * s.vec[i].len) * 4);
         if (be->cfg->layer[l].mlp == MLP_MOE) cb_moe_layout_weights(be, l, &a);
         for (int i = 0; i < s.n_lin; i++) {
             const lin_spec_t *e = &s.lin[i];
-            if (be->fp8) {
+            if (lin_is_fp8(be, e)) {
                 gemm_w8_t *g = &e->w->w8;
                 g->n = (int)e->n;
                 g->k = (int)e->k;
@@ -219,7 +246,7 @@ size_t cb_layout_weights(cuda_backend_t *be, char *base) {
     if (!be->cfg->tie_word_embeddings)
         be->lm_head.data = (const uint16_t *)take(&a, (size_t)be->V * (size_t)H * 2);
     be->final_norm = (float *)take(&a, (size_t)H * 4);
-    be->inv_freq = (float *)take(&a, (size_t)be->D / 2 * 4);
+    be->inv_freq = (float *)take(&a, (size_t)be->rotary_dim / 2 * 4);
     return a.off;
 }
 
@@ -283,19 +310,27 @@ int cb_upload_scales(cuda_backend_t *be, float *dst, int64_t row0, int64_t ld, c
     return 0;
 }
 
-/* Norm vector to f32 on the device (the checkpoint's bf16 values convert exactly). */
-static int upload_norm(cuda_backend_t *be, float *dst, const wtensor_t *t, float *stage,
-                       err_t *err) {
+/* A small tensor to f32 on the device, plus offset (the checkpoint's bf16 values convert
+ * exactly; 1 + w rounds once in f32, as the CPU backend's copy). */
+static int upload_norm(cuda_backend_t *be, float *dst, const wtensor_t *t, float offset,
+                       float *stage, err_t *err) {
     CUDA_CHECK(cudaStreamSynchronize(be->stream), err);
-    wtensor_row_f32(t, 0, stage);
-    CUDA_CHECK(cudaMemcpy(dst, stage, (size_t)t->cols * 4, cudaMemcpyHostToDevice), err);
+    if ((size_t)(t->rows * t->cols) * 4 > CONVERT_CHUNK)
+        return err_set(err, "cuda backend: a small tensor of %" PRId64 " x %" PRId64 " is too big",
+                       t->rows, t->cols);
+    for (int64_t r = 0; r < t->rows; r++)
+        wtensor_row_f32(t, r, stage + r * t->cols);
+    for (int64_t i = 0; i < t->rows * t->cols; i++)
+        stage[i] += offset;
+    CUDA_CHECK(cudaMemcpy(dst, stage, (size_t)(t->rows * t->cols) * 4, cudaMemcpyHostToDevice),
+               err);
     return 0;
 }
 
 /* One checkpoint projection into its rows of a device linear. */
 static int upload_part(cuda_backend_t *be, const lin_spec_t *e, const part_t *p, const wtensor_t *t,
                        void *stage, err_t *err) {
-    if (be->fp8) {
+    if (lin_is_fp8(be, e)) {
         gemm_w8_t *g = &e->w->w8;
         int64_t ld = g->k, sld = gemm_w8_scale_ld(g->k);
         if (cb_upload_rows(be, (uint8_t *)g->data + p->row0 * ld, ld, UP_FP8, t, stage, err) < 0)
@@ -317,7 +352,8 @@ int cb_upload_weights(cuda_backend_t *be, err_t *err) {
         layer_spec_t s;
         layer_spec(be, l, &s);
         for (int i = 0; i < s.n_vec; i++)
-            if (upload_norm(be, *s.vec[i].dst, weights_layer(w, l, s.vec[i].slot), fstage, err) < 0)
+            if (upload_norm(be, *s.vec[i].dst, weights_layer(w, l, s.vec[i].slot), s.vec[i].offset,
+                            fstage, err) < 0)
                 goto out;
         if (be->cfg->layer[l].mlp == MLP_MOE && cb_moe_upload(be, l, stage, err) < 0) goto out;
         for (int i = 0; i < s.n_lin; i++)
@@ -333,10 +369,12 @@ int cb_upload_weights(cuda_backend_t *be, err_t *err) {
         cb_upload_rows(be, (void *)be->lm_head.data, H, UP_BF16, weights_global(w, G_LM_HEAD),
                        stage, err) < 0)
         goto out;
-    if (upload_norm(be, be->final_norm, weights_global(w, G_FINAL_NORM), fstage, err) < 0) goto out;
+    if (upload_norm(be, be->final_norm, weights_global(w, G_FINAL_NORM), be->cfg->norm_offset,
+                    fstage, err) < 0)
+        goto out;
     CUDA_CHECK(cudaStreamSynchronize(be->stream), err);
-    cpu_rope_inv_freq(be->D, be->cfg->rope_theta, fstage);
-    if (cudaMemcpy(be->inv_freq, fstage, (size_t)be->D / 2 * 4, cudaMemcpyHostToDevice) !=
+    cpu_rope_inv_freq(be->rotary_dim, be->cfg->rope_theta, fstage);
+    if (cudaMemcpy(be->inv_freq, fstage, (size_t)be->rotary_dim / 2 * 4, cudaMemcpyHostToDevice) !=
         cudaSuccess) {
         err_set(err, "cuda backend: uploading the RoPE frequencies failed");
         goto out;
@@ -388,7 +426,7 @@ extern "C" int cuda_backend_weight_value(const backend_t *base, int layer, int s
         if (row < 0 || row >= t->rows || col < 0 || col >= t->cols)
             return err_set(err, "cuda backend: element (%" PRId64 ", %" PRId64 ") out of range",
                            row, col);
-        if (be->fp8) {
+        if (lin_is_fp8(be, e)) {
             data = e->w->w8.data;
             ld = e->w->w8.k;
             scale = e->w->w8.scale;

@@ -44,6 +44,7 @@ static void cb_destroy(backend_t *base) {
     cudaFree(be->wmem);
     cudaFree(be->amem);
     cudaFree(be->kv_mem);
+    cudaFree(be->state_mem);
     cudaFree(be->attn_ws);
     cudaFree(be->meta_d);
     cudaFree(be->tables_d);
@@ -62,7 +63,83 @@ static void cb_destroy(backend_t *base) {
 
 static size_t cb_kv_block_bytes(const backend_t *base, int block_size) {
     const cuda_backend_t *be = (const cuda_backend_t *)base;
-    return 2 * (size_t)be->L * ops_kv_pool_bytes(1, block_size, be->nKV, be->D, be->kv_dtype_next);
+    return 2 * (size_t)be->n_attn *
+           ops_kv_pool_bytes(1, block_size, be->nKV, be->D, be->kv_dtype_next);
+}
+
+/* Bytes of one layer's conv window and SSM state in a slot, and of a slot. */
+static size_t state_layer_bytes(const cuda_backend_t *be, bool ssm_bf16, size_t *conv_bytes) {
+    *conv_bytes = align_up((size_t)(be->K - 1) * (size_t)be->C * 4);
+    return *conv_bytes +
+           align_up((size_t)be->Hv * (size_t)be->dk * (size_t)be->dv * (ssm_bf16 ? 2 : 4));
+}
+static size_t state_slot_bytes(const cuda_backend_t *be, bool ssm_bf16) {
+    size_t conv;
+    return (size_t)be->n_linear * state_layer_bytes(be, ssm_bf16, &conv);
+}
+
+static size_t cb_state_bytes(const backend_t *base) {
+    const cuda_backend_t *be = (const cuda_backend_t *)base;
+    return be->n_linear ? state_slot_bytes(be, be->ssm_bf16_next) : 0;
+}
+
+static int cb_state_reserve(backend_t *base, int n_slots, err_t *err) {
+    cuda_backend_t *be = (cuda_backend_t *)base;
+    CUDA_CHECK(cudaSetDevice(be->device), err);
+    CUDA_CHECK(cudaStreamSynchronize(be->stream), err);
+    cb_drop_graphs(be);
+    cudaFree(be->state_mem);
+    be->state_mem = NULL;
+    be->n_slots = 0;
+    if (n_slots < 0 || !be->n_linear)
+        return err_set(err, "cuda backend: %d state slots for a model with %d linear layers",
+                       n_slots, be->n_linear);
+    size_t bytes = (size_t)n_slots * state_slot_bytes(be, be->ssm_bf16_next);
+    if (cb_alloc_dev(be, &be->state_mem, bytes, "the recurrent-state slots", err) < 0) return -1;
+    CUDA_CHECK(cudaMemsetAsync(be->state_mem, 0, bytes ? bytes : 1, be->stream), err);
+    CUDA_CHECK(cudaStreamSynchronize(be->stream), err);
+    be->n_slots = n_slots;
+    be->ssm_bf16 = be->ssm_bf16_next;
+    return 0;
+}
+
+static int cb_state_copy(backend_t *base, int src, int dst, err_t *err) {
+    cuda_backend_t *be = (cuda_backend_t *)base;
+    if (src < 0 || src >= be->n_slots || dst < 0 || dst >= be->n_slots)
+        return err_set(err, "cuda backend: state copy %d -> %d outside %d slots", src, dst,
+                       be->n_slots);
+    if (src == dst) return 0;
+    size_t slot = state_slot_bytes(be, be->ssm_bf16);
+    CUDA_CHECK(cudaMemcpyAsync((char *)be->state_mem + (size_t)dst * slot,
+                               (const char *)be->state_mem + (size_t)src * slot, slot,
+                               cudaMemcpyDeviceToDevice, be->stream),
+               err);
+    return 0;
+}
+
+ops_gdn_args_t cb_gdn_args(const cuda_backend_t *be, int li, int T, int n_seqs) {
+    ops_gdn_args_t a = {};
+    a.T = T;
+    a.n_seqs = n_seqs;
+    a.Hk = be->Hk;
+    a.Hv = be->Hv;
+    a.dk = be->dk;
+    a.dv = be->dv;
+    a.K = be->K;
+    a.C = be->C;
+    a.query_start = be->qs_d;
+    a.context_len = be->ctx_d;
+    a.state_slots = be->sslots_d;
+    if (li < 0 || !be->state_mem) return a;
+    size_t conv, layer = state_layer_bytes(be, be->ssm_bf16, &conv);
+    size_t slot = (size_t)be->n_linear * layer, esize = be->ssm_bf16 ? 2 : 4;
+    char *base = (char *)be->state_mem + (size_t)li * layer;
+    a.state.conv = (float *)base;
+    a.state.ssm = base + conv;
+    a.state.conv_slot_stride = (int64_t)(slot / 4);
+    a.state.ssm_slot_stride = (int64_t)(slot / esize);
+    a.state.ssm_bf16 = be->ssm_bf16;
+    return a;
 }
 
 static uint64_t cb_kv_pool_bytes(const backend_t *base, double utilization) {
@@ -70,7 +147,8 @@ static uint64_t cb_kv_pool_bytes(const backend_t *base, double utilization) {
     size_t free_b = 0, total = 0;
     if (cudaSetDevice(be->device) != cudaSuccess || cudaMemGetInfo(&free_b, &total) != cudaSuccess)
         return 0;
-    uint64_t current = be->kv_mem ? 2 * (uint64_t)be->L * be->pool_bytes : 0;
+    uint64_t current = be->kv_mem ? 2 * (uint64_t)be->n_attn * be->pool_bytes : 0;
+    if (be->state_mem) current += (uint64_t)be->n_slots * state_slot_bytes(be, be->ssm_bf16);
     double left =
         utilization * (double)total - (double)(total - free_b - current) - (double)RESERVE_BYTES;
     return left > 0 ? (uint64_t)left : 0;
@@ -84,12 +162,17 @@ static int cb_kv_reserve(backend_t *base, int num_blocks, int block_size, err_t 
     cudaFree(be->kv_mem);
     be->kv_mem = NULL;
     be->num_blocks = be->block_size = 0;
+    /* the state slots go too (state_reserve follows for models with state): the new pool may
+     * need their memory */
+    cudaFree(be->state_mem);
+    be->state_mem = NULL;
+    be->n_slots = 0;
     if (num_blocks < 1 || (block_size != 16 && block_size != 32))
         return err_set(err, "cuda backend: KV pool of %d blocks of %d tokens (block size 16 or 32)",
                        num_blocks, block_size);
     size_t pool = ops_kv_pool_bytes(num_blocks, block_size, be->nKV, be->D, be->kv_dtype_next);
     pool = align_up(pool);
-    size_t total = 2 * (size_t)be->L * pool;
+    size_t total = 2 * (size_t)(be->n_attn > 0 ? be->n_attn : 1) * pool;
     if (cb_alloc_dev(be, &be->kv_mem, total, "the KV cache", err) < 0) return -1;
     /* finite values everywhere: padded decode rows read block 0 */
     CUDA_CHECK(cudaMemsetAsync(be->kv_mem, 0, total, be->stream), err);
@@ -200,6 +283,7 @@ static void cb_configure(backend_t *base, const backend_options_t *opts) {
     be->graphs = opts->cuda_graphs;
     /* takes effect at the next kv_reserve (the engine rebuilds the pool after this) */
     be->kv_dtype_next = opts->kv_cache_dtype == KV_DTYPE_FP8 ? OPS_KV_FP8 : OPS_KV_BF16;
+    be->ssm_bf16_next = opts->ssm_state_bf16;
     if (seqs != be->max_seqs_live) {
         cudaStreamSynchronize(be->stream);
         be->max_seqs_live = seqs;
@@ -280,6 +364,15 @@ static int cb_create(const backend_options_t *opts, const model_weights_t *w, ba
     be->qd = model_q_dim(c);
     be->kvd = model_kv_dim(c);
     be->qkv_n = be->qd + 2 * be->kvd;
+    be->qkv_max = model_count_attn(c, ATTN_GATED) ? 2 * be->qd + 2 * be->kvd : be->qkv_n;
+    be->rotary_dim = c->rotary_dim;
+    be->Hk = c->lin_k_heads;
+    be->Hv = c->lin_v_heads;
+    be->dk = c->lin_k_dim;
+    be->dv = c->lin_v_dim;
+    be->K = c->lin_conv_kernel;
+    be->C = model_lin_conv_dim(c);
+    be->ssm_bf16_next = opts && opts->ssm_state_bf16;
     be->I = 0; /* the dense MLPs' (an MoE model may have none: no workspace for them) */
     for (int l = 0; l < c->n_layers; l++)
         if (c->layer[l].mlp == MLP_DENSE) be->I = c->intermediate_size;
@@ -302,6 +395,27 @@ static int cb_create(const backend_options_t *opts, const model_weights_t *w, ba
                 be->H, be->nH, be->nKV, be->D, OPS_MAX_GROUP);
         goto fail;
     }
+    for (int l = 0; l < be->L; l++) {
+        bool lin = c->layer[l].attn == ATTN_LINEAR;
+        be->layers[l].attn = lin ? -1 : be->n_attn++;
+        be->layers[l].linear = lin ? be->n_linear++ : -1;
+    }
+    if (be->rotary_dim < 2 || be->rotary_dim % 2 || be->rotary_dim > be->D) {
+        err_set(err, "cuda backend: RoPE on %d of %d head dims", be->rotary_dim, be->D);
+        goto fail;
+    }
+    if (model_count_attn(c, ATTN_FULL) && be->D == 256) {
+        err_set(err, "cuda backend: head_dim 256 needs gated attention layers (Qwen3.5)");
+        goto fail;
+    }
+    if (model_count_attn(c, ATTN_FULL) && be->rotary_dim != be->D) {
+        err_set(err, "cuda backend: partial RoPE needs gated attention layers (Qwen3.5)");
+        goto fail;
+    }
+    if (be->n_linear) {
+        ops_gdn_args_t g = cb_gdn_args(be, -1, 0, 0);
+        if (ops_gdn_check(&g, err) < 0) goto fail;
+    }
     if (cb_check_weights(be, err) < 0) goto fail;
     be->I_pad = (be->I + 127) / 128 * 128;
     TRY_CUDA(cudaStreamCreateWithFlags(&be->stream, cudaStreamNonBlocking));
@@ -313,6 +427,7 @@ static int cb_create(const backend_options_t *opts, const model_weights_t *w, ba
                 be->fp8_why);
     be->kmax = be->H > be->qd ? be->H : be->qd;
     if (be->I_pad > be->kmax) be->kmax = be->I_pad;
+    if (be->n_linear && be->Hv * be->dv > be->kmax) be->kmax = be->Hv * be->dv;
     {
         int tokens = opts && opts->max_num_batched_tokens > 0 ? opts->max_num_batched_tokens
                                                               : DEFAULT_MAX_TOKENS;
@@ -329,7 +444,7 @@ static int cb_create(const backend_options_t *opts, const model_weights_t *w, ba
     }
     cb_moe_init(be);
 
-    if (ops_init(err) < 0) goto fail;
+    if (ops_init(err) < 0 || (be->n_linear && ops_gdn_init(err) < 0)) goto fail;
     TRY_CUDA(cudaMemGetInfo(&free_b, &total));
     {
         size_t weight_bytes = cb_layout_weights(be, NULL);
@@ -427,9 +542,10 @@ extern "C" void cuda_backend_graph_stats(const backend_t *base, long *replays, i
 
 /* Positional: the fields of backend_ops_t in order (name, create, destroy, kv_block_bytes,
  * kv_reserve, forward, sample, describe, kv_pool_bytes, configure, makes_dummy_weights,
- * expert_load, trace_routing). */
+ * expert_load, trace_routing, state_bytes, state_reserve, state_copy). */
 extern "C" const backend_ops_t cuda_backend_ops = {
-    "cuda",     cb_create,      cb_destroy,       cb_kv_block_bytes, cb_kv_reserve,
-    cb_forward, cb_sample,      cb_describe,      cb_kv_pool_bytes,  cb_configure,
-    true,       cb_expert_load, cb_trace_routing,
+    "cuda",        cb_create,      cb_destroy,       cb_kv_block_bytes, cb_kv_reserve,
+    cb_forward,    cb_sample,      cb_describe,      cb_kv_pool_bytes,  cb_configure,
+    true,          cb_expert_load, cb_trace_routing, cb_state_bytes,    cb_state_reserve,
+    cb_state_copy,
 };

@@ -47,7 +47,8 @@
  * offset start at element s * n_kv_heads * head_dim. block_size is 16 or 32; pools must be
  * 16-byte aligned (cudaMalloc is). ops_kv_pool_bytes() gives one pool's size.
  *
- * Shapes supported: head_dim 64 or 128; n_heads a multiple of n_kv_heads with a group
+ * Shapes supported: head_dim 64 or 128 (256 in the attention kernels and the gated q/k kernel,
+ * with a group of at most 8: Qwen3.5); n_heads a multiple of n_kv_heads with a group
  * (n_heads / n_kv_heads) of at most 16; hidden and intermediate sizes multiples of 8.
  */
 #ifndef TACHYON_OPS_H
@@ -138,6 +139,21 @@ typedef struct ops_qkv_args {
  * token's position (dims j and j + head_dim/2 rotate by pos * inv_freq[j]); q goes to q_out, k
  * and v (v untouched) to the caches at slot_mapping[t]. Same f32 operation order as cpu_ops. */
 int ops_qk_norm_rope_kv(const ops_qkv_args_t *a, cudaStream_t stream, err_t *err);
+
+/* Qwen3.5's gated full attention (ATTN_GATED, kernels/gated.cu): qkv rows are
+ * [q_0 | gate_0 | q_1 | gate_1 | ... | k | v] (q_proj's per-head [q_h | gate_h], then k, v; the
+ * row width 2 n_heads head_dim + 2 n_kv_heads head_dim). Otherwise as ops_qk_norm_rope_kv, with
+ * RoPE on each head's first rotary_dim dims only (pairs (j, j + rotary_dim / 2); inv_freq
+ * [rotary_dim / 2]) and the norm weights as given (Qwen3.5's 1 + w applied by the caller).
+ * head_dim a multiple of 32 up to OPS_GATED_MAX_HEAD_DIM. */
+#define OPS_GATED_MAX_HEAD_DIM 256
+int ops_gated_qk_norm_rope_kv(const ops_qkv_args_t *a, int rotary_dim, cudaStream_t stream,
+                              err_t *err);
+
+/* att[t, h D + d] = bf16(att[t, h D + d] * sigmoid(gate_h[d])): the output gate, read from the
+ * same qkv rows (gate_h at column h 2D + D). att [T, n_heads, head_dim] bf16, in place. */
+int ops_output_gate(void *att, const void *qkv, ops_dtype_t qkv_dtype, int64_t ld_qkv, int T,
+                    int n_heads, int head_dim, cudaStream_t stream, err_t *err);
 
 /* ---- attention ------------------------------------------------------------------------------- */
 

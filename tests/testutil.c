@@ -92,3 +92,20 @@ const char *tu_fixture(const char *name) {
     snprintf(path, sizeof path, "%s/%s", base && *base ? base : TACHYON_FIXTURES, name);
     return path;
 }
+
+static uint64_t rng_state = 0x1234567887654321ull;
+
+uint32_t tu_rand32(void) {
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (uint32_t)(rng_state >> 16);
+}
+
+float tu_randf(void) {
+    return (float)(tu_rand32() >> 8) / 8388608.0f - 1.0f;
+}
+
+void tu_rand_seed(uint64_t seed) {
+    rng_state = seed;
+}

@@ -11,6 +11,7 @@
 #define TACHYON_TESTUTIL_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* A new empty directory under $TMPDIR (or /tmp). The caller frees the string. */
 char *tu_tmpdir(void);
@@ -30,5 +31,12 @@ void tu_rmrf(const char *dir);
 
 /* TACHYON_FIXTURES "/" name, in a static buffer. */
 const char *tu_fixture(const char *name);
+
+/* Deterministic pseudo-random numbers (xorshift; one stream per test program, fixed seed):
+ * 32 random bits, and a float uniform in [-1, 1). */
+uint32_t tu_rand32(void);
+float tu_randf(void);
+/* Restarts the stream from seed (nonzero). */
+void tu_rand_seed(uint64_t seed);
 
 #endif

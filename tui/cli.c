@@ -1,6 +1,9 @@
 #include "cli.h"
 
 #include <errno.h>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -318,4 +321,57 @@ int cli_parse_ids(const char *text, int32_t **ids, int *n) {
     *ids = out;
     *n = count;
     return 0;
+}
+
+bool cli_stats_line(cli_stats_line_t *st, const stats_snapshot_t *s, double now, char *buf,
+                    size_t size) {
+    double dt = now - st->t;
+    if (dt <= 0) return false;
+    uint64_t dp = s->prompt_tokens - st->prompt, dg = s->generation_tokens - st->gen;
+    uint64_t dq = s->prefix_queries - st->queries, dh = s->prefix_hits - st->hits;
+    bool active = dp || dg || s->running || s->waiting, report = active || st->active;
+    if (report)
+        snprintf(buf, size,
+                 "Avg prompt throughput: %.1f tokens/s, Avg generation throughput: %.1f "
+                 "tokens/s, Running: %d reqs, Waiting: %d reqs, GPU KV cache usage: %.1f%%, "
+                 "Prefix cache hit rate: %.1f%%",
+                 dp / dt, dg / dt, s->running, s->waiting,
+                 s->kv_total ? 100.0 * s->kv_used / s->kv_total : 0.0, dq ? 100.0 * dh / dq : 0.0);
+    st->active = active;
+    st->t = now;
+    st->prompt = s->prompt_tokens;
+    st->gen = s->generation_tokens;
+    st->queries = s->prefix_queries;
+    st->hits = s->prefix_hits;
+    return report;
+}
+
+int cli_server_check_port(const cli_server_t *sv, char *msg, size_t size) {
+    const char *host = sv->ho.host ? sv->ho.host : "127.0.0.1";
+    if (sv->ho.port == 0) return 0;
+    char port[16];
+    snprintf(port, sizeof port, "%d", sv->ho.port);
+    struct addrinfo hints = {
+        .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE};
+    struct addrinfo *ai;
+    if (getaddrinfo(host, port, &hints, &ai)) return 0; /* the server says why, later */
+    int e = 0, ok = 0;
+    for (struct addrinfo *a = ai; a && !ok; a = a->ai_next) {
+        int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+        if (fd < 0) continue;
+        int one = 1; /* as the server binds: a port in TIME_WAIT is free */
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        if (bind(fd, a->ai_addr, a->ai_addrlen) == 0)
+            ok = 1;
+        else
+            e = errno;
+        close(fd);
+    }
+    freeaddrinfo(ai);
+    if (ok || e != EADDRINUSE) return 0;
+    snprintf(msg, size,
+             "cannot listen on %s:%d: %s (found before loading the model; --port 0 picks a free "
+             "port)",
+             host, sv->ho.port, strerror(e));
+    return -1;
 }

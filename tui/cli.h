@@ -94,6 +94,10 @@ void cli_server_finish(cli_server_t *sv, const cli_engine_t *ce);
  * listening on ..."), true; false and buf empty when there is nothing to warn about. */
 bool cli_server_warning(const cli_server_t *sv, char *buf, size_t size);
 
+/* Whether the server's port is already taken (EADDRINUSE), before minutes of loading weights:
+ * -1 with the message in msg; 0 otherwise (other problems are the server's to report). */
+int cli_server_check_port(const cli_server_t *sv, char *msg, size_t size);
+
 /* Opens the engine; prints the problem and returns -1 on failure. */
 int cli_engine_open(cli_engine_t *ce);
 
@@ -121,5 +125,19 @@ int cmd_bench(int argc, char **argv);
 int cmd_bench_parse_workload(bench_options_t *o, int argc, char **argv, char *msg, size_t size);
 /* `tachyon` / `tachyon console`: the ncurses console with the engine and server embedded. */
 int cmd_console(int argc, char **argv);
+
+/* The periodic stats line of `tachyon serve` (and the console's log), as vLLM's
+ * LoggingStatLogger writes it: throughputs since the previous line, running and waiting requests,
+ * KV-cache use, prefix-cache hit rate. Set t to engine_now() at start; each call with a new
+ * snapshot fills buf and returns true when there is something to report (work since the last
+ * line, or the line after the last busy one). */
+typedef struct cli_stats_line {
+    double t;
+    uint64_t prompt, gen, queries, hits;
+    bool active;
+} cli_stats_line_t;
+
+bool cli_stats_line(cli_stats_line_t *st, const stats_snapshot_t *s, double now, char *buf,
+                    size_t size);
 
 #endif

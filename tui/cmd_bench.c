@@ -12,6 +12,7 @@
 
 #include "bench.h"
 #include "cli.h"
+#include "sweep.h"
 #include "mdir.h"
 #include "statedir.h"
 #include "tokenizer.h"
@@ -19,6 +20,7 @@
 static const char bench_usage[] =
     "usage: tachyon bench [OPTIONS]\n"
     "       tachyon bench compare BASE.json RUN.json...\n"
+    "       tachyon bench sweep FLAG V1,V2,... [OPTIONS]   (a live flag of a Tachyon server)\n"
     "       tachyon bench --list-profiles\n"
     "\n"
     "Benchmarks an OpenAI-compatible server with the semantics of `vllm bench serve`: the same\n"
@@ -561,8 +563,108 @@ static void result_name(const bench_result_t *r, char *out, size_t cap) {
     snprintf(out, cap, "%s-%sqps%s-%s-%s.json", label, rate, conc, model, r->date);
 }
 
+/* Ctrl-C raises o's stop flag (the run stops and reports what it has); *old to restore. */
+static void catch_sigint(bench_options_t *o, struct sigaction *old) {
+    atomic_store(&stop_flag, false);
+    o->stop = &stop_flag;
+    struct sigaction sa = {0};
+    sa.sa_handler = on_sigint;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, old);
+}
+
+/* The target and the dataset's defaults once the options are parsed. */
+static void finish_options(cli_bench_t *cb) {
+    cli_bench_t c = *cb;
+    if (!c.base_url_set)
+        snprintf(c.o.base_url, sizeof c.o.base_url, "http://%s:%d", c.host, c.port);
+    if (c.o.dataset == BENCH_DATASET_SHAREGPT && !c.o.dataset_path[0])
+        c.o.dataset = BENCH_DATASET_SHAREGPT_SYNTHETIC;
+    /* 128 is the random dataset's default; ShareGPT keeps each conversation's own output length
+     * unless one is given, as in vLLM. */
+    if (c.o.dataset != BENCH_DATASET_RANDOM && !c.output_len_set && !c.o.profile[0])
+        c.o.output_len = 0;
+    *cb = c;
+}
+
+/* --save-result: mkdir -p the result directory, as vLLM does, so that one that cannot be made
+ * fails before the run; -1 after saying why. */
+static int make_result_dir(const cli_bench_t *c) {
+    err_t de = {{0}};
+    if (c->save && statedir_mkdirs(c->result_dir, &de) < 0) {
+        fprintf(stderr, "tachyon bench: --result-dir %s: %s\n", c->result_dir, de.msg);
+        return -1;
+    }
+    return 0;
+}
+
+/* Saves a result in the result directory: as named (--result-filename), else vLLM's name with
+ * prefix before it. 0, or 1 after saying why not. */
+static int save(const cli_bench_t *c, const bench_result_t *r, const char *prefix) {
+    char name[512], path[1100];
+    if (c->result_filename)
+        snprintf(name, sizeof name, "%s%s", prefix, c->result_filename);
+    else
+        result_name(r, name, sizeof name);
+    snprintf(path, sizeof path, "%s/%s%s", c->result_dir, c->result_filename ? "" : prefix, name);
+    bench_err_t e;
+    if (bench_result_save_json(r, path, &e) < 0) {
+        fprintf(stderr, "tachyon bench: %s\n", e.msg);
+        return 1;
+    }
+    fprintf(stderr, "tachyon bench: result saved to %s\n", path);
+    return 0;
+}
+
+/* tachyon bench sweep FLAG V1,V2,... [OPTIONS]: the workload once per value of a server flag
+ * (Tachyon's /admin/flags), the table and the plot (bench/sweep.h); the flag keeps the last value.
+ */
+static int sweep(int argc, char **argv) {
+    if (argc < 3 || !strcmp(argv[1], "--help")) {
+        fputs("usage: tachyon bench sweep FLAG V1,V2,... [tachyon bench's options]\n"
+              "Runs the workload once per value of a live server flag (set through Tachyon's\n"
+              "/admin/flags; warm-up requests first), then prints a table and a plot of output\n"
+              "throughput against mean TPOT with the Pareto front and the best point.\n",
+              argc < 3 ? stderr : stdout);
+        return argc < 3 ? 2 : 0;
+    }
+    cli_bench_t c = {.host = "127.0.0.1", .port = 8000, .result_dir = "."};
+    bench_options_default(&c.o);
+    if (parse_args(&c, argc - 2, argv + 2) < 0) {
+        fprintf(stderr, "tachyon bench sweep: %s\n", flag_error);
+        return 2;
+    }
+    finish_options(&c);
+    if (make_result_dir(&c) < 0) return 1;
+    static bench_sweep_t sw;
+    bench_err_t e;
+    if (bench_sweep_parse(argv[1], argv[2], &sw, &e) < 0) {
+        fprintf(stderr, "tachyon bench sweep: %s\n", e.msg);
+        return 2;
+    }
+    struct sigaction old;
+    catch_sigint(&c.o, &old);
+    bool tty = isatty(STDERR_FILENO);
+    int rc =
+        bench_sweep_run(&sw, &c.o, bench_sweep_set_http, &c.o, tty ? on_progress : NULL, NULL, &e);
+    sigaction(SIGINT, &old, NULL);
+    if (tty) fputc('\n', stderr);
+    bench_sweep_print(stdout, &sw, 80);
+    fflush(stdout);
+    if (rc < 0) fprintf(stderr, "tachyon bench sweep: %s\n", e.msg);
+    rc = rc < 0 ? 1 : sw.stopped ? 130 : 0;
+    for (int i = 0; i < sw.n && c.save; i++) {
+        char prefix[160];
+        snprintf(prefix, sizeof prefix, "sweep-%s-%s-", sw.flag, sw.pts[i].value);
+        if (sw.pts[i].result && save(&c, sw.pts[i].result, prefix)) rc = 1;
+    }
+    bench_sweep_free(&sw);
+    return rc;
+}
+
 int cmd_bench(int argc, char **argv) {
     if (argc >= 2 && !strcmp(argv[1], "compare")) return compare(argc - 1, argv + 1);
+    if (argc >= 2 && !strcmp(argv[1], "sweep")) return sweep(argc - 1, argv + 1);
     cli_bench_t c = {.host = "127.0.0.1", .port = 8000, .result_dir = "."};
     bench_options_default(&c.o);
     if (parse_args(&c, argc, argv) < 0) {
@@ -574,33 +676,16 @@ int cmd_bench(int argc, char **argv) {
         return 0;
     }
     if (c.list_profiles) return list_profiles();
-    if (!c.base_url_set)
-        snprintf(c.o.base_url, sizeof c.o.base_url, "http://%s:%d", c.host, c.port);
-    if (c.o.dataset == BENCH_DATASET_SHAREGPT && !c.o.dataset_path[0])
-        c.o.dataset = BENCH_DATASET_SHAREGPT_SYNTHETIC;
-    /* 128 is the random dataset's default; ShareGPT keeps each conversation's own output length
-     * unless one is given, as in vLLM. */
-    if (c.o.dataset != BENCH_DATASET_RANDOM && !c.output_len_set && !c.o.profile[0])
-        c.o.output_len = 0;
+    finish_options(&c);
 
-    if (c.save) { /* mkdir -p, as vLLM does; a directory that cannot be made fails before the run */
-        err_t de = {{0}};
-        if (statedir_mkdirs(c.result_dir, &de) < 0) {
-            fprintf(stderr, "tachyon bench: --result-dir %s: %s\n", c.result_dir, de.msg);
-            return 1;
-        }
-    }
+    if (make_result_dir(&c) < 0) return 1;
     local_tok_t lt = {0};
     if (c.tokenizer) {
         if (lt_open(&lt, c.tokenizer) < 0) return 1;
         c.o.tokenizer = &lt.bt;
     }
-    atomic_store(&stop_flag, false);
-    c.o.stop = &stop_flag;
-    struct sigaction sa = {0}, old;
-    sa.sa_handler = on_sigint;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, &old);
+    struct sigaction old;
+    catch_sigint(&c.o, &old);
 
     bool tty = isatty(STDERR_FILENO);
     bench_result_t *r = NULL;
@@ -617,20 +702,7 @@ int cmd_bench(int argc, char **argv) {
     bench_report_print(stdout, r, c.style);
     fflush(stdout);
     rc = r->stopped ? 130 : 0;
-    if (c.save) {
-        char name[512], path[1024];
-        if (c.result_filename)
-            snprintf(name, sizeof name, "%s", c.result_filename);
-        else
-            result_name(r, name, sizeof name);
-        snprintf(path, sizeof path, "%s/%s", c.result_dir, name);
-        if (bench_result_save_json(r, path, &e) < 0) {
-            fprintf(stderr, "tachyon bench: %s\n", e.msg);
-            rc = 1;
-        } else {
-            fprintf(stderr, "tachyon bench: result saved to %s\n", path);
-        }
-    }
+    if (c.save && save(&c, r, "")) rc = 1;
     bench_result_destroy(r);
     lt_close(&lt);
     return rc;

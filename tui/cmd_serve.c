@@ -70,33 +70,15 @@ static void raise_nofile(void) {
 
 typedef struct stats_state {
     stats_snapshot_t *snap;
-    double t;
-    uint64_t prompt, gen, queries, hits;
-    bool active;
+    cli_stats_line_t line;
 } stats_state_t;
 
 /* One line like vLLM's LoggingStatLogger, when there was something to report since the last. */
 static void stats_line(engine_t *eng, stats_state_t *st) {
     engine_stats(eng, st->snap);
-    const stats_snapshot_t *s = st->snap;
-    double now = engine_now(), dt = now - st->t;
-    if (dt <= 0) return;
-    uint64_t dp = s->prompt_tokens - st->prompt, dg = s->generation_tokens - st->gen;
-    uint64_t dq = s->prefix_queries - st->queries, dh = s->prefix_hits - st->hits;
-    bool active = dp || dg || s->running || s->waiting;
-    if (active || st->active)
-        fprintf(stderr,
-                "tachyon: Avg prompt throughput: %.1f tokens/s, Avg generation throughput: %.1f "
-                "tokens/s, Running: %d reqs, Waiting: %d reqs, GPU KV cache usage: %.1f%%, "
-                "Prefix cache hit rate: %.1f%%\n",
-                dp / dt, dg / dt, s->running, s->waiting,
-                s->kv_total ? 100.0 * s->kv_used / s->kv_total : 0.0, dq ? 100.0 * dh / dq : 0.0);
-    st->active = active;
-    st->t = now;
-    st->prompt = s->prompt_tokens;
-    st->gen = s->generation_tokens;
-    st->queries = s->prefix_queries;
-    st->hits = s->prefix_hits;
+    char buf[512];
+    if (cli_stats_line(&st->line, st->snap, engine_now(), buf, sizeof buf))
+        fprintf(stderr, "tachyon: %s\n", buf);
 }
 
 /* Waits up to ms for a signal; true when one arrived. */
@@ -160,6 +142,11 @@ int cmd_serve(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);
     raise_nofile();
 
+    char busy[512];
+    if (cli_server_check_port(&sv, busy, sizeof busy) < 0) {
+        fprintf(stderr, "tachyon: %s\n", busy);
+        return 1;
+    }
     if (cli_engine_open(&ce) < 0) return 1;
     engine_t *eng = ce.eng;
     http_server_t *srv;
@@ -177,7 +164,7 @@ int cmd_serve(int argc, char **argv) {
     fprintf(stderr, "tachyon: serving %s (%s) on http://%s%s%s:%d\n", sv.names[0], be,
             v6 ? "[" : "", host, v6 ? "]" : "", http_port(srv));
 
-    stats_state_t st = {.snap = malloc(sizeof(stats_snapshot_t)), .t = engine_now()};
+    stats_state_t st = {.snap = malloc(sizeof(stats_snapshot_t)), .line = {.t = engine_now()}};
     int stats_ms = stats_s > 0 ? (int)(stats_s * 1000) : -1;
     while (atomic_load(&signals) == 0) {
         if (wait_signal(stats_ms)) break;

@@ -19,9 +19,14 @@ static const repl_command_t COMMANDS[] = {
     {"/think", NULL, "/think on|off", "turn the model's reasoning on or off", REPL_THINK, true},
     {"/set", NULL, "/set FLAG VALUE", "change an engine flag", REPL_SET, true},
     {"/get", NULL, "/get FLAG", "show an engine flag's value, default and range", REPL_GET, true},
-    {"/flags", NULL, "/flags [PREFIX]", "list the engine flags and their values", REPL_FLAGS, true},
+    {"/flags", NULL, "/flags [PREFIX|diff]",
+     "list the engine flags and their values (diff: the tachyon serve line that reproduces them)",
+     REPL_FLAGS, true},
     {"/bench", NULL, "/bench PROFILE [OPTIONS]",
      "run a benchmark profile against the embedded server (/bench stop ends it)", REPL_BENCH, true},
+    {"/sweep", NULL, "/sweep FLAG V1,V2,... PROFILE [OPTIONS]",
+     "run a profile once per value of a live flag: table and throughput/latency plot", REPL_SWEEP,
+     true},
     {"/results", NULL, "/results", "list the benchmark runs and their flag sets", REPL_RESULTS,
      false},
     {"/compare", NULL, "/compare [A B...]",
@@ -193,6 +198,34 @@ static int parse_args(const repl_command_t *c, const char *rest, repl_cmd_t *out
                                profile_list(list, sizeof list));
             }
             return 0;
+        case REPL_SWEEP: {
+            if (argc < 3) return usage(c, err);
+            out->flag = flags_find(argv[0]);
+            if (!out->flag) return err_set(err, "unknown flag %s; /flags lists them", argv[0]);
+            if (out->flag->apply != FLAG_LIVE)
+                return err_set(err, "/sweep takes a live flag (%s needs a rebuild or a restart)",
+                               out->flag->name);
+            if (!known_profile(argv[2])) {
+                char list[512];
+                return err_set(err, "unknown profile %s; profiles: %s", argv[2],
+                               profile_list(list, sizeof list));
+            }
+            char value[64];
+            for (const char *p = argv[1];;) { /* each value checked as /set checks it */
+                size_t n = strcspn(p, ",");
+                if (n == 0 || n >= sizeof value)
+                    return err_set(err, "/sweep: \"%s\" is not a list of values like 64,128,256",
+                                   argv[1]);
+                memcpy(value, p, n);
+                value[n] = '\0';
+                flag_values_t scratch;
+                flags_init(&scratch);
+                if (flags_set(out->flag, value, &scratch, err) < 0) return -1;
+                if (!p[n]) break;
+                p += n + 1;
+            }
+            return 0;
+        }
         case REPL_COMPARE:
             return argc == 1 ? usage(c, err) : 0;
         case REPL_TOOLS:
@@ -301,6 +334,13 @@ int repl_help(const char *name, char *buf, size_t size, err_t *err) {
                     "cache (in-flight requests are recomputed, none lost) or at a reload (a "
                     "restart); /flags shows which. A bad value changes nothing and says what the "
                     "flag takes.\n");
+            break;
+        case REPL_SWEEP:
+            put(&o, "For each value: the flag is set (live), warm-up requests run, then the "
+                    "profile; then a table of the points and a plot of output throughput against "
+                    "mean TPOT, the Pareto front and the best point marked. Each point is saved "
+                    "as a run (/results, /compare); the flag gets its value back at the end. "
+                    "/bench stop ends it. Example: /sweep max-num-seqs 64,128,256 short\n");
             break;
         case REPL_BENCH:
             put(&o, "Options are tachyon bench's (--num-prompts N, --request-rate R, "
@@ -480,6 +520,18 @@ int repl_complete(void *user, const char *line, size_t cursor, le_completion_t *
         case REPL_FLAGS:
             if (nw != 0) return 0;
             complete_flag_names(prefix, out);
+            if (c->kind == REPL_FLAGS && strncmp("diff", prefix, pl) == 0) add_cand(out, "diff");
+            return finish(out, NULL);
+        case REPL_SWEEP: /* FLAG, the values (none offered), PROFILE */
+            if (nw == 0) {
+                complete_flag_names(prefix, out);
+                finish(out, NULL);
+                out->space_after = true;
+                return out->n;
+            }
+            if (nw != 2) return 0;
+            for (const bench_profile_t *b = bench_profiles(); b && b->name; b++)
+                if (strncmp(b->name, prefix, pl) == 0) add_cand(out, b->name);
             return finish(out, NULL);
         case REPL_QUIT:
             if (nw == 0 && strncmp("--drain", prefix, pl) == 0) add_cand(out, "--drain");

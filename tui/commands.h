@@ -33,6 +33,7 @@
  *     /get FLAG              /flags [PREFIX]
  *     /bench PROFILE [OPTIONS...]   (PROFILE checked against bench_profiles())
  *     /bench stop            /results          /experts
+ *     /sweep FLAG V1,V2,... PROFILE [OPTIONS...]   (a live flag; each value checked)
  *     /tools [FILE]          (none: list the tools; FILE: an OpenAI tools array to chat with)
  *     /tools off             (REPL_TOOLS_OFF: chat without tools again)
  *     /compare [A B [C...]]  (none: the last two complete runs of a profile; otherwise a base and
@@ -64,6 +65,7 @@ typedef enum repl_kind {
     REPL_FLAGS,  /* argc 0, or 1: a name prefix */
     REPL_BENCH,  /* argv[0] profile, argv[1..argc) options as typed ("--num-prompts", "20") */
     REPL_BENCH_STOP,
+    REPL_SWEEP, /* flag; argv[0] flag, argv[1] values "a,b,c", argv[2] profile, argv[3..) options */
     REPL_RESULTS,
     REPL_COMPARE, /* argc 0, or >= 2: argv[0] the base run, the others compared with it */
     REPL_CLEAR,
@@ -76,7 +78,7 @@ typedef struct repl_cmd {
     repl_kind_t kind;
     const char *text;          /* REPL_CHAT, REPL_SYSTEM: points into buf; "" otherwise */
     bool on;                   /* REPL_THINK */
-    const flag_def_t *flag;    /* REPL_SET, REPL_GET: the table entry; NULL otherwise */
+    const flag_def_t *flag;    /* REPL_SET, REPL_GET, REPL_SWEEP: the table entry; else NULL */
     int argc;                  /* arguments after the command name */
     char *argv[REPL_MAX_ARGS]; /* unquoted, pointing into buf */
     char buf[REPL_LINE_MAX];   /* storage */

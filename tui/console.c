@@ -35,12 +35,16 @@
 #include "cli.h"
 #include "console_int.h"
 #include "mdir.h"
+#include "sweep.h"
 #include "ui_log.h"
 
 #define FRAME_MS      100  /* at most ten frames a second */
 #define TEXT_LINES    5000 /* lines the chat/output pane keeps */
 #define LATENCY_WIN_S 5.0  /* TTFT / TPOT charts: mean over the requests of the last 5 s */
 #define RATE_WIN      4    /* tokens/s over the last 4 samples (1 s) */
+#define GPU_PERIOD_S  1.0  /* NVML and /proc read once a second (on this thread) */
+#define OPS_WIN_S     5.0  /* step time, tokens per step, preemptions/s: over the last 5 s */
+#define STATS_LINE_S  5.0  /* the log's stats line, as often as tachyon serve's by default */
 
 static const char console_usage[] =
     "usage: tachyon [console] [options]\n"
@@ -57,6 +61,10 @@ static const char console_usage[] =
     "                       (default 30)\n"
     "  --no-color           no colours (also when NO_COLOR is set)\n"
     "  --ascii              ASCII charts and borders (automatic when the locale is not UTF-8)\n"
+    "  --chat-idle S        seconds without use before the chat pane shrinks and the charts\n"
+    "                       grow (default 30; 0 = never)\n"
+    "  --no-mouse           leave the mouse to the terminal (its selection) instead of the\n"
+    "                       wheel scrolling the pane and clicks on F-keys and charts\n"
     "\n" CLI_SERVER_HELP CLI_ENGINE_HELP;
 
 static volatile sig_atomic_t got_sigint, got_sigterm;
@@ -200,6 +208,35 @@ bool con_quit_command(console_t *c, bool drain) {
 // ---------------------------------------------------------------------------------------------
 // Sampling the engine
 
+/* The GPUs (or the process) once a second, the operator's numbers every sample, and the band
+ * grown when they need more rows than it has (o: the counters LATENCY_WIN_S ago). */
+static void sample_machine(console_t *c, double t, const counters_t *o) {
+    if (t >= c->next_gpu) {
+        ui_gpu_sample(c->gpu, &c->gpu_s);
+        c->next_gpu = t + GPU_PERIOD_S;
+    }
+    const ui_gpu_sample_t *g = &c->gpu_s;
+    if (g->n) {
+        ui_series_push(&c->series[M_DEV_UTIL], ui_gpu_mean_util(g));
+        ui_series_push(&c->series[M_DEV_MEM], ui_gpu_mean_mem_pct(g));
+    } else {
+        ui_series_push(&c->series[M_DEV_UTIL], g->cpu_pct / g->n_cpus);
+        ui_series_push(&c->series[M_DEV_MEM], g->mem_total > 0 ? 100 * g->rss / g->mem_total : NAN);
+    }
+    const stats_snapshot_t *s = c->snap;
+    ui_ops_from_stats(s, t, OPS_WIN_S, &c->ops);
+    c->ops.block_size = c->cur_flags.block_size;
+    c->ops.max_model_len = c->cur_flags.max_model_len;
+    const counters_t *k = &c->hist[c->n_hist - 1];
+    if (k->queue_n > o->queue_n)
+        c->ops.queue_ms = 1e3 * (k->queue_sum - o->queue_sum) / (double)(k->queue_n - o->queue_n);
+    else if (s->queue.count)
+        c->ops.queue_ms = 1e3 * s->queue.sum / (double)s->queue.count;
+    int rows;
+    ui_vitals_lay(g, &c->ops, COLS, 16, c->vsegs, UI_VITALS_MAX_SEGS, &rows);
+    if (rows > c->band_rows) con_relayout(c);
+}
+
 static void sample(console_t *c) {
     engine_stats(c->eng, c->snap);
     const stats_snapshot_t *s = c->snap;
@@ -209,7 +246,9 @@ static void sample(console_t *c) {
                     .ttft_sum = s->ttft.sum,
                     .ttft_n = s->ttft.count,
                     .tpot_sum = s->tpot.sum,
-                    .tpot_n = s->tpot.count};
+                    .tpot_n = s->tpot.count,
+                    .queue_sum = s->queue.sum,
+                    .queue_n = s->queue.count};
     int cap = (int)(sizeof c->hist / sizeof c->hist[0]);
     if (c->n_hist == cap) {
         memmove(c->hist, c->hist + 1, (size_t)(cap - 1) * sizeof *c->hist);
@@ -244,6 +283,11 @@ static void sample(console_t *c) {
     if (!isnan(tpot)) c->last_tpot = tpot;
     ui_series_push(&c->series[M_TTFT], ttft);
     ui_series_push(&c->series[M_TPOT], tpot);
+    sample_machine(c, k.t, o);
+    if (k.t - c->stats_line.t >= STATS_LINE_S) {
+        char line[512];
+        if (cli_stats_line(&c->stats_line, s, k.t, line, sizeof line)) con_log(c, "%s", line);
+    }
     c->dirty = true;
 }
 
@@ -265,10 +309,13 @@ static void handle_event(console_t *c, const ui_event_t *ev) {
         case UI_EV_FLAG_DONE:
             con_flag_done(c, ev);
             break;
-        case UI_EV_LOG: /* a warning stands out */
+        case UI_EV_SWEEP_DONE:
+            con_sweep_done(c, ev);
+            break;
+        case UI_EV_LOG: /* to the log; the pane too (a warning stands out there) */
+            con_log(c, "%s", ev->text);
             ui_text_add(c->text, strncmp(ev->text, "warning: ", 9) ? UI_TXT_INFO : UI_TXT_ERROR,
                         ev->text);
-            c->dirty = true;
             break;
     }
 }
@@ -294,6 +341,8 @@ static void frame(console_t *c) {
         .window = con_window_s(c),
         .last_ttft = c->last_ttft,
         .last_tpot = c->last_tpot,
+        .gpu = &c->gpu_s,
+        .ops = &c->ops,
         .n_flags = c->n_flags,
         .flag_text = (const char(*)[CON_FLAG_VALUE])c->flag_text,
         .flag_changed = c->flag_changed,
@@ -304,9 +353,11 @@ static void frame(console_t *c) {
         .reply_gen = c->req_gen,
         .reply_secs = now - c->req_t0,
         .reply_decoding = c->req_started,
-        .text = c->text,
+        .text = c->show_log ? c->log_text : c->text,
         .scroll = c->scroll,
         .show_reasoning = c->show_reasoning,
+        .log = c->show_log,
+        .zoom = c->zoom,
         .busy = busy,
         .status = c->status,
         .status_error = c->status_error,
@@ -349,6 +400,7 @@ static void ui_loop(console_t *c) {
         if (t >= c->next_sample) {
             sample(c);
             if (t - c->flags_read_at > 1.0) con_read_flags(c); /* the admin endpoint changes them */
+            con_chat_idle_check(c);
             c->next_sample += CON_SAMPLE_MS / 1e3;
             if (c->next_sample < t) c->next_sample = t + CON_SAMPLE_MS / 1e3;
         }
@@ -393,6 +445,8 @@ static void describe(console_t *c, const cli_engine_t *ce, const cli_server_t *s
     const engine_opts_t *o = &ce->opts;
     model_config_describe(engine_model_config(c->eng), c->model_desc, sizeof c->model_desc);
     snprintf(c->model_name, sizeof c->model_name, "%s", sv->names[0]);
+    if (strcmp(o->model.model, MDIR_EMBEDDED))
+        snprintf(c->model_arg, sizeof c->model_arg, "%s", o->model.model);
     if (!strcmp(o->model.model, MDIR_EMBEDDED))
         snprintf(c->model_note, sizeof c->model_note, "(demo model, toy weights)");
     else if (o->model.format == LOAD_DUMMY)
@@ -411,6 +465,10 @@ static int init_curses(console_t *c) {
     nodelay(stdscr, TRUE);
     set_escdelay(25);
     c->color = con_draw_colors(c->color);
+    if (c->mouse) {
+        mouseinterval(0); /* a press acts at once: no wait to tell clicks from drags */
+        mousemask(BUTTON1_PRESSED | BUTTON4_PRESSED | BUTTON5_PRESSED, NULL);
+    }
     input_start(c->in, stdout);
     return 0;
 }
@@ -432,6 +490,7 @@ static void console_free(console_t *c) {
     le_destroy(c->le);
     input_destroy(c->in);
     ui_text_destroy(c->text);
+    ui_text_destroy(c->log_text);
     ui_text_destroy(c->help_text);
     ui_queue_destroy(c->q);
     conversation_free(&c->conv);
@@ -439,6 +498,7 @@ static void console_free(console_t *c) {
     free(c->system);
     free(c->snap);
     con_drawer_destroy(c->drawer);
+    ui_gpu_destroy(c->gpu);
     free(c);
 }
 
@@ -449,6 +509,8 @@ int cmd_console(int argc, char **argv) {
         {"shutdown-timeout", required_argument, 0, 'S'},
         {"no-color", no_argument, 0, 'C'},
         {"ascii", no_argument, 0, 'A'},
+        {"no-mouse", no_argument, 0, 'M'},
+        {"chat-idle", required_argument, 0, 'I'},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
@@ -468,6 +530,9 @@ int cmd_console(int argc, char **argv) {
     c->show_reasoning = true;
     c->window = 1;
     c->format = -1;
+    c->zoom = -1;
+    c->mouse = true;
+    c->idle_s = 30;
     int opt;
     long v;
     float grace;
@@ -496,6 +561,16 @@ int cmd_console(int argc, char **argv) {
                 break;
             case 'A':
                 c->ascii = true;
+                break;
+            case 'M':
+                c->mouse = false;
+                break;
+            case 'I':
+                if (cli_parse_float(optarg, 0, 1e6f, &grace) < 0) {
+                    fprintf(stderr, "tachyon: --chat-idle must be a number of seconds\n");
+                    goto usage_error;
+                }
+                c->idle_s = grace;
                 break;
             case 'h':
                 fputs(console_usage, stdout);
@@ -539,10 +614,12 @@ int cmd_console(int argc, char **argv) {
     c->drawer = con_drawer_create(&err);
     c->q = c->drawer ? ui_queue_create(1024, &err) : NULL;
     c->text = c->q ? ui_text_create(TEXT_LINES, &err) : NULL;
-    c->help_text = c->text ? ui_text_create(100, &err) : NULL;
+    c->log_text = c->text ? ui_text_create(TEXT_LINES, &err) : NULL;
+    c->help_text = c->log_text ? ui_text_create(100, &err) : NULL;
     c->le = c->help_text ? le_create(REPL_LINE_MAX - 1, 1000, &err) : NULL;
     c->in = c->le ? input_create(REPL_LINE_MAX - 1, &err) : NULL;
-    if (!c->snap || !c->in) {
+    c->gpu = ui_gpu_create(getenv("TACHYON_NVML_LIB"));
+    if (!c->snap || !c->in || !c->gpu) {
         fprintf(stderr, "tachyon: %s\n", err.msg[0] ? err.msg : "out of memory");
         console_free(c);
         return 1;
@@ -565,6 +642,12 @@ int cmd_console(int argc, char **argv) {
     sigset_t old;
     block_ui_signals(&old);
     signal(SIGPIPE, SIG_IGN);
+    char busy[512];
+    if (cli_server_check_port(&sv, busy, sizeof busy) < 0) {
+        fprintf(stderr, "tachyon: %s\n", busy);
+        console_free(c);
+        return 1;
+    }
     fprintf(stderr, "tachyon: opening the model...\n");
     /* what the engine says from here on (the KV-cache size) shows in the output pane too */
     if (!(c->log = ui_log_start(on_log_line, c, &err)))
@@ -601,6 +684,8 @@ int cmd_console(int argc, char **argv) {
     if (ho->tool_parser) tc_format_parse(ho->tool_parser, &c->tool_format);
     describe(c, &ce, &sv);
     c->t_start = now_s();
+    c->stats_line.t = c->t_start;
+    c->last_activity = c->t_start;
     con_read_flags(c);
     con_flags_baseline(c, &ce.opts.flags);
 
@@ -649,7 +734,12 @@ int cmd_console(int argc, char **argv) {
         pthread_join(c->bench_thread, NULL);
         ui_event_t ev;
         while (ui_queue_pop(c->q, &ev))
-            if (ev.type == UI_EV_BENCH_DONE) bench_result_destroy(ev.ptr);
+            if (ev.type == UI_EV_BENCH_DONE) {
+                bench_result_destroy(ev.ptr);
+            } else if (ev.type == UI_EV_SWEEP_DONE) {
+                bench_sweep_free(ev.ptr);
+                free(ev.ptr);
+            }
     }
     if (c->flag_busy) pthread_join(c->flag_thread, NULL);
     con_chat_free(c); /* before the engine closes */

@@ -3,6 +3,7 @@
  * PgUp/PgDn, +/- on an empty line, Ctrl-L, Esc) act here; a submitted line is parsed by
  * commands.h and carried out by run_line. Flag changes run on a worker thread: a rebuild flag
  * drains the engine, and even a live one may wait for another client's rebuild. */
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,8 +23,10 @@ static const char help_keys[] =
     "  PgUp / PgDn  scroll the chat and output pane\n"
     "  Esc          stop the reply being generated\n"
     "  F2           show / hide the model's reasoning\n"
+    "  F3 log (stderr, stats, /set)  F4 zoom charts one by one  F5 rerun /bench  F10 quit\n"
     "  + / -        (on an empty line) zoom the charts' time window in / out\n"
     "  F1 or ?      (on an empty line) this help        Ctrl-L  redraw\n"
+    "  Mouse        wheel scrolls; a click runs an F-key, zooms a chart (--no-mouse)\n"
     "  Ctrl-C       stop the reply and the benchmark; then leave (asks first while\n"
     "               other clients' requests run: /quit --drain lets them finish)\n"
     "\n"
@@ -77,6 +80,36 @@ static void show_flag(console_t *c, const flag_def_t *f, const char *prefix) {
     }
     ui_text_addf(c->text, UI_TXT_NORMAL, "%s%s = %s   (default %s, %s)", prefix, f->name, v, f->def,
                  flag_apply_name(f->apply));
+    if (*prefix) { /* /set: the value is what was asked; /get also says what the flag takes */
+        c->scroll = 0;
+        return;
+    }
+    char takes[512] = "";
+    switch (f->type) {
+        case FLAG_INT:
+        case FLAG_SIZE:
+            snprintf(takes, sizeof takes, "%s in [%.17g, %.17g]%s",
+                     f->type == FLAG_SIZE ? "a size (bytes, K/M/G/KiB/MiB/GiB)" : "an integer",
+                     f->min, f->max, f->can_unset ? ", or unset" : "");
+            break;
+        case FLAG_FLOAT:
+            snprintf(takes, sizeof takes, "a number in %c%.17g, %.17g]%s", f->min_open ? '(' : '[',
+                     f->min, f->max, f->can_unset ? ", or unset" : "");
+            break;
+        case FLAG_BOOL:
+            snprintf(takes, sizeof takes, "true or false");
+            break;
+        case FLAG_ENUM: {
+            size_t k = 0;
+            for (const char *const *ch = f->choices; ch && *ch && k < sizeof takes; ch++)
+                k += (size_t)snprintf(takes + k, sizeof takes - k, "%s%s", k ? ", " : "one of ",
+                                      *ch);
+            break;
+        }
+        default:
+            break;
+    }
+    ui_text_addf(c->text, UI_TXT_INFO, "  %s; takes %s", f->help, takes[0] ? takes : "text");
     c->scroll = 0;
 }
 
@@ -120,9 +153,12 @@ void con_flag_done(console_t *c, const ui_event_t *ev) {
     c->flag_busy = false;
     if (ev->code < 0) {
         con_out_error(c, ev->text);
+        con_log(c, "/set %s %s refused: %s", c->flag_name, c->flag_value, ev->text);
         return;
     }
     con_read_flags(c);
+    con_log(c, "/set %s %s applied in %.2f s", c->flag_name, c->flag_value,
+            engine_now() - c->flag_t0);
     const flag_def_t *f = flags_find(c->flag_name);
     if (!f) return;
     show_flag(c, f, "set ");
@@ -134,7 +170,60 @@ void con_flag_done(console_t *c, const ui_event_t *ev) {
                        c->flag_value);
 }
 
+/* s for a shell: as is when plain, else in single quotes. */
+static void shell_word(jbuf_t *b, const char *s) {
+    bool plain = *s != '\0';
+    for (const char *p = s; *p; p++)
+        plain &= (bool)(strchr("._/:=+-,@%", *p) || (*p >= '0' && *p <= '9') ||
+                        (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z'));
+    if (plain) {
+        jb_lit(b, s);
+        return;
+    }
+    jb_raw(b, "'", 1);
+    for (const char *p = s; *p; p++)
+        *p == '\'' ? jb_lit(b, "'\\''") : jb_raw(b, p, 1);
+    jb_raw(b, "'", 1);
+}
+
+/* /flags diff: the `tachyon serve` command line that reproduces the model and every flag that
+ * differs from its default (flags the engine chose itself, such as an automatic max-model-len,
+ * are left to it). */
+static void con_flags_diff(console_t *c) {
+    con_read_flags(c);
+    jbuf_t b;
+    jb_init(&b);
+    jb_lit(&b, "tachyon serve");
+    if (c->model_arg[0]) {
+        jb_lit(&b, " --model ");
+        shell_word(&b, c->model_arg);
+    }
+    int n = 0;
+    for (int i = 0; i < c->n_flags; i++) {
+        const flag_def_t *f = flags_at(i);
+        if (!c->flag_changed[i]) continue;
+        char v[CON_FLAG_VALUE];
+        flags_format(f, &c->cur_flags, v, sizeof v);
+        bool on = f->type == FLAG_BOOL && !strcmp(v, "true");
+        jb_printf(&b, " --%s%s", f->type == FLAG_BOOL && !on ? "no-" : "", f->name);
+        if (f->type != FLAG_BOOL) {
+            jb_raw(&b, " ", 1);
+            shell_word(&b, v);
+        }
+        n++;
+    }
+    ui_text_add(c->text, UI_TXT_PRE, b.p && !b.oom ? b.p : "(out of memory)");
+    ui_text_addf(c->text, UI_TXT_INFO, "(%d flag%s changed from the defaults)", n,
+                 n == 1 ? "" : "s");
+    jb_free(&b);
+    c->scroll = 0;
+}
+
 static void con_flags(console_t *c, const char *prefix) {
+    if (prefix && !strcmp(prefix, "diff")) {
+        con_flags_diff(c);
+        return;
+    }
     size_t plen = prefix ? strlen(prefix) : 0;
     con_read_flags(c);
     ui_text_add(c->text, UI_TXT_PRE,
@@ -238,7 +327,11 @@ static bool run_line(console_t *c, const char *line) {
             con_flags(c, cmd->argc ? cmd->argv[0] : NULL);
             break;
         case REPL_BENCH:
+            snprintf(c->last_bench, sizeof c->last_bench, "%s", line);
             con_bench_start(c, cmd->argc, cmd->argv);
+            break;
+        case REPL_SWEEP:
+            con_sweep_start(c, cmd);
             break;
         case REPL_BENCH_STOP:
             if (!con_bench_stop(c)) con_out_error(c, "no benchmark is running");
@@ -274,8 +367,27 @@ double con_window_s(const console_t *c) {
     return windows_s[c->window];
 }
 
+void con_log(console_t *c, const char *fmt, ...) {
+    char line[1024];
+    double t = engine_now() - c->t_start;
+    int n = snprintf(line, sizeof line, "[%02d:%02d:%02d] ", (int)t / 3600, (int)t / 60 % 60,
+                     (int)t % 60);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
+    va_end(ap);
+    ui_text_add(c->log_text, UI_TXT_NORMAL, line);
+    c->dirty = true;
+}
+
 void con_relayout(console_t *c) {
-    layout_compute(COLS, LINES, &c->lay);
+    /* the numbers band as many rows as its fields need at this width: it grows as they do and
+     * starts over when the width changes, so that it does not jump back and forth */
+    int rows;
+    ui_vitals_lay(&c->gpu_s, &c->ops, COLS, 16, c->vsegs, UI_VITALS_MAX_SEGS, &rows);
+    if (COLS != c->band_cols || rows > c->band_rows) c->band_rows = rows;
+    c->band_cols = COLS;
+    layout_compute_idle(COLS, LINES, c->band_rows, c->chat_idle, &c->lay);
     c->dirty = true;
 }
 
@@ -338,9 +450,87 @@ static bool editor_key(console_t *c, int key) {
     return false;
 }
 
+/* F1..F10 (also clicks on the F-key bar); returns true to quit. */
+static bool fkey(console_t *c, int n) {
+    switch (n) {
+        case 1:
+            open_help(c);
+            break;
+        case 2:
+            c->show_reasoning = !c->show_reasoning;
+            break;
+        case 3:
+            c->show_log = !c->show_log;
+            c->scroll = 0;
+            break;
+        case 4: /* each chart in turn, then the grid again */
+            c->zoom = c->zoom + 1 >= c->lay.n_charts ? -1 : c->zoom + 1;
+            break;
+        case 5:
+            if (!c->last_bench[0])
+                con_out_error(c, "no /bench to run again yet");
+            else if (c->bench_running)
+                con_out_error(c, "a benchmark is running (/bench stop stops it)");
+            else
+                return run_line(c, c->last_bench);
+            break;
+        case 10:
+            return con_quit_command(c, false);
+        default:
+            break;
+    }
+    c->dirty = true;
+    return false;
+}
+
+/* A mouse event: the wheel scrolls the pane, a click on the F-key bar runs the key, on a chart
+ * zooms it (or back to the grid). Returns true to quit. */
+static bool mouse_event(console_t *c) {
+    MEVENT m;
+    if (getmouse(&m) != OK) return false;
+    if (m.bstate & BUTTON4_PRESSED) {
+        scroll_by(c, 3);
+    } else if (m.bstate & BUTTON5_PRESSED) {
+        scroll_by(c, -3);
+    } else if (m.bstate & BUTTON1_PRESSED) { /* on the press: mouseinterval(0), no click wait */
+        con_view_t v = {.lay = c->lay,
+                        .zoom = c->zoom,
+                        .log = c->show_log,
+                        .help = c->help,
+                        .bench = c->bench_running ? &c->prog : NULL,
+                        .applying = c->flag_busy ? c->flag_name : NULL};
+        if (m.y == c->lay.status.y) {
+            int k = con_draw_fkey_at(&v, m.x);
+            if (k) return fkey(c, k);
+        }
+        int chart = con_draw_chart_at(&v, m.y, m.x);
+        if (chart >= 0) c->zoom = c->zoom >= 0 ? -1 : chart;
+    }
+    c->dirty = true;
+    return false;
+}
+
+void con_chat_touch(console_t *c) {
+    c->last_activity = engine_now();
+    if (c->chat_idle) {
+        c->chat_idle = false;
+        con_relayout(c);
+    }
+}
+
+void con_chat_idle_check(console_t *c) {
+    if (c->reply) c->last_activity = engine_now(); /* a streaming reply is use */
+    if (c->chat_idle || c->idle_s <= 0 || c->reply || c->help || le_text(c->le)[0] ||
+        engine_now() - c->last_activity < c->idle_s)
+        return;
+    c->chat_idle = true;
+    con_relayout(c);
+}
+
 /* One decoded key (input.h); returns true to quit. */
 static bool console_key(console_t *c, const input_event_t *ev) {
     c->dirty = true;
+    if (!(ev->kind == INPUT_KEY && ev->curses_key && ev->key == KEY_RESIZE)) con_chat_touch(c);
     int ch = ev->key;
     if (ev->kind == INPUT_KEY && ev->curses_key && ch == KEY_RESIZE) {
         con_relayout(c);
@@ -364,11 +554,9 @@ static bool console_key(console_t *c, const input_event_t *ev) {
             break;
     }
     if (ev->curses_key) {
-        if (ch == KEY_F(1))
-            open_help(c);
-        else if (ch == KEY_F(2))
-            c->show_reasoning = !c->show_reasoning;
-        else if (ch == KEY_PPAGE)
+        if (ch == KEY_MOUSE) return mouse_event(c);
+        if (ch >= KEY_F(1) && ch <= KEY_F(10)) return fkey(c, ch - KEY_F(0));
+        if (ch == KEY_PPAGE)
             scroll_by(c, c->lay.chat.h > 3 ? c->lay.chat.h - 2 : 1);
         else if (ch == KEY_NPAGE)
             scroll_by(c, -(c->lay.chat.h > 3 ? c->lay.chat.h - 2 : 1));

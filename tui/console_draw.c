@@ -27,6 +27,10 @@ enum {
     PAIR_BAR,
     PAIR_OK,
     PAIR_TOOL,
+    PAIR_S1, /* the charts' series */
+    PAIR_S2,
+    PAIR_S3,
+    PAIR_S4,
 };
 
 struct con_drawer {
@@ -36,6 +40,7 @@ struct con_drawer {
     double *points2;     /* [2 * MAX_COLS] */
     char *line_buf;      /* [LINE_BUF] one screen row */
     ui_text_row_t *rows; /* [CON_MAX_TEXT_ROWS] */
+    ui_vseg_t vsegs[UI_VITALS_MAX_SEGS];
 };
 
 con_drawer_t *con_drawer_create(err_t *err) {
@@ -80,6 +85,10 @@ bool con_draw_colors(bool want) {
     init_pair(PAIR_BAR, COLOR_BLACK, COLOR_CYAN);
     init_pair(PAIR_OK, COLOR_GREEN, -1);
     init_pair(PAIR_TOOL, COLOR_MAGENTA, -1);
+    init_pair(PAIR_S1, COLOR_GREEN, -1);
+    init_pair(PAIR_S2, COLOR_YELLOW, -1);
+    init_pair(PAIR_S3, COLOR_CYAN, -1);
+    init_pair(PAIR_S4, COLOR_MAGENTA, -1);
     return true;
 }
 
@@ -168,72 +177,199 @@ static unsigned braille_bits(const char **p) {
     return 0;
 }
 
-/* Merges two rows of width cells into out (>= CHART_ROW_SIZE(width) bytes): braille dots are
- * ORed, ASCII cells take the taller glyph. */
-static void overlay_row(const char *a, const char *b, int width, bool ascii, char *out) {
-    static const char levels[] = " .:|#";
-    char *o = out;
-    for (int i = 0; i < width && *a && *b; i++) {
-        if (ascii) {
-            const char *la = strchr(levels, *a), *lb = strchr(levels, *b);
-            *o++ = la && lb && lb > la ? *b : *a;
-            a++, b++;
-            continue;
-        }
-        unsigned bits = braille_bits(&a) | braille_bits(&b);
-        if (!bits) {
-            *o++ = ' ';
-        } else {
-            *o++ = (char)0xe2;
-            *o++ = (char)(0xa0 | (bits >> 6));
-            *o++ = (char)(0x80 | (bits & 0x3f));
-        }
+/* The numbers band (ui_vitals.h): each segment in its style; colours grade the load, and
+ * without colours the warnings are bold and the errors bold and underlined. */
+static attr_t vitals_attr(const con_view_t *v, ui_vstyle_t st) {
+    switch (st) {
+        case UI_VS_LABEL:
+            return A_DIM;
+        case UI_VS_GOOD:
+            return attr_of(v, PAIR_OK, A_NORMAL);
+        case UI_VS_WARN:
+            return attr_of(v, PAIR_USER, A_BOLD) | A_BOLD;
+        case UI_VS_BAD:
+            return attr_of(v, PAIR_ERROR, A_BOLD | A_UNDERLINE) | A_BOLD;
+        case UI_VS_TITLE:
+            return attr_of(v, PAIR_TITLE, A_BOLD) | A_BOLD;
+        default:
+            return A_NORMAL;
     }
-    *o = '\0';
 }
 
+static void draw_vitals(con_drawer_t *d, const con_view_t *v) {
+    layout_rect_t r = v->lay.vitals;
+    if (layout_rect_empty(r) || !v->gpu || !v->ops) return;
+    int rows, n = ui_vitals_lay(v->gpu, v->ops, r.w - 1, r.h, d->vsegs, UI_VITALS_MAX_SEGS, &rows);
+    for (int i = 0; i < n; i++) {
+        const ui_vseg_t *sg = &d->vsegs[i];
+        put(r.y + sg->row, r.x + 1 + sg->col, r.w - 1 - sg->col, sg->text, (size_t)sg->len,
+            vitals_attr(v, sg->style));
+    }
+}
+
+/* One chart: one or two series, each in its own colour (without colours the second is bold),
+ * named in the title with its current value (the legend); a single percentage is coloured by
+ * height (green, yellow from 70 %, red from 90 %). */
 typedef struct chart_spec {
     const char *name, *unit;
-    int metric, metric2; /* metric2: overlaid as a line (-1: none) */
-    bool percent;
-    double floor;
+    int metric, metric2;         /* metric2: a second series drawn as a line (-1: none) */
+    const char *label, *label2;  /* the series' names in the legend */
+    const char *short1, *short2; /* the same where the title is short of room */
+    int pair, pair2;             /* their colours */
+    bool percent;                /* 0..100 (graded when alone) */
+    double floor;                /* the y range's smallest top */
 } chart_spec_t;
 
 static const chart_spec_t chart_specs[LAYOUT_CHARTS] = {
-    {"running seqs", "", M_RUNNING, -1, false, 1},
-    {"waiting seqs", "", M_WAITING, -1, false, 1},
-    {"KV cache", "%", M_KV, -1, true, 100},
-    {"prompt tok/s", "", M_PROMPT_TPS, -1, false, 10},
-    {"gen tok/s", "", M_GEN_TPS, -1, false, 10},
-    {"TTFT/TPOT", "ms", M_TTFT, M_TPOT, false, 1},
+    {"seqs", "", M_RUNNING, M_WAITING, "running", "waiting", "run", "wait", PAIR_S1, PAIR_S2, false,
+     1},
+    {"KV cache", "%", M_KV, -1, "used", NULL, "", NULL, PAIR_S1, 0, true, 100},
+    {"tok/s", "", M_PROMPT_TPS, M_GEN_TPS, "prompt", "gen", "in", "out", PAIR_S3, PAIR_S1, false,
+     10},
+    {"TTFT", "ms", M_TTFT, -1, "mean", NULL, "", NULL, PAIR_S4, 0, false, 1},
+    {"TPOT", "ms", M_TPOT, -1, "mean", NULL, "", NULL, PAIR_S3, 0, false, 1},
+    {"GPU", "%", M_DEV_UTIL, M_DEV_MEM, "util", "mem", "u", "m", PAIR_S1, PAIR_S2, true, 100},
 };
 
-static void draw_chart(con_drawer_t *d, const con_view_t *v, int i) {
-    const chart_spec_t *sp = &chart_specs[i];
-    layout_rect_t r = v->lay.charts[i];
-    double win = v->window;
-    char title[256], v1[16], v2[16], wtxt[32];
-    int tw = r.w - 1;
-    if (sp->metric2 < 0) {
-        chart_title(title, sizeof title, tw, sp->name, win, ui_series_last(&v->series[sp->metric]),
-                    sp->unit);
-    } else { /* two values, shortened until they fit: "TTFT/TPOT  last 1 min  now 120/15 ms" */
-        chart_format_value(v->last_ttft, v1, sizeof v1);
-        chart_format_value(v->last_tpot, v2, sizeof v2);
-        chart_format_window(win, wtxt, sizeof wtxt);
-        snprintf(title, sizeof title, "%s  last %s  now %s/%s %s", sp->name, wtxt, v1, v2,
-                 sp->unit);
-        if ((int)strlen(title) > tw)
-            snprintf(title, sizeof title, "%s %s %s/%s %s", sp->name, wtxt, v1, v2, sp->unit);
-        if ((int)strlen(title) > tw)
-            snprintf(title, sizeof title, "%s %s/%s %s", sp->name, v1, v2, sp->unit);
+typedef struct title_seg {
+    const char *text;
+    attr_t attr;
+} title_seg_t;
+
+/* The title as segments, the shortest of a few forms that fits tw columns: "seqs  last 1 min
+ * running 3  waiting 1", "seqs 1 min running 3 waiting 1", "seqs running 3 waiting 1", "seqs
+ * run 3 wait 1". */
+static void chart_title_draw(const con_view_t *v, const chart_spec_t *sp, int y, int x, int tw,
+                             const char *name, double val1, double val2) {
+    char wtxt[32], last[40], v1[24], v2[24];
+    chart_format_window(v->window, wtxt, sizeof wtxt);
+    snprintf(last, sizeof last, "last %s", wtxt);
+    chart_format_value(val1, v1, sizeof v1);
+    chart_format_value(val2, v2, sizeof v2);
+    if (*sp->unit) {
+        size_t n = strlen(v1);
+        snprintf(v1 + n, sizeof v1 - n, "%s%s", !strcmp(sp->unit, "%") ? "" : " ", sp->unit);
+        n = strlen(v2);
+        snprintf(v2 + n, sizeof v2 - n, "%s%s", !strcmp(sp->unit, "%") ? "" : " ", sp->unit);
     }
-    put(r.y, r.x, tw, title, strlen(title), attr_of(v, PAIR_TITLE, A_BOLD));
+    attr_t ta = attr_of(v, PAIR_TITLE, A_BOLD) | A_BOLD;
+    attr_t a1 = attr_of(v, sp->pair, A_NORMAL), a2 = attr_of(v, sp->pair2, A_BOLD) | A_BOLD;
+    for (int form = 0; form < 4; form++) {
+        title_seg_t seg[12];
+        int n = 0;
+        seg[n++] = (title_seg_t){name, ta};
+        if (form < 2) seg[n++] = (title_seg_t){form == 0 ? last : wtxt, A_DIM};
+        const char *l1 = form == 3 ? sp->short1 : sp->label;
+        if (*l1) seg[n++] = (title_seg_t){l1, a1};
+        seg[n++] = (title_seg_t){v1, A_NORMAL};
+        if (sp->metric2 >= 0) {
+            seg[n++] = (title_seg_t){form == 3 ? sp->short2 : sp->label2, a2};
+            seg[n++] = (title_seg_t){v2, A_NORMAL};
+        }
+        int w = 0;
+        for (int i = 0; i < n; i++)
+            w += (int)strlen(seg[i].text) + (i ? (form == 0 && (i == 1 || i == 2) ? 2 : 1) : 0);
+        if (w > tw && form < 3) continue;
+        int cx = x;
+        for (int i = 0; i < n && cx < x + tw; i++) {
+            if (i) cx += form == 0 && (i == 1 || i == 2) ? 2 : 1;
+            int len = (int)strlen(seg[i].text);
+            put(y, cx, x + tw - cx, seg[i].text, (size_t)len, seg[i].attr);
+            cx += len;
+        }
+        return;
+    }
+}
+
+/* The time axis under a plot of pw columns at x: "-1 min", the middle and "now". */
+static void time_axis(con_drawer_t *d, const con_view_t *v, int y, int x, int pw) {
+    char l[32], m[32];
+    l[0] = m[0] = '-';
+    chart_format_window(v->window, l + 1, sizeof l - 1);
+    chart_format_window(v->window / 2, m + 1, sizeof m - 1);
+    memset(d->line_buf, ' ', (size_t)pw);
+    d->line_buf[pw] = '\0';
+    int ll = (int)strlen(l), ml = (int)strlen(m);
+    if (ll + ml + 3 + 4 > pw) { /* no room for the middle */
+        ml = 0;
+        if (ll + 4 > pw) return;
+    }
+    memcpy(d->line_buf, l, (size_t)ll);
+    if (ml) memcpy(d->line_buf + pw / 2 - ml / 2, m, (size_t)ml);
+    memcpy(d->line_buf + pw - 3, "now", 3);
+    put(y, x, pw, d->line_buf, (size_t)pw, A_DIM);
+}
+
+/* One plot row: the cells of the second series (a line) over the first (an area), each in its
+ * series' attribute. */
+static void plot_row(const con_view_t *v, int y, int x, const char *a, const char *b, int width,
+                     attr_t aa, attr_t ab) {
+    static const char levels[] = " .:|#";
+    for (int i = 0; i < width && *a; i++) {
+        if (v->ascii) {
+            char ca = *a++, cb = b && *b ? *b++ : ' ';
+            const char *la = strchr(levels, ca), *lb = strchr(levels, cb);
+            bool second = cb != ' ' && la && lb && lb >= la;
+            attrset(second ? ab : aa);
+            mvaddch(y, x + i, (chtype)(unsigned char)(second ? cb : ca));
+            continue;
+        }
+        unsigned ba = braille_bits(&a), bb = b && *b ? braille_bits(&b) : 0, bits = ba | bb;
+        attrset(bb ? ab : aa);
+        if (!bits) {
+            mvaddch(y, x + i, ' ');
+        } else {
+            char cell[4] = {(char)0xe2, (char)(0xa0 | (bits >> 6)), (char)(0x80 | (bits & 0x3f)),
+                            0};
+            mvaddstr(y, x + i, cell);
+        }
+    }
+    attrset(A_NORMAL);
+}
+
+/* The area of the chart grid: where a zoomed chart goes. */
+static layout_rect_t chart_area(const layout_t *l) {
+    layout_rect_t a = l->charts[0], z = l->charts[l->n_charts - 1];
+    return (layout_rect_t){a.x, a.y, z.x + z.w - a.x, z.y + z.h - a.y};
+}
+
+int con_draw_chart_at(const con_view_t *v, int y, int x) {
+    const layout_t *l = &v->lay;
+    if (l->too_small || v->help) return -1;
+    if (v->zoom >= 0) {
+        layout_rect_t a = chart_area(l);
+        return y >= a.y && y < a.y + a.h && x >= a.x && x < a.x + a.w ? v->zoom : -1;
+    }
+    for (int i = 0; i < l->n_charts; i++) {
+        layout_rect_t r = l->charts[i];
+        if (y >= r.y && y < r.y + r.h && x >= r.x && x < r.x + r.w) return i;
+    }
+    return -1;
+}
+
+static void draw_chart(con_drawer_t *d, const con_view_t *v, int i, layout_rect_t r) {
+    const chart_spec_t *sp = &chart_specs[i];
+    chart_spec_t cpu_spec; /* no GPU: the process's CPU and resident memory, in % */
+    if (sp->metric == M_DEV_UTIL && !(v->gpu && v->gpu->n > 0)) {
+        cpu_spec = *sp;
+        cpu_spec.name = "CPU/RSS";
+        cpu_spec.label = "cpu";
+        cpu_spec.label2 = "rss";
+        sp = &cpu_spec;
+    }
+    const char *name = sp->name;
+    double val1 = ui_series_last(&v->series[sp->metric]);
+    double val2 = sp->metric2 >= 0 ? ui_series_last(&v->series[sp->metric2]) : NAN;
+    if (sp->metric == M_TTFT) val1 = v->last_ttft;
+    if (sp->metric == M_TPOT) val1 = v->last_tpot;
+    chart_title_draw(v, sp, r.y, r.x, r.w - 1, name, val1, val2);
     int label_w = 5, ph = r.h - 1, pw = r.w - label_w - 2;
+    bool axis = ph >= 4; /* a time axis on the last row where the plot keeps three */
+    if (axis) ph--;
     if (ph < 1 || pw < 1) return;
     if (pw > MAX_COLS) pw = MAX_COLS;
     if (ph > MAX_ROWS) ph = MAX_ROWS;
-    double span = win * 1000.0 / CON_SAMPLE_MS;
+    double span = v->window * 1000.0 / CON_SAMPLE_MS;
     ui_series_resample(&v->series[sp->metric], span, d->points, 2 * pw);
     chart_opts_t o = {.width = pw,
                       .height = ph,
@@ -244,7 +380,7 @@ static void draw_chart(con_drawer_t *d, const con_view_t *v, int i) {
                       .ymin = 0,
                       .ymax = 100};
     size_t size = CHART_BUF_SIZE(MAX_COLS, MAX_ROWS);
-    if (sp->metric2 >= 0) { /* both series on one scale: the larger decides the top */
+    if (sp->metric2 >= 0 && !sp->percent) { /* both series on one scale: the larger decides */
         ui_series_resample(&v->series[sp->metric2], span, d->points2, 2 * pw);
         double top = sp->floor;
         for (int k = 0; k < 2 * pw; k++) {
@@ -253,6 +389,8 @@ static void draw_chart(con_drawer_t *d, const con_view_t *v, int i) {
         }
         o.auto_range = false;
         o.ymax = chart_nice_top(top, sp->floor);
+    } else if (sp->metric2 >= 0) {
+        ui_series_resample(&v->series[sp->metric2], span, d->points2, 2 * pw);
     }
     double ytop = chart_render(d->points, 2 * pw, &o, d->chart_buf, size);
     if (isnan(ytop)) return;
@@ -263,18 +401,17 @@ static void draw_chart(con_drawer_t *d, const con_view_t *v, int i) {
     char labels[MAX_ROWS * 8];
     chart_ylabels(0, ytop, ph, label_w, labels, 8);
     attr_t la = v->color ? A_NORMAL : A_DIM;
-    attr_t ca = attr_of(v, PAIR_CHART, A_NORMAL);
+    attr_t a1 = attr_of(v, sp->pair, A_NORMAL), a2 = attr_of(v, sp->pair2, A_BOLD) | A_BOLD;
     for (int row = 0; row < ph; row++) {
         put(r.y + 1 + row, r.x, label_w, labels + row * 8, strlen(labels + row * 8), la);
-        const char *line = chart_row(d->chart_buf, pw, row);
-        if (sp->metric2 >= 0) {
-            overlay_row(line, chart_row(d->chart_buf2, pw, row), pw, v->ascii, d->line_buf);
-            line = d->line_buf;
+        if (sp->percent && sp->metric2 < 0 && v->color) { /* graded by the row's height */
+            double top = ytop * (ph - row) / ph;
+            a1 = COLOR_PAIR(top > 90 ? PAIR_ERROR : top > 70 ? PAIR_USER : PAIR_OK);
         }
-        attrset(ca);
-        mvaddstr(r.y + 1 + row, r.x + label_w + 1, line);
-        attrset(A_NORMAL);
+        plot_row(v, r.y + 1 + row, r.x + label_w + 1, chart_row(d->chart_buf, pw, row),
+                 sp->metric2 >= 0 ? chart_row(d->chart_buf2, pw, row) : NULL, pw, a1, a2);
     }
+    if (axis) time_axis(d, v, r.y + 1 + ph, r.x + label_w + 1, pw);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -283,7 +420,7 @@ static void draw_chart(con_drawer_t *d, const con_view_t *v, int i) {
 static void draw_flags(con_drawer_t *d, const con_view_t *v) {
     layout_rect_t r = v->lay.flags;
     if (layout_rect_empty(r)) return;
-    title_rule(d, v, r, "Flags (* changed)");
+    title_rule(d, v, r, v->applying ? "Flags (* changed, > applying)" : "Flags (* changed)");
     int y = r.y + 1, w = r.w - 1;
     /* changed flags first, so that a /set is always in view */
     for (int pass = 0; pass < 2; pass++)
@@ -291,12 +428,24 @@ static void draw_flags(con_drawer_t *d, const con_view_t *v) {
             if (v->flag_changed[i] != (pass == 0)) continue;
             attr_t a = v->flag_changed[i] ? attr_of(v, PAIR_CHANGED, A_BOLD) | A_BOLD : A_NORMAL;
             const char *name = flags_at(i)->name, *value = v->flag_text[i];
+            char mark = v->flag_changed[i] ? '*' : ' ';
+            if (v->applying && !strcmp(v->applying, name)) { /* a /set being applied: rebuild */
+                a = attr_of(v, PAIR_USER, A_BOLD) | A_BOLD;
+                value = "applying...";
+                mark = '>';
+            }
             /* the value right-aligned and never cut; the name cut to what is left */
             int vw = (int)strlen(value), nw = w - 2 - vw;
             if (nw < 1) nw = 1;
-            putf(d, y++, r.x + 1, w, a, "%c%-*.*s %s", v->flag_changed[i] ? '*' : ' ', nw, nw, name,
-                 value);
+            putf(d, y++, r.x + 1, w, a, "%c%-*.*s %s", mark, nw, nw, name, value);
         }
+}
+
+/* The column of "N failed" in the requests table's benchmark line. */
+static int find_failed(const bench_progress_t *b) {
+    char head[96];
+    return snprintf(head, sizeof head, "bench   %d in flight, %d/%d done, ", b->in_flight, b->done,
+                    b->total);
 }
 
 static void progress_bar(const bench_progress_t *p, char *buf, size_t size, int width) {
@@ -308,6 +457,29 @@ static void progress_bar(const bench_progress_t *p, char *buf, size_t size, int 
         buf[k++] = i < fill ? '#' : '.';
     buf[k++] = ']';
     buf[k] = '\0';
+}
+
+/* tqdm's numbers: "25% 00:12<00:36 0.8 req/s ok 10 fail 0" (the ETA from the rate so far; ok
+ * and fail only when wide, fail always when some failed), or "preparing 40 prompts" before the
+ * first request has gone out. */
+static void bench_numbers(const bench_progress_t *p, bool wide, char *buf, size_t size) {
+    if (p->done == 0 && p->in_flight == 0 && p->elapsed <= 0) {
+        snprintf(buf, size, "preparing %d prompts", p->total);
+        return;
+    }
+    int total = p->total > 0 ? p->total : 1;
+    long el = lround(p->elapsed);
+    char eta[48] = "?", counts[64] = "";
+    if (p->done > 0) {
+        long left = lround(p->elapsed * (p->total - p->done) / p->done);
+        snprintf(eta, sizeof eta, "%02ld:%02ld", left / 60, left % 60);
+    }
+    if (wide)
+        snprintf(counts, sizeof counts, " ok %d fail %d", p->done - p->failed, p->failed);
+    else if (p->failed)
+        snprintf(counts, sizeof counts, " fail %d", p->failed);
+    snprintf(buf, size, "%d%% %02ld:%02ld<%s %.1f req/s%s", 100 * p->done / total, el / 60, el % 60,
+             eta, p->request_rate_observed, counts);
 }
 
 /* The engine's live requests (oldest first; the console's chat and the benchmark's requests
@@ -327,10 +499,15 @@ static void draw_requests(con_drawer_t *d, const con_view_t *v) {
     if (b && end - y >= 8) {
         putf(d, y++, r.x + 1, w, A_NORMAL, "bench   %d in flight, %d/%d done, %d failed",
              b->in_flight, b->done, b->total, b->failed);
+        if (b->failed) /* failures stand out */
+            putf(d, y - 1, r.x + 1 + find_failed(b), w - find_failed(b),
+                 attr_of(v, PAIR_ERROR, A_BOLD) | A_BOLD, "%d failed", b->failed);
         if (y < end) {
-            char bar[128];
+            char bar[128], nums[96];
             progress_bar(b, bar, sizeof bar, w - 12 > 60 ? 60 : w - 12);
-            putf(d, y++, r.x + 1, w, attr_of(v, PAIR_OK, A_BOLD), "%s %.0f s", bar, b->elapsed);
+            putf(d, y++, r.x + 1, w, attr_of(v, PAIR_OK, A_BOLD), "%s", bar);
+            bench_numbers(b, true, nums, sizeof nums);
+            if (y < end) putf(d, y++, r.x + 1, w, A_NORMAL, "%s", nums);
         }
     }
     /* the id takes what the numbers and the state (29 columns) leave */
@@ -396,8 +573,13 @@ static int draw_chat(con_drawer_t *d, const con_view_t *v) {
     layout_rect_t r = v->lay.chat;
     int h = r.h - 1 > CON_MAX_TEXT_ROWS ? CON_MAX_TEXT_ROWS : r.h - 1, scroll = v->scroll;
     int n = ui_text_rows(v->text, r.w - 1, h, &scroll, v->show_reasoning, d->rows);
-    title_rule(d, v, r,
-               scroll ? "Chat and output (scrolled up: PgDn goes back)" : "Chat and output");
+    const char *title = v->log               ? "Log (F3: back to the chat)"
+                        : !v->show_reasoning ? "Chat and output (reasoning hidden: F2)"
+                                             : "Chat and output";
+    if (scroll)
+        title = v->log ? "Log (scrolled up: PgDn goes back)"
+                       : "Chat and output (scrolled up: PgDn goes back)";
+    title_rule(d, v, r, title);
     int y0 = r.y + 1 + (h - n); /* bottom-aligned */
     for (int i = 0; i < n; i++)
         put(y0 + i, r.x, r.w, d->rows[i].text, d->rows[i].len, text_attr(v, d->rows[i].style));
@@ -427,29 +609,91 @@ static void draw_repl(const con_view_t *v) {
     move(r.y, r.x + pw + lv->cursor_col);
 }
 
+/* The F-key bar (htop's habit: the key, then its label in the bar's colour), after "ready | ";
+ * below 100 columns only help and quit. */
+typedef struct fkey {
+    int key;
+    const char *label, *label_on; /* label_on: while its mode is on */
+} fkey_t;
+
+static const fkey_t fkeys[] = {
+    {1, "Help", NULL},   {2, "Think", NULL}, {3, "Log", "Chat"},
+    {4, "Zoom", "Grid"}, {5, "Rerun", NULL}, {10, "Quit", NULL},
+};
+#define N_FKEYS ((int)(sizeof fkeys / sizeof fkeys[0]))
+#define FBAR_X  8 /* after "ready | " */
+
+static bool fkey_shown(const con_view_t *v, int i) {
+    return v->lay.status.w >= 100 || fkeys[i].key == 1 || fkeys[i].key == 10;
+}
+
+static const char *fkey_label(const con_view_t *v, int i) {
+    bool on = (fkeys[i].key == 3 && v->log) || (fkeys[i].key == 4 && v->zoom >= 0);
+    return on ? fkeys[i].label_on : fkeys[i].label;
+}
+
+/* Columns of key i's "F<n><Label>" on the status line; returns the column after it. */
+static int fkey_span(const con_view_t *v, int i, int *x0) {
+    int x = FBAR_X;
+    for (int k = 0; k < N_FKEYS; k++) {
+        if (!fkey_shown(v, k)) continue;
+        int w = (fkeys[k].key >= 10 ? 3 : 2) + (int)strlen(fkey_label(v, k));
+        if (k == i) {
+            *x0 = x;
+            return x + w;
+        }
+        x += w + 1;
+    }
+    *x0 = x;
+    return x;
+}
+
+int con_draw_fkey_at(const con_view_t *v, int x) {
+    if (v->bench || v->applying) return 0;
+    for (int i = 0; i < N_FKEYS; i++) {
+        int x0, x1 = fkey_shown(v, i) ? fkey_span(v, i, &x0) : -1;
+        if (x1 > 0 && x >= x0 && x < x1) return fkeys[i].key;
+    }
+    return 0;
+}
+
 static void draw_status(const con_view_t *v) {
     layout_rect_t r = v->lay.status;
-    char left[160], bar[64] = "";
+    char left[256], bar[64] = "", nums[96];
+    attr_t a = attr_of(v, PAIR_BAR, A_REVERSE);
+    attrset(a);
+    mvhline(r.y, r.x, ' ', r.w);
+    attrset(A_NORMAL);
+    int lw;
     if (v->bench) {
-        progress_bar(v->bench, bar, sizeof bar, 20);
-        snprintf(left, sizeof left, "ready | bench %s %d/%d |", bar, v->bench->done,
-                 v->bench->total);
+        progress_bar(v->bench, bar, sizeof bar, r.w < 160 ? 10 : 20);
+        bench_numbers(v->bench, r.w >= 160, nums, sizeof nums);
+        snprintf(left, sizeof left, "ready | bench %s %d/%d %s |", bar, v->bench->done,
+                 v->bench->total, nums);
     } else if (v->applying) {
         static const char spin[] = "|/-\\";
         snprintf(left, sizeof left, "ready | applying %s %c %.1f s |", v->applying,
                  spin[(int)(v->now * 8) % 4], v->applying_secs);
     } else {
-        char wtxt[32];
-        chart_format_window(v->window, wtxt, sizeof wtxt);
-        snprintf(left, sizeof left, "ready | F1 help | +/- window %s | F2 reasoning %s |", wtxt,
-                 v->show_reasoning ? "shown" : "hidden");
+        snprintf(left, sizeof left, "ready |");
     }
-    attr_t a = attr_of(v, PAIR_BAR, A_REVERSE);
-    attrset(a);
-    mvhline(r.y, r.x, ' ', r.w);
-    attrset(A_NORMAL);
-    int lw = (int)strlen(left);
+    lw = (int)strlen(left);
     put(r.y, r.x, r.w, left, (size_t)lw, a | A_BOLD);
+    if (!v->bench && !v->applying) {
+        char key[8];
+        int end = FBAR_X;
+        for (int i = 0; i < N_FKEYS; i++) {
+            if (!fkey_shown(v, i)) continue;
+            int x0;
+            end = fkey_span(v, i, &x0);
+            int kw = snprintf(key, sizeof key, "F%d", fkeys[i].key);
+            put(r.y, r.x + x0, r.w - x0, key, (size_t)kw, A_BOLD);
+            const char *label = fkey_label(v, i);
+            put(r.y, r.x + x0 + kw, r.w - x0 - kw, label, strlen(label), a);
+        }
+        put(r.y, r.x + end + 1, r.w - end - 1, "|", 1, a | A_BOLD);
+        lw = end + 2;
+    }
     if (r.w > lw + 1) {
         attr_t sa = v->status_error ? (attr_of(v, PAIR_ERROR, A_REVERSE) | A_BOLD) : a;
         put(r.y, r.x + lw + 1, r.w - lw - 1, v->status, strlen(v->status), sa);
@@ -510,8 +754,12 @@ void con_draw(con_drawer_t *d, const con_view_t *v, con_drawn_t *out) {
         draw_status(v);
     } else {
         draw_header(d, v);
-        for (int i = 0; i < v->lay.n_charts; i++)
-            draw_chart(d, v, i);
+        draw_vitals(d, v);
+        if (v->zoom >= 0 && v->zoom < v->lay.n_charts)
+            draw_chart(d, v, v->zoom, chart_area(&v->lay));
+        else
+            for (int i = 0; i < v->lay.n_charts; i++)
+                draw_chart(d, v, i, v->lay.charts[i]);
         draw_flags(d, v);
         draw_requests(d, v);
         out->scroll = draw_chat(d, v);

@@ -14,10 +14,11 @@
  *     scroll = out.scroll; help_scroll = out.help_scroll;
  *     con_drawer_destroy(d);
  *
- * Screen (layout.h places the panels): the header, six charts, the flags panel, the requests
- * table, the chat/output pane, the REPL line and the status line; the help over the charts; a
- * "terminal too small" screen below the layout's minimum. Colour only with view.color; ASCII
- * glyphs with view.ascii.
+ * Screen (layout.h places the panels): the header, the numbers band (ui_vitals.h), six charts
+ * (one over the whole chart area when zoomed), the flags panel, the requests table, the chat/output
+ * pane (or the log), the REPL line and the status line with the F-key bar (con_draw_fkey_at and
+ * con_draw_chart_at tell what a click hit); the help over the charts; a "terminal too small"
+ * screen below the layout's minimum. Colour only with view.color; ASCII glyphs with view.ascii.
  */
 #ifndef TACHYON_CONSOLE_DRAW_H
 #define TACHYON_CONSOLE_DRAW_H
@@ -29,8 +30,10 @@
 #include "err.h"
 #include "layout.h"
 #include "lineedit.h"
+#include "ui_gpu.h"
 #include "ui_series.h"
 #include "ui_text.h"
+#include "ui_vitals.h"
 
 #define CON_SAMPLE_MS     250 /* engine_stats() sampling period: one sample of each series */
 #define CON_FLAG_VALUE    64  /* bytes of a flag's value text */
@@ -38,7 +41,18 @@
 #define CON_MAX_TEXT_ROWS 128 /* rows of the chat pane and the help drawn at most */
 
 /* The series the charts draw, sampled by the console. */
-enum { M_RUNNING, M_WAITING, M_KV, M_PROMPT_TPS, M_GEN_TPS, M_TTFT, M_TPOT, N_METRICS };
+enum {
+    M_RUNNING,
+    M_WAITING,
+    M_KV,
+    M_PROMPT_TPS,
+    M_GEN_TPS,
+    M_TTFT,
+    M_TPOT,
+    M_DEV_UTIL, /* %: the GPUs' mean utilisation, or the process's CPU (of all cores) */
+    M_DEV_MEM,  /* %: the GPUs' mean memory use, or the process's resident set of the machine's */
+    N_METRICS
+};
 
 /* What one frame shows. Pointers are borrowed for the call. */
 typedef struct con_view {
@@ -52,6 +66,9 @@ typedef struct con_view {
     const ui_series_t *series;   /* [N_METRICS] */
     double window;               /* s, the charts' time window */
     double last_ttft, last_tpot; /* ms, the latest non-empty latency window (NaN: none yet) */
+    /* the numbers band (lay.vitals) and the device chart */
+    const ui_gpu_sample_t *gpu; /* NULL: none sampled yet */
+    const ui_ops_t *ops;
     /* flags panel */
     int n_flags;
     const char (*flag_text)[CON_FLAG_VALUE]; /* [n_flags], in flags_at() order */
@@ -63,10 +80,12 @@ typedef struct con_view {
     int reply_prompt, reply_gen;   /* its tokens */
     double reply_secs;
     bool reply_decoding; /* it has produced a token */
-    /* chat/output pane */
+    /* chat/output pane, or the log pane */
     const ui_text_t *text;
     int scroll; /* rows scrolled up from the newest */
     bool show_reasoning;
+    bool log; /* text is the log (F3) */
+    int zoom; /* the chart that takes the whole chart area (-1: none) */
     /* REPL line: the editor's view, rendered con_draw_line_width() columns wide */
     le_view_t line;
     bool busy; /* a reply streams: the prompt says so */
@@ -99,6 +118,12 @@ bool con_draw_colors(bool want);
 
 /* The columns the REPL line gives the editor (le_render's width). */
 int con_draw_line_width(const layout_t *lay, bool busy);
+
+/* The chart at (y, x) in a frame of v's layout (zoomed or not); -1 when none. */
+int con_draw_chart_at(const con_view_t *v, int y, int x);
+
+/* The F-key bar's key under column x of the status line (1..10 for F1..F10); 0 when none. */
+int con_draw_fkey_at(const con_view_t *v, int x);
 
 /* Draws the frame: werase, every panel, one wnoutrefresh and one doupdate; the cursor is left
  * in the REPL line (hidden under the help and the "too small" screen). */

@@ -21,6 +21,7 @@
 #include <curses.h>
 
 #include "bench.h"
+#include "cli.h"
 #include "commands.h"
 #include "console_draw.h"
 #include "conversation.h"
@@ -37,12 +38,14 @@
 #include "ui_queue.h"
 #include "ui_series.h"
 #include "ui_text.h"
+#include "ui_gpu.h"
+#include "ui_vitals.h"
 
 typedef struct counters {
     double t;
     uint64_t prompt, gen;
-    double ttft_sum, tpot_sum;
-    uint64_t ttft_n, tpot_n;
+    double ttft_sum, tpot_sum, queue_sum;
+    uint64_t ttft_n, tpot_n, queue_n;
 } counters_t;
 
 typedef struct console {
@@ -54,6 +57,7 @@ typedef struct console {
     /* engine and server */
     engine_t *eng;
     http_server_t *srv;
+    char model_arg[1024]; /* --model as given ("": the embedded demo model), for /flags diff */
     char url[128], model_name[256], model_note[64], model_desc[256], backend[256], layout_desc[64];
     const char *api_key;
     double t_start;
@@ -67,6 +71,13 @@ typedef struct console {
     double last_ttft, last_tpot; /* ms, latest non-empty window */
     int window;                  /* index into console_cmd.c's windows (con_window_s) */
     double next_sample;
+    /* the machine (ui_gpu: NVML or the process) and the numbers band (ui_vitals) */
+    ui_gpu_t *gpu;
+    ui_gpu_sample_t gpu_s;
+    double next_gpu;
+    ui_ops_t ops;
+    int band_rows, band_cols; /* rows the band needs at band_cols columns (con_relayout) */
+    ui_vseg_t vsegs[UI_VITALS_MAX_SEGS]; /* scratch: how many rows the band needs */
     /* screen */
     SCREEN *screen;
     layout_t lay;
@@ -77,10 +88,17 @@ typedef struct console {
     double last_frame;
     char status[256];
     bool status_error;
-    /* output pane */
-    ui_text_t *text;
+    /* output pane, and the log (F3 switches): stderr's lines, the stats line, flag changes */
+    ui_text_t *text, *log_text;
     int scroll;
-    bool show_reasoning;
+    bool show_reasoning, show_log;
+    cli_stats_line_t stats_line; /* the log's line every 10 s, as tachyon serve's */
+    int zoom;                    /* the chart F4 or a click zoomed (-1: none) */
+    double idle_s;               /* --chat-idle: seconds without use before the chat pane shrinks */
+    double last_activity;        /* engine_now() of the last key, reply or benchmark report */
+    bool chat_idle;              /* the pane is shrunk: the charts have the rows */
+    bool mouse;                  /* mouse events on (--no-mouse: off) */
+    char last_bench[REPL_LINE_MAX]; /* the last /bench line: F5 runs it again */
     /* REPL */
     le_t *le;
     char hist_path[4096];
@@ -147,11 +165,21 @@ bool con_quit_command(console_t *c, bool drain);
 // ---------------------------------------------------------------------------------------------
 // console_cmd.c
 
+/* Adds a line to the log pane (F3), with the time since start. */
+void con_log(console_t *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 /* Handles every key waiting on stdin (and a lone Esc once it is one); true: quit. */
 bool con_read_keys(console_t *c);
 
 /* The charts' time window in seconds (+ and - switch it). */
 double con_window_s(const console_t *c);
+
+/* The chat was used (a key, a reply, a report): the pane gets its rows back. */
+void con_chat_touch(console_t *c);
+
+/* Shrinks the chat pane once it has not been used for --chat-idle seconds (no reply streaming,
+ * an empty line, no help open). */
+void con_chat_idle_check(console_t *c);
 
 /* Lays the panels out for the terminal's size and marks the frame dirty. */
 void con_relayout(console_t *c);
@@ -194,8 +222,12 @@ void con_chat_free(console_t *c);
 // console_bench.c
 
 /* /bench PROFILE [OPTIONS] (argv[0] the profile) on its own thread against the embedded server;
- * /bench stop (false when none runs); its UI_EV_BENCH_DONE event; /results; /compare. */
+ * /bench stop (false when none runs); its UI_EV_BENCH_DONE event; /results; /compare. /sweep
+ * (bench/sweep.h on the same thread: the flag set through the engine for each value) and its
+ * UI_EV_SWEEP_DONE: the table and plot, each point kept as a run. */
 void con_bench_start(console_t *c, int argc, char **argv);
+void con_sweep_start(console_t *c, repl_cmd_t *cmd);
+void con_sweep_done(console_t *c, const ui_event_t *ev);
 bool con_bench_stop(console_t *c);
 void con_bench_done(console_t *c, const ui_event_t *ev);
 void con_results(console_t *c);

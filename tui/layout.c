@@ -2,15 +2,18 @@
 
 #include <string.h>
 
-#define SIDE_MIN_TERM_W 110 /* terminals this wide get a side column for flags and requests */
-#define SIDE_MIN_W      34
-#define SIDE_MAX_W      50
-#define SIDE_MIN_H      6 /* flags and requests, three rows each */
-#define CHART_MIN_H     3 /* a title row and two plot rows */
-#define CHART_MAX_H     12
-#define CHAT_MIN_H      4
-#define REQUESTS_MAX_H  7  /* title, engine line, column heads, chat and bench rows, totals */
-#define STRIP_MIN_REST  14 /* rows under the charts needed before flags/requests get a strip */
+#define SIDE_MIN_TERM_W  110 /* terminals this wide get a side column for flags and requests */
+#define SIDE_MIN_W       34
+#define SIDE_MAX_W       50
+#define SIDE_MIN_H       6 /* flags and requests, three rows each */
+#define CHART_MIN_H      3 /* a title row and two plot rows */
+#define CHART_MAX_H      12
+#define CHAT_MIN_H       4
+#define IDLE_SHARE       70 /* % of the body the charts take while the chat is idle */
+#define IDLE_CHART_MAX_H 24
+#define REQUESTS_MAX_H   14  /* title, engine line, bench lines, column heads, rows, totals */
+#define TALL_TABLE_W     160 /* from here the requests table runs down beside the chat pane */
+#define STRIP_MIN_REST   14  /* rows under the charts needed before flags/requests get a strip */
 
 static int clamp(int v, int lo, int hi) {
     return v < lo ? lo : v > hi ? hi : v;
@@ -20,7 +23,11 @@ static layout_rect_t rect(int x, int y, int w, int h) {
     return (layout_rect_t){x, y, w, h};
 }
 
-void layout_compute(int w, int h, layout_t *out) {
+void layout_compute(int w, int h, int band_want, layout_t *out) {
+    layout_compute_idle(w, h, band_want, false, out);
+}
+
+void layout_compute_idle(int w, int h, int band_want, bool idle, layout_t *out) {
     memset(out, 0, sizeof *out);
     out->min_w = LAYOUT_MIN_W;
     out->min_h = LAYOUT_MIN_H;
@@ -32,6 +39,15 @@ void layout_compute(int w, int h, layout_t *out) {
     out->repl = rect(0, h - 2, w, 1);
     out->status = rect(0, h - 1, w, 1);
     int body_y = 1, body_h = h - 3;
+    /* the numbers band: what the charts at their smallest (three rows of them at the narrowest)
+     * and the chat pane leave, less two rows so that the chat pane is not squeezed first */
+    int band_max = body_h - 3 * CHART_MIN_H - CHAT_MIN_H - 2;
+    int vit = clamp(band_want, 0, band_max > 0 ? band_max : 0);
+    if (vit) {
+        out->vitals = rect(0, 1, w, vit);
+        body_y += vit;
+        body_h -= vit;
+    }
 
     int side_w = w >= SIDE_MIN_TERM_W ? clamp(w / 4, SIDE_MIN_W, SIDE_MAX_W) : 0;
     int main_w, cols, rows, chart_h, band;
@@ -41,7 +57,8 @@ void layout_compute(int w, int h, layout_t *out) {
         rows = LAYOUT_CHARTS / cols;
         /* The charts take a bit under half the body; the chat pane keeps at least CHAT_MIN_H
          * rows (LAYOUT_MIN_H leaves room for both at the smallest chart height). */
-        chart_h = clamp(body_h * 45 / 100 / rows, CHART_MIN_H, CHART_MAX_H);
+        chart_h = clamp(body_h * (idle ? IDLE_SHARE : 45) / 100 / rows, CHART_MIN_H,
+                        idle ? IDLE_CHART_MAX_H : CHART_MAX_H);
         /* the side column stacks flags over requests: it needs SIDE_MIN_H rows of charts */
         if (side_w && chart_h * rows < SIDE_MIN_H) chart_h = (SIDE_MIN_H + rows - 1) / rows;
         while (chart_h > CHART_MIN_H && chart_h * rows > body_h - CHAT_MIN_H)
@@ -60,7 +77,12 @@ void layout_compute(int w, int h, layout_t *out) {
     }
 
     int rest_y = body_y + band, rest_h = body_h - band;
-    if (side_w) { /* beside the charts, so that the chat pane gets the whole width for tables */
+    if (side_w && w >= TALL_TABLE_W) { /* wide enough for the chat's tables beside a requests
+                                           table that grows down beside the chat */
+        out->flags = rect(main_w, body_y, side_w, band);
+        out->requests = rect(main_w, rest_y, side_w, rest_h);
+        out->chat = rect(0, rest_y, main_w, rest_h);
+    } else if (side_w) { /* beside the charts: the chat pane gets the whole width for tables */
         int req_h = clamp(band / 2, 3, REQUESTS_MAX_H);
         out->flags = rect(main_w, body_y, side_w, band - req_h);
         out->requests = rect(main_w, body_y + band - req_h, side_w, req_h);

@@ -3,14 +3,16 @@
  * so that every size can be checked by a unit test.
  *
  *     layout_t l;
- *     layout_compute(COLS, LINES, &l);
+ *     layout_compute(COLS, LINES, band_rows, &l);
  *     if (l.too_small) show "terminal too small: need l.min_w x l.min_h";
  *     else draw the header in l.header, charts in l.charts[0 .. l.n_charts), ...
  *
- * Always shown (when not too small): header (top row), the charts, the chat/output pane, the
+ * Always shown (when not too small): header (top row), the numbers band under it (band rows
+ * wanted: ui_vitals.h; it gets fewer, or none, where the charts and the chat pane need the
+ * rows), the charts, the chat/output pane, the
  * REPL line and the status line (bottom row). The flags panel and the requests table are shown
- * where there is room (a column beside the charts on wide terminals, a strip under the charts on
- * medium ones)
+ * where there is room (a column beside the charts on wide terminals, the requests table running
+ * down beside the chat pane from 160 columns, a strip under the charts on medium ones)
  * and have w = h = 0 otherwise. Shown rectangles lie inside the screen and never overlap.
  */
 #ifndef TACHYON_LAYOUT_H
@@ -30,6 +32,7 @@ typedef struct layout {
     bool too_small; /* below min_w x min_h: show only the "too small" screen */
     int min_w, min_h;
     layout_rect_t header;
+    layout_rect_t vitals; /* the numbers band under the header; optional */
     layout_rect_t charts[LAYOUT_CHARTS];
     int n_charts;               /* LAYOUT_CHARTS unless too small */
     int chart_cols, chart_rows; /* grid of the charts */
@@ -40,8 +43,13 @@ typedef struct layout {
     layout_rect_t status;       /* one row */
 } layout_t;
 
-/* Fills *out for a terminal of w columns and h rows (any values, also 0 or negative). */
-void layout_compute(int w, int h, layout_t *out);
+/* Fills *out for a terminal of w columns and h rows (any values, also 0 or negative), with up
+ * to band rows for the numbers band. */
+void layout_compute(int w, int h, int band, layout_t *out);
+
+/* The same with the chat idle: the charts take most of the body (and grow taller), the chat pane
+ * what is left (at least its minimum). */
+void layout_compute_idle(int w, int h, int band, bool idle, layout_t *out);
 
 bool layout_rect_empty(layout_rect_t r);
 

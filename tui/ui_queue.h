@@ -34,6 +34,7 @@ typedef enum ui_event_type {
     UI_EV_BENCH_DONE,     /* ptr: the bench_result_t (owned), or NULL with text: the error */
     UI_EV_FLAG_DONE,      /* a /set finished on its worker: code (0 ok / -1), text */
     UI_EV_LOG,            /* a line written to stderr (ui_log): text */
+    UI_EV_SWEEP_DONE,     /* ptr: the bench_sweep_t (owned); text: an error ("" none) */
 } ui_event_type_t;
 
 typedef struct ui_event {

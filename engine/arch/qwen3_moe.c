@@ -79,25 +79,17 @@ static int parse(const cJSON *json, const char *file, model_config_t *cfg, err_t
     return 0;
 }
 
-static bool dense_mlp(const model_layer_t *layer) {
-    return layer->mlp == MLP_DENSE;
-}
-
-static bool moe_mlp(const model_layer_t *layer) {
-    return layer->mlp == MLP_MOE;
-}
-
+/* The dense MLP's tensors are held by the MLP_DENSE layers, the router by the MLP_MOE ones
+ * (weights.h), the experts' by each MLP_MOE layer once per expert. */
 static const wspec_t tensors[] = {
     QWEN3_SHARED_TENSORS,
-    WSPEC_LAYER(L_GATE, "model.layers.%d.mlp.gate_proj", WK_LINEAR, WD_INTER, WD_HIDDEN, dense_mlp),
-    WSPEC_LAYER(L_UP, "model.layers.%d.mlp.up_proj", WK_LINEAR, WD_INTER, WD_HIDDEN, dense_mlp),
-    WSPEC_LAYER(L_DOWN, "model.layers.%d.mlp.down_proj", WK_LINEAR, WD_HIDDEN, WD_INTER, dense_mlp),
-    WSPEC_LAYER(L_ROUTER, "model.layers.%d.mlp.gate", WK_ROUTER, WD_EXPERTS, WD_HIDDEN, moe_mlp),
-    WSPEC_EXPERT(E_GATE, "model.layers.%d.mlp.experts.%d.gate_proj", WD_MOE_INTER, WD_HIDDEN,
-                 moe_mlp),
-    WSPEC_EXPERT(E_UP, "model.layers.%d.mlp.experts.%d.up_proj", WD_MOE_INTER, WD_HIDDEN, moe_mlp),
-    WSPEC_EXPERT(E_DOWN, "model.layers.%d.mlp.experts.%d.down_proj", WD_HIDDEN, WD_MOE_INTER,
-                 moe_mlp),
+    {true, L_GATE, "model.layers.%d.mlp.gate_proj", WK_LINEAR, WD_INTER, WD_HIDDEN},
+    {true, L_UP, "model.layers.%d.mlp.up_proj", WK_LINEAR, WD_INTER, WD_HIDDEN},
+    {true, L_DOWN, "model.layers.%d.mlp.down_proj", WK_LINEAR, WD_HIDDEN, WD_INTER},
+    {true, L_ROUTER, "model.layers.%d.mlp.gate", WK_ROUTER, WD_EXPERTS, WD_HIDDEN},
+    {true, E_GATE, "model.layers.%d.mlp.experts.%d.gate_proj", WK_EXPERT, WD_MOE_INTER, WD_HIDDEN},
+    {true, E_UP, "model.layers.%d.mlp.experts.%d.up_proj", WK_EXPERT, WD_MOE_INTER, WD_HIDDEN},
+    {true, E_DOWN, "model.layers.%d.mlp.experts.%d.down_proj", WK_EXPERT, WD_HIDDEN, WD_MOE_INTER},
 };
 
 const model_arch_t model_arch_qwen3_moe = {"qwen3_moe", parse, tensors,

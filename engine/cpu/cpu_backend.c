@@ -1,18 +1,24 @@
 /*
  * The CPU backend: a model's forward pass in f32 over one varlen batch, the reference numerics
- * of the project (Qwen3: models.md 1.3). One step, T tokens of many sequences (be_batch_t), runs
- * the layers as the model describes them (model_config_t.layer; Qwen3: ATTN_FULL + MLP_DENSE):
+ * of the project (Qwen3: models.md 1.3; Qwen3.5: 4). One step, T tokens of many sequences
+ * (be_batch_t), runs the layers as the model describes them (model_config_t.layer; Qwen3:
+ * ATTN_FULL + MLP_DENSE; Qwen3.5: ATTN_LINEAR or ATTN_GATED, + MLP_DENSE):
  *
  *     h = embed[token_ids]                                         [T, H]
  *     for each layer l:
- *         full_attention (ATTN_FULL):
+ *         full_attention (ATTN_FULL, ATTN_GATED):
  *             x = rmsnorm(h, attn_norm)                            [T, H]
  *             q, k, v = x Wq^T, x Wk^T, x Wv^T                     [T, nH*D], [T, nKV*D] x 2
- *             q, k = rope(rmsnorm(q, q_norm)), rope(rmsnorm(k, k_norm))      per head of D
+ *                 (ATTN_GATED: x Wq^T is [q_h | gate_h] per head, [T, nH*2D])
+ *             q, k = rope(rmsnorm(q, q_norm)), rope(rmsnorm(k, k_norm))      per head of D,
+ *                                                                  RoPE on its first rotary_dim
  *             kv_cache[slot_mapping] = k, v
  *             att = softmax(q k^T / sqrt(D) + causal) v            per sequence, over its blocks;
  *                                                                  GQA: nH / nKV heads per kv head
+ *             (ATTN_GATED: att *= sigmoid(gate))
  *             h += att Wo^T
+ *         linear_attention (ATTN_LINEAR): h += the Gated DeltaNet of rmsnorm(h, attn_norm),
+ *             with the sequences' recurrent state (cpu_gdn.h)
  *         dense_mlp (MLP_DENSE):
  *             x = rmsnorm(h, mlp_norm)
  *             h += (silu(x Wg^T) * x Wu^T) Wd^T                    [T, I] inside
@@ -36,16 +42,19 @@
 
 #include "backend.h"
 #include "cpu_moe.h"
+#include "cpu_gdn.h"
 #include "cpu_ops.h"
 #include "cpu_pool.h"
 
 #define MAX_THREADS 256
 
 /* A layer's weights by slot (weights.h), those of its kinds bound: the checkpoint's tensors, and
- * for its norm vectors f32 copies. */
+ * f32 copies of the small ones (norm vectors, with Qwen3.5's 1 + w applied; the Gated
+ * DeltaNet's parameters and conv weight). */
 typedef struct cpu_layer {
     const wtensor_t *w[L_COUNT];
-    const float *norm[L_COUNT]; /* [cols] f32, vector slots only */
+    const float *norm[L_COUNT]; /* [rows, cols] f32, small slots only */
+    int linear;                 /* ATTN_LINEAR: its ordinal among the linear layers */
     cpu_moe_weights_t moe;      /* MLP_MOE */
 } cpu_layer_t;
 
@@ -58,11 +67,14 @@ typedef struct cpu_backend {
 
     const wtensor_t *embed, *lm_head;
     cpu_layer_t *layers;
-    float *norms;            /* f32 copies of every norm weight (tiny) */
-    float *final_norm;       /* [H], inside norms */
-    float *inv_freq;         /* [D/2] */
-    int kmax;                /* widest GEMM input: the most columns of any linear (H, nH*D, I) */
-    cpu_moe_t *moe;          /* scratch of the MLP_MOE layers; NULL without */
+    float *norms;      /* f32 copies of every small weight (tiny) */
+    float *final_norm; /* [H], inside norms */
+    float *inv_freq;   /* [rotary_dim / 2] */
+    int half;          /* rotary_dim / 2: RoPE pairs (j, j + half) of each head's first dims */
+    cpu_gdn_t *gdn;    /* Gated DeltaNet layers and their state slots, when the model has any */
+    bool ssm_bf16;     /* state slots keep the SSM state rounded to bf16 */
+    int kmax;          /* widest GEMM input: the most columns of any linear (H, nH*D, I) */
+    cpu_moe_t *moe;    /* scratch of the MLP_MOE layers; NULL without */
     uint64_t *expert_counts; /* [n_layers][n_experts] tokens routed since create */
     int32_t *trace;          /* trace_routing's [n_layers][T][k], or NULL */
 
@@ -76,13 +88,14 @@ typedef struct cpu_backend {
     float *h;         /* [T, H] residual stream */
     float *xn;        /* [T, H] normed input, then projection outputs */
     float *q;         /* [T, nH*D] */
+    float *qg;        /* [T, nH*2D] ATTN_GATED's q_proj output: [q_h | gate_h] per head */
     float *k, *v;     /* [T, nKV*D] */
     float *att;       /* [T, nH*D] attention output */
     float *gate;      /* [T, I] */
     float *up;        /* [T, I] */
     float *aq;        /* [T, kmax] GEMM input after W8A8 quantization */
-    float *rope_cos;  /* [T, D/2] */
-    float *rope_sin;  /* [T, D/2] */
+    float *rope_cos;  /* [T, half] */
+    float *rope_sin;  /* [T, half] */
     int32_t *tok_seq; /* [T] sequence of each token */
 
     float **wbuf;   /* [n_threads][CPU_MM_ROWS * kmax] dequantized weight rows */
@@ -144,8 +157,8 @@ static void *alloc_floats(size_t n) {
 }
 
 static void free_activations(cpu_backend_t *be) {
-    float **bufs[] = {&be->h,    &be->xn, &be->q,  &be->k,        &be->v,       &be->att,
-                      &be->gate, &be->up, &be->aq, &be->rope_cos, &be->rope_sin};
+    float **bufs[] = {&be->h,   &be->xn,   &be->q,  &be->qg, &be->k,        &be->v,
+                      &be->att, &be->gate, &be->up, &be->aq, &be->rope_cos, &be->rope_sin};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
         free(*bufs[i]);
         *bufs[i] = NULL;
@@ -161,10 +174,12 @@ static int ensure_tokens(cpu_backend_t *be, int n_tokens, err_t *err) {
     size_t T = (size_t)(n_tokens + 63) / 64 * 64;
     free_activations(be);
     size_t H = (size_t)c->hidden_size, qd = (size_t)model_q_dim(c), kvd = (size_t)model_kv_dim(c);
-    size_t I = (size_t)c->intermediate_size, half = (size_t)c->head_dim / 2;
+    size_t I = (size_t)c->intermediate_size, half = (size_t)be->half;
+    size_t qg = model_count_attn(c, ATTN_GATED) > 0 ? 2 * qd : 1;
     be->h = alloc_floats(T * H);
     be->xn = alloc_floats(T * H);
     be->q = alloc_floats(T * qd);
+    be->qg = alloc_floats(T * qg);
     be->k = alloc_floats(T * kvd);
     be->v = alloc_floats(T * kvd);
     be->att = alloc_floats(T * qd);
@@ -174,8 +189,8 @@ static int ensure_tokens(cpu_backend_t *be, int n_tokens, err_t *err) {
     be->rope_cos = alloc_floats(T * half);
     be->rope_sin = alloc_floats(T * half);
     be->tok_seq = malloc(T * sizeof(int32_t));
-    if (!be->h || !be->xn || !be->q || !be->k || !be->v || !be->att || !be->gate || !be->up ||
-        !be->aq || !be->rope_cos || !be->rope_sin || !be->tok_seq) {
+    if (!be->h || !be->xn || !be->q || !be->qg || !be->k || !be->v || !be->att || !be->gate ||
+        !be->up || !be->aq || !be->rope_cos || !be->rope_sin || !be->tok_seq) {
         free_activations(be);
         return err_set(err, "cpu backend: out of memory for a batch of %d tokens", n_tokens);
     }
@@ -217,6 +232,7 @@ static void cpu_destroy(backend_t *base) {
     free(be->scores);
     free(be->k_pool);
     free(be->v_pool);
+    cpu_gdn_destroy(be->gdn);
     free(be->inv_freq);
     free(be->norms);
     free(be->layers);
@@ -262,20 +278,46 @@ typedef struct need {
     int64_t rows, cols;
 } need_t;
 
+/* Small tensors are read as f32 copies: vectors and the Gated DeltaNet's conv weight. */
+static bool is_small(const need_t *d) {
+    return d->rows == 1 || d->slot == L_LIN_CONV;
+}
+
+/* What a copy adds to the stored values: the RMSNorms' norm_offset (1 for Qwen3.5's zero-centred
+ * weights); the Gated DeltaNet's gated norm and parameters are used as stored. */
+static float copy_offset(const model_config_t *c, lslot_t slot) {
+    bool rmsnorm =
+        slot == L_ATTN_NORM || slot == L_MLP_NORM || slot == L_Q_NORM || slot == L_K_NORM;
+    return rmsnorm ? c->norm_offset : 0.0f;
+}
+
 /* The tensors layer l reads, by its kinds (at most L_COUNT); returns how many. */
 static int layer_needs(const model_config_t *c, int l, need_t *need) {
     int64_t H = c->hidden_size, D = c->head_dim, I = c->intermediate_size;
     int64_t qd = model_q_dim(c), kvd = model_kv_dim(c);
+    int64_t C = model_lin_conv_dim(c), vd = model_lin_v_dim(c), Hv = c->lin_v_heads;
     int n = 0;
     need[n++] = (need_t){L_ATTN_NORM, "input_layernorm", 1, H};
     switch (c->layer[l].attn) {
         case ATTN_FULL:
-            need[n++] = (need_t){L_Q, "q_proj", qd, H};
+        case ATTN_GATED:
+            need[n++] = (need_t){L_Q, "q_proj", c->layer[l].attn == ATTN_GATED ? 2 * qd : qd, H};
             need[n++] = (need_t){L_K, "k_proj", kvd, H};
             need[n++] = (need_t){L_V, "v_proj", kvd, H};
             need[n++] = (need_t){L_O, "o_proj", H, qd};
             need[n++] = (need_t){L_Q_NORM, "q_norm", 1, D};
             need[n++] = (need_t){L_K_NORM, "k_norm", 1, D};
+            break;
+        case ATTN_LINEAR:
+            need[n++] = (need_t){L_LIN_QKV, "in_proj_qkv", C, H};
+            need[n++] = (need_t){L_LIN_Z, "in_proj_z", vd, H};
+            need[n++] = (need_t){L_LIN_B, "in_proj_b", Hv, H};
+            need[n++] = (need_t){L_LIN_A, "in_proj_a", Hv, H};
+            need[n++] = (need_t){L_LIN_CONV, "conv1d", C, c->lin_conv_kernel};
+            need[n++] = (need_t){L_LIN_A_LOG, "A_log", 1, Hv};
+            need[n++] = (need_t){L_LIN_DT_BIAS, "dt_bias", 1, Hv};
+            need[n++] = (need_t){L_LIN_NORM, "linear_attn.norm", 1, c->lin_v_dim};
+            need[n++] = (need_t){L_LIN_OUT, "out_proj", H, vd};
             break;
     }
     need[n++] = (need_t){L_MLP_NORM, "post_attention_layernorm", 1, H};
@@ -318,11 +360,16 @@ static int check_experts(const model_weights_t *w, int l, err_t *err) {
     return 0;
 }
 
-/* Copies a norm weight to f32 (the only weights the backend copies: a few KiB). */
-static float *take_norm(const wtensor_t *t, float **cursor) {
+/* Copies a small weight to f32, plus offset (the only weights the backend copies: the norms, a
+ * few KiB, and the Gated DeltaNet's conv weights and parameters). */
+static float *take_norm(const wtensor_t *t, float offset, float **cursor) {
     float *dst = *cursor;
-    cpu_dequant_rows(t, 0, 1, dst);
-    *cursor += t->cols;
+    int64_t n = t->rows * t->cols;
+    for (int64_t r = 0; r < t->rows; r++)
+        cpu_dequant_rows(t, r, 1, dst + r * t->cols);
+    for (int64_t i = 0; i < n; i++)
+        dst[i] += offset;
+    *cursor += n;
     return dst;
 }
 
@@ -331,7 +378,8 @@ static int cpu_create(const backend_options_t *opts, const model_weights_t *w, b
     *out = NULL;
     const model_config_t *c = weights_config(w);
     if (c->hidden_size < 1 || c->n_layers < 1 || c->n_heads < 1 || c->n_kv_heads < 1 ||
-        c->head_dim < 2 || c->head_dim % 2 != 0 || c->n_heads % c->n_kv_heads != 0 ||
+        c->head_dim < 2 || c->rotary_dim < 2 || c->rotary_dim % 2 != 0 ||
+        c->rotary_dim > c->head_dim || c->n_heads % c->n_kv_heads != 0 ||
         c->intermediate_size < 1 || c->vocab_size < 1)
         return err_set(err, "cpu backend: unusable config (%s)", c->source);
     int n_threads = opts ? opts->n_threads : 0;
@@ -358,8 +406,8 @@ static int cpu_create(const backend_options_t *opts, const model_weights_t *w, b
             const need_t *d = &need[i];
             if (check_tensor(weights_layer(w, l, d->slot), d->name, l, d->rows, d->cols, err) < 0)
                 return -1;
-            if (d->rows == 1) norm_floats += (size_t)d->cols;
-            if (d->rows > 1 && d->cols > kmax) kmax = d->cols;
+            if (is_small(d)) norm_floats += (size_t)(d->rows * d->cols);
+            if (!is_small(d) && d->cols > kmax) kmax = d->cols;
         }
         if (c->layer[l].mlp == MLP_MOE && check_experts(w, l, err) < 0) return -1;
     }
@@ -370,13 +418,15 @@ static int cpu_create(const backend_options_t *opts, const model_weights_t *w, b
     be->cfg = c;
     be->n_threads = n_threads;
     be->emulate_fp8 = opts && opts->emulate_fp8_activations;
+    be->ssm_bf16 = opts && opts->ssm_state_bf16;
+    be->half = c->rotary_dim / 2;
     be->embed = embed;
     be->lm_head = lm_head;
     be->kmax = (int)kmax;
 
     be->layers = calloc((size_t)c->n_layers, sizeof *be->layers);
     be->norms = alloc_floats(norm_floats);
-    be->inv_freq = alloc_floats((size_t)c->head_dim / 2);
+    be->inv_freq = alloc_floats((size_t)be->half);
     be->wbuf = calloc((size_t)n_threads, sizeof *be->wbuf);
     be->scores = calloc((size_t)n_threads, sizeof *be->scores);
     if (!be->layers || !be->norms || !be->inv_freq || !be->wbuf || !be->scores) {
@@ -391,19 +441,21 @@ static int cpu_create(const backend_options_t *opts, const model_weights_t *w, b
         }
     }
     float *cursor = be->norms;
+    int linear = 0;
     for (int l = 0; l < c->n_layers; l++) {
         cpu_layer_t *L = &be->layers[l];
         need_t need[L_COUNT];
         for (int i = 0, n = layer_needs(c, l, need); i < n; i++) {
             lslot_t s = need[i].slot;
             L->w[s] = weights_layer(w, l, s);
-            if (need[i].rows == 1) L->norm[s] = take_norm(L->w[s], &cursor);
+            if (is_small(&need[i])) L->norm[s] = take_norm(L->w[s], copy_offset(c, s), &cursor);
         }
         if (c->layer[l].mlp == MLP_MOE)
             L->moe = (cpu_moe_weights_t){L->w[L_ROUTER], weights_expert(w, l, 0, E_GATE)};
+        L->linear = c->layer[l].attn == ATTN_LINEAR ? linear++ : -1;
     }
-    be->final_norm = take_norm(final_norm, &cursor);
-    cpu_rope_inv_freq(c->head_dim, c->rope_theta, be->inv_freq);
+    be->final_norm = take_norm(final_norm, c->norm_offset, &cursor);
+    cpu_rope_inv_freq(c->rotary_dim, c->rope_theta, be->inv_freq);
 
     if (c->n_experts > 0) {
         be->expert_counts = calloc((size_t)c->n_layers * (size_t)c->n_experts, sizeof(uint64_t));
@@ -414,7 +466,8 @@ static int cpu_create(const backend_options_t *opts, const model_weights_t *w, b
         }
     }
     if (cpu_pool_create(n_threads, &be->pool, err) < 0 || ensure_tokens(be, 64, err) < 0 ||
-        ensure_context(be, 1024, err) < 0) {
+        ensure_context(be, 1024, err) < 0 ||
+        (linear > 0 && cpu_gdn_create(c, n_threads, &be->gdn, err) < 0)) {
         cpu_destroy(&be->base);
         return -1;
     }
@@ -491,18 +544,48 @@ static int prepare(cpu_backend_t *be, const be_batch_t *b, const float *logits, 
     return 0;
 }
 
-/* ATTN_FULL: h += attention of layer `layer` (the pseudocode at the top). */
+/* ATTN_GATED's q_proj output [T, nH * 2D] (q_h | gate_h per head): q into be->q [T, nH * D];
+ * the gates stay where they are. */
+static void split_gated_q(cpu_backend_t *be, int T) {
+    const model_config_t *c = be->cfg;
+    int D = c->head_dim, qd = model_q_dim(c);
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < c->n_heads; h++)
+            memcpy(be->q + (int64_t)t * qd + (int64_t)h * D,
+                   be->qg + (int64_t)t * 2 * qd + (int64_t)h * 2 * D, (size_t)D * sizeof(float));
+}
+
+/* att *= sigmoid(gate), the gate of ATTN_GATED (torch.sigmoid: 1 / (1 + exp(-x))). */
+static void apply_output_gate(cpu_backend_t *be, int T) {
+    const model_config_t *c = be->cfg;
+    int D = c->head_dim, qd = model_q_dim(c);
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < c->n_heads; h++) {
+            float *o = be->att + (int64_t)t * qd + (int64_t)h * D;
+            const float *gate = be->qg + (int64_t)t * 2 * qd + (int64_t)h * 2 * D + D;
+            for (int d = 0; d < D; d++)
+                o[d] *= 1.0f / (1.0f + expf(-gate[d]));
+        }
+}
+
+/* ATTN_FULL, ATTN_GATED: h += attention of layer `layer` (the pseudocode at the top). */
 static void full_attention(cpu_backend_t *be, const be_batch_t *b, int layer) {
     const model_config_t *c = be->cfg;
     const cpu_layer_t *L = &be->layers[layer];
-    int T = b->n_tokens, D = c->head_dim, half = D / 2;
+    int T = b->n_tokens, D = c->head_dim, half = be->half;
     int qd = model_q_dim(c), kvd = model_kv_dim(c), H = c->hidden_size;
+    bool gated = c->layer[layer].attn == ATTN_GATED;
 
     /* x = rmsnorm(h, attn_norm); q, k, v = x Wq^T, x Wk^T, x Wv^T */
     for (int t = 0; t < T; t++)
         cpu_rmsnorm(be->h + (int64_t)t * H, L->norm[L_ATTN_NORM], H, c->rms_norm_eps,
                     be->xn + (int64_t)t * H);
-    gemm(be, be->xn, T, L->w[L_Q], be->q, qd);
+    if (gated) {
+        gemm(be, be->xn, T, L->w[L_Q], be->qg, 2 * (int64_t)qd);
+        split_gated_q(be, T);
+    } else {
+        gemm(be, be->xn, T, L->w[L_Q], be->q, qd);
+    }
     gemm(be, be->xn, T, L->w[L_K], be->k, kvd);
     gemm(be, be->xn, T, L->w[L_V], be->v, kvd);
 
@@ -514,12 +597,12 @@ static void full_attention(cpu_backend_t *be, const be_batch_t *b, int layer) {
         for (int h = 0; h < c->n_heads; h++) {
             float *x = be->q + (int64_t)t * qd + (int64_t)h * D;
             cpu_rmsnorm(x, L->norm[L_Q_NORM], D, c->rms_norm_eps, x);
-            cpu_rope_apply(x, D, cs, sn);
+            cpu_rope_apply(x, 2 * half, cs, sn);
         }
         for (int h = 0; h < c->n_kv_heads; h++) {
             float *x = be->k + (int64_t)t * kvd + (int64_t)h * D;
             cpu_rmsnorm(x, L->norm[L_K_NORM], D, c->rms_norm_eps, x);
-            cpu_rope_apply(x, D, cs, sn);
+            cpu_rope_apply(x, 2 * half, cs, sn);
         }
         int64_t slot = b->slot_mapping[t];
         if (slot >= 0) {
@@ -548,12 +631,44 @@ static void full_attention(cpu_backend_t *be, const be_batch_t *b, int layer) {
     int64_t items = (int64_t)T * c->n_heads;
     int64_t grain = cpu_pool_grain(be->pool, items, items * be->max_ctx * D, 8, 1);
     cpu_pool_run(be->pool, items, grain, attn_items, &job);
+    if (gated) apply_output_gate(be, T);
 
     /* h += att Wo^T */
     gemm(be, be->att, T, L->w[L_O], be->xn, H);
     int64_t n = (int64_t)T * H;
     for (int64_t i = 0; i < n; i++)
         be->h[i] += be->xn[i];
+}
+
+static void gemm_for_gdn(void *ctx, const float *x, int T, const wtensor_t *w, float *y,
+                         int64_t ldy) {
+    gemm(ctx, x, T, w, y, ldy);
+}
+
+/* ATTN_LINEAR: h += the Gated DeltaNet of layer `layer` (cpu_gdn.h). */
+static int linear_attention(cpu_backend_t *be, const be_batch_t *b, int layer, err_t *err) {
+    const model_config_t *c = be->cfg;
+    const cpu_layer_t *L = &be->layers[layer];
+    int T = b->n_tokens, H = c->hidden_size;
+    for (int t = 0; t < T; t++)
+        cpu_rmsnorm(be->h + (int64_t)t * H, L->norm[L_ATTN_NORM], H, c->rms_norm_eps,
+                    be->xn + (int64_t)t * H);
+    cpu_gdn_layer_t gl = {.qkv = L->w[L_LIN_QKV],
+                          .z = L->w[L_LIN_Z],
+                          .b = L->w[L_LIN_B],
+                          .a = L->w[L_LIN_A],
+                          .out = L->w[L_LIN_OUT],
+                          .conv = L->norm[L_LIN_CONV],
+                          .a_log = L->norm[L_LIN_A_LOG],
+                          .dt_bias = L->norm[L_LIN_DT_BIAS],
+                          .norm = L->norm[L_LIN_NORM]};
+    if (cpu_gdn_forward(be->gdn, be->pool, &gl, L->linear, b, be->xn, be->xn, gemm_for_gdn, be,
+                        err) < 0)
+        return -1;
+    int64_t n = (int64_t)T * H;
+    for (int64_t i = 0; i < n; i++)
+        be->h[i] += be->xn[i];
+    return 0;
 }
 
 /* MLP_DENSE: h += the SwiGLU MLP of layer `layer` over the batch's T tokens. */
@@ -596,8 +711,9 @@ static int cpu_forward(backend_t *base, const be_batch_t *b, float *logits, err_
     cpu_backend_t *be = (cpu_backend_t *)base;
     const model_config_t *c = be->cfg;
     if (prepare(be, b, logits, err) < 0) return -1;
-    int T = b->n_tokens, H = c->hidden_size, half = c->head_dim / 2;
+    int T = b->n_tokens, H = c->hidden_size, half = be->half;
     if (T == 0) return 0;
+    if (be->gdn && cpu_gdn_check(be->gdn, b, err) < 0) return -1;
     /* h = embed[token_ids], and each position's RoPE angles */
     for (int t = 0; t < T; t++) {
         cpu_dequant_rows(be->embed, b->token_ids[t], 1, be->h + (int64_t)t * H);
@@ -607,7 +723,11 @@ static int cpu_forward(backend_t *base, const be_batch_t *b, float *logits, err_
     for (int l = 0; l < c->n_layers; l++) {
         switch (c->layer[l].attn) {
             case ATTN_FULL:
+            case ATTN_GATED:
                 full_attention(be, b, l);
+                break;
+            case ATTN_LINEAR:
+                if (linear_attention(be, b, l, err) < 0) return -1;
                 break;
         }
         switch (c->layer[l].mlp) {
@@ -639,6 +759,31 @@ static void cpu_trace_routing(backend_t *base, int32_t *ids) {
     ((cpu_backend_t *)base)->trace = ids;
 }
 
+/* ---------------------------------------------------------------------------------------------
+ * Recurrent state slots (models with Gated DeltaNet layers) */
+
+static size_t cpu_state_bytes(const backend_t *base) {
+    const cpu_backend_t *be = (const cpu_backend_t *)base;
+    return be->gdn ? cpu_gdn_slot_bytes(be->gdn) : 0;
+}
+
+static int cpu_state_reserve(backend_t *base, int n_slots, err_t *err) {
+    cpu_backend_t *be = (cpu_backend_t *)base;
+    if (!be->gdn) return n_slots == 0 ? 0 : err_set(err, "cpu backend: the model has no state");
+    return cpu_gdn_reserve(be->gdn, n_slots, be->ssm_bf16, err);
+}
+
+static int cpu_state_copy(backend_t *base, int src, int dst, err_t *err) {
+    cpu_backend_t *be = (cpu_backend_t *)base;
+    if (!be->gdn) return err_set(err, "cpu backend: the model has no state");
+    return cpu_gdn_copy(be->gdn, src, dst, err);
+}
+
+/* The CPU takes one live option: the SSM state's dtype, for the next state_reserve. */
+static void cpu_configure(backend_t *base, const backend_options_t *opts) {
+    ((cpu_backend_t *)base)->ssm_bf16 = opts->ssm_state_bf16;
+}
+
 static void cpu_describe(const backend_t *base, char *buf, size_t size) {
     const cpu_backend_t *be = (const cpu_backend_t *)base;
     snprintf(buf, size, "cpu, %d thread%s, f32 (W8A8 emulation %s)%s", be->n_threads,
@@ -656,4 +801,8 @@ const backend_ops_t cpu_backend_ops = {
     .describe = cpu_describe,
     .expert_load = cpu_expert_load,
     .trace_routing = cpu_trace_routing,
+    .configure = cpu_configure,
+    .state_bytes = cpu_state_bytes,
+    .state_reserve = cpu_state_reserve,
+    .state_copy = cpu_state_copy,
 };

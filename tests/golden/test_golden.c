@@ -2,7 +2,11 @@
  * fixture prompt, all prompts prefilled together in one varlen batch, and greedy continuations
  * generated with chunked prefill and the paged decode path. Qwen3 dense (tiny-qwen3, -fp8) and
  * Qwen3-MoE (tiny-qwen3-moe, -fp8), and the MoE FP8 model under W8A8 emulation against
- * transformers with every FP8 linear's input quantized per token per 128 columns.
+ * transformers with every FP8 linear's input quantized per token per 128 columns. The Qwen3.5
+ * fixtures (scripts/make_fixtures_qwen35.py) too: each sequence with a recurrent-state slot,
+ * prompts of up to 230 tokens, so the batched prefill runs the Gated DeltaNet's chunked form over
+ * several 64-token chunks and the greedy runs continue the state chunk after chunk, then token by
+ * token.
  *
  * Tolerance: transformers ran in float32 on the same weights (BF16 values, or FP8 dequantized
  * exactly), so the only differences are f32 summation order in GEMMs (K <= 384), RMSNorm and
@@ -76,6 +80,19 @@ static void open_fixture(const char *fixture, bool emulate, model_weights_t **w,
     if (cpu_backend_ops.create(&opts, *w, be, &err) < 0) fail_msg("%s", err.msg);
 }
 
+/* Models with recurrent state: n slots, sequence s in slot n - 1 - s (so slot and sequence
+ * numbers differ); NULL (no slots) for the others. The caller frees the array. */
+static int32_t *state_slots(backend_t *be, const model_weights_t *w, int n) {
+    if (!model_has_state(weights_config(w))) return NULL;
+    err_t err = {{0}};
+    if (be->ops->state_reserve(be, n, &err) < 0) fail_msg("%s", err.msg);
+    int32_t *slots = malloc((size_t)n * sizeof *slots);
+    assert_non_null(slots);
+    for (int s = 0; s < n; s++)
+        slots[s] = n - 1 - s;
+    return slots;
+}
+
 /* Prefills every prompt of golden/<golden>.json in one batch and returns the largest
  * |logit - golden| over all its rows. */
 static double batched_prefill_error(const char *fixture, const char *golden, bool emulate) {
@@ -132,6 +149,7 @@ static double batched_prefill_error(const char *fixture, const char *golden, boo
     }
     err_t err = {{0}};
     if (backend_kv_reserve(be, total_blocks, BLOCK, &err) < 0) fail_msg("%s", err.msg);
+    int32_t *sslots = state_slots(be, w, n_seqs);
     be_batch_t batch = {
         .n_tokens = n_tokens,
         .n_seqs = n_seqs,
@@ -144,6 +162,7 @@ static double batched_prefill_error(const char *fixture, const char *golden, boo
         .block_table_stride = max_blocks,
         .n_logits = n_logits,
         .logit_rows = rows,
+        .state_slots = sslots,
     };
     assert_int_equal(backend_check_batch(&batch, total_blocks, BLOCK, &err), 0);
     float *logits = malloc((size_t)n_logits * g.vocab * sizeof *logits);
@@ -166,6 +185,7 @@ static double batched_prefill_error(const char *fixture, const char *golden, boo
     free(tables);
     free(rows);
     free(golden_rows);
+    free(sslots);
     backend_destroy(be);
     weights_destroy(w);
     golden_free(&g);
@@ -175,7 +195,7 @@ static double batched_prefill_error(const char *fixture, const char *golden, boo
 /* Greedy generation of n_out tokens on the backend alone (no scheduler): the prompt in chunks
  * of BLOCK tokens (so later chunks attend to cached blocks), then one token per step. */
 static void greedy(backend_t *be, int vocab, const int32_t *prompt, int n_prompt, int n_out,
-                   int32_t *out) {
+                   const int32_t *sslot, int32_t *out, float *last_logits) {
     int total = n_prompt + n_out, n_blocks = (total + BLOCK - 1) / BLOCK;
     int32_t *blocks = malloc((size_t)n_blocks * sizeof *blocks);
     int32_t tokens[BLOCK], positions[BLOCK];
@@ -207,7 +227,8 @@ static void greedy(backend_t *be, int vocab, const int32_t *prompt, int n_prompt
                             .block_tables = blocks,
                             .block_table_stride = n_blocks,
                             .n_logits = wants_logits ? 1 : 0,
-                            .logit_rows = &logit_row};
+                            .logit_rows = &logit_row,
+                            .state_slots = sslot};
         if (backend_forward(be, &batch, logits, &err) < 0) fail_msg("%s", err.msg);
         done += n_new;
         if (!wants_logits) continue;
@@ -216,6 +237,7 @@ static void greedy(backend_t *be, int vocab, const int32_t *prompt, int n_prompt
             if (logits[v] > logits[best]) best = v;
         out[produced++] = best;
     }
+    memcpy(last_logits, logits, (size_t)vocab * sizeof *logits);
     free(blocks);
     free(logits);
 }
@@ -226,6 +248,7 @@ static void check_greedy(const char *fixture, const char *golden, bool emulate) 
     model_weights_t *w;
     backend_t *be;
     open_fixture(fixture, emulate, &w, &be);
+    int32_t *sslots = state_slots(be, w, 1); /* each prompt starts at position 0: a zero state */
     const cJSON *p;
     cJSON_ArrayForEach(p, cJSON_GetObjectItem(g.json, "prompts")) {
         int n_prompt, n_want;
@@ -233,15 +256,35 @@ static void check_greedy(const char *fixture, const char *golden, bool emulate) 
         int32_t *want = json_ids(cJSON_GetObjectItem(p, "greedy"), &n_want);
         int32_t *got = malloc((size_t)(n_want > 0 ? n_want : 1) * sizeof *got);
         assert_non_null(got);
-        greedy(be, weights_config(w)->vocab_size, prompt, n_prompt, n_want, got);
+        float *last = malloc((size_t)g.vocab * sizeof *last);
+        assert_non_null(last);
+        greedy(be, weights_config(w)->vocab_size, prompt, n_prompt, n_want, sslots, got, last);
         for (int i = 0; i < n_want; i++)
             if (got[i] != want[i])
                 fail_msg("%s: prompt of %d tokens: greedy token %d is %d, transformers gave %d",
                          golden, n_prompt, i, got[i], want[i]);
+        /* the Qwen3.5 goldens: the logits of the last greedy step, reached here by decoding
+         * token by token (the recurrent form), by transformers in one forward */
+        const cJSON *lr = cJSON_GetObjectItem(p, "greedy_last_logits_row");
+        if (lr) {
+            assert_true((size_t)lr->valueint < g.n_rows);
+            const float *ref = g.logits + (size_t)lr->valueint * g.vocab;
+            double worst = 0;
+            for (int v = 0; v < g.vocab; v++) {
+                double d = fabs((double)last[v] - ref[v]);
+                if (!(d <= worst)) worst = d;
+            }
+            print_message("%s: prompt of %d tokens: last greedy step max |logit - transformers| = "
+                          "%.3g\n",
+                          golden, n_prompt, worst);
+            assert_true(worst <= LOGIT_TOLERANCE);
+        }
+        free(last);
         free(got);
         free(prompt);
         free(want);
     }
+    free(sslots);
     backend_destroy(be);
     weights_destroy(w);
     golden_free(&g);
@@ -307,6 +350,26 @@ static void test_moe_fp8_w8a8(void **state) {
     check_greedy("tiny-qwen3-moe-fp8", "tiny-qwen3-moe-fp8.w8a8", true);
 }
 
+static void test_qwen35_bf16_logits(void **state) {
+    double e = batched_prefill_error("tiny-qwen3.5", "tiny-qwen3.5", false);
+    print_message("tiny-qwen3.5: max |logit - transformers| = %.3g\n", e);
+    assert_true(e <= LOGIT_TOLERANCE);
+}
+
+static void test_qwen35_fp8_logits(void **state) {
+    double e = batched_prefill_error("tiny-qwen3.5-fp8", "tiny-qwen3.5-fp8", false);
+    print_message("tiny-qwen3.5-fp8: max |logit - transformers| = %.3g\n", e);
+    assert_true(e <= LOGIT_TOLERANCE);
+}
+
+static void test_qwen35_bf16_greedy(void **state) {
+    check_greedy("tiny-qwen3.5", "tiny-qwen3.5", false);
+}
+
+static void test_qwen35_fp8_greedy(void **state) {
+    check_greedy("tiny-qwen3.5-fp8", "tiny-qwen3.5-fp8", false);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bf16_logits),
@@ -317,6 +380,10 @@ int main(void) {
         cmocka_unit_test(test_moe_bf16),
         cmocka_unit_test(test_moe_fp8),
         cmocka_unit_test(test_moe_fp8_w8a8),
+        cmocka_unit_test(test_qwen35_bf16_logits),
+        cmocka_unit_test(test_qwen35_fp8_logits),
+        cmocka_unit_test(test_qwen35_bf16_greedy),
+        cmocka_unit_test(test_qwen35_fp8_greedy),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

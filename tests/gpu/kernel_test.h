@@ -1,15 +1,14 @@
 /*
- * kernel_test: what the kernel tests (test_kernels.cu, test_moe_kernels.cu) share: sizes for the
- * device and the host emulation, the seeded random inputs, device buffers poisoned with 0xff
- * (NaN in bf16, f32 and e4m3), and tolerance checks that count failures. One test program
- * includes it once (its state is per program).
+ * kernel_test: what the kernel tests (test_kernels.cu, test_moe_kernels.cu,
+ * test_qwen35_kernels.cu) share: sizes for the GPU and the host emulation, the seeded random
+ * inputs, device buffers (poisoned with 0xff bytes, NaN in bf16, f32 and e4m3), and the tolerance
+ * checks that count and report failures. Each test program includes it once.
  */
 #ifndef TACHYON_KERNEL_TEST_H
 #define TACHYON_KERNEL_TEST_H
 
-#include "cb_engine.h"
-
 #include <cmath>
+#include <cstdint>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
@@ -18,6 +17,7 @@
 
 #include <cuda_runtime.h>
 
+#include "cb_engine.h"
 #include "gpu_check.h"
 
 /* Sizes: full on the GPU; smaller under the host emulation (tests/gpu/emu), where every CUDA
@@ -207,6 +207,57 @@ static inline std::vector<float> bf16_vec(const std::vector<uint16_t> &b) {
     for (size_t i = 0; i < b.size(); i++)
         f[i] = bf(b[i]);
     return f;
+}
+
+/* The K and V pools after a KV write of T tokens to slots[t] (< 0: not written), per_slot
+ * elements a slot (bf16, or e4m3 times kv_scale): the written slots against k_ref / v_ref
+ * [T, per_slot], every other byte still the 0xff poison. K within bf16 rounding (or half an e4m3
+ * step), V exact in bf16 (copied, never computed). */
+static inline void check_kv_pools(const char *name, const std::vector<uint8_t> &kc,
+                                  const std::vector<uint8_t> &vc, const std::vector<int64_t> &slots,
+                                  int per_slot_i, bool fp8_kv, float kv_scale,
+                                  const std::vector<float> &k_ref,
+                                  const std::vector<float> &v_ref) {
+    const size_t elem = fp8_kv ? 1 : 2, per_slot = (size_t)per_slot_i;
+    const size_t n_slots = kc.size() / (per_slot * elem);
+    std::vector<float> kg, kr, vg, vr;
+    std::vector<char> written(n_slots, 0);
+    for (size_t t = 0; t < slots.size(); t++) {
+        if (slots[t] < 0) continue;
+        written[slots[t]] = 1;
+        for (size_t e = 0; e < per_slot; e++) {
+            size_t off = (size_t)slots[t] * per_slot + e;
+            float kk, vv;
+            if (fp8_kv) {
+                kk = dtype_e4m3_to_f32(kc[off]) * kv_scale;
+                vv = dtype_e4m3_to_f32(vc[off]) * kv_scale;
+            } else {
+                uint16_t b;
+                memcpy(&b, &kc[off * 2], 2);
+                kk = bf(b);
+                memcpy(&b, &vc[off * 2], 2);
+                vv = bf(b);
+            }
+            kg.push_back(kk);
+            vg.push_back(vv);
+            kr.push_back(k_ref[t * per_slot + e]);
+            vr.push_back(v_ref[t * per_slot + e]);
+        }
+    }
+    char what[200];
+    /* fp8: half an e4m3 step (2^-4 relative) plus the subnormal step of the scale. */
+    double rel = fp8_kv ? 0.0625 * 1.01 : 0x1p-8, abs_tol = fp8_kv ? kv_scale * 0x1p-10 : 1e-5;
+    snprintf(what, sizeof what, "  K cache (%s)", name);
+    close_all(what, kg.data(), kr.data(), kg.size(), rel, abs_tol);
+    snprintf(what, sizeof what, "  V cache (%s)", name);
+    close_all(what, vg.data(), vr.data(), vg.size(), fp8_kv ? rel : 0.0, fp8_kv ? abs_tol : 0.0);
+    size_t stray = 0;
+    for (size_t s = 0; s < n_slots; s++) {
+        if (written[s]) continue;
+        for (size_t b = 0; b < per_slot * elem; b++)
+            stray += (kc[s * per_slot * elem + b] != 0xff) + (vc[s * per_slot * elem + b] != 0xff);
+    }
+    if (stray) fail("  %s: %zu bytes written outside the mapped slots\n", name, stray);
 }
 
 #endif

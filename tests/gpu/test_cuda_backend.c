@@ -10,6 +10,9 @@
  *   token per 128 columns, as the GPU does), within LOGIT_TOL_FP8.
  * - tiny-qwen3-moe (BF16) and tiny-qwen3-moe-fp8 (W8A8): the same for Qwen3-MoE (router, top-k,
  *   grouped expert GEMMs, combine), and the expert-load statistics through the engine.
+ * - tiny-qwen3.5 and tiny-qwen3.5-fp8 (Qwen3.5: Gated DeltaNet and gated attention layers, each
+ *   sequence with a recurrent-state slot) the same way. The FP8 one's shapes (128-wide heads, a
+ *   320-channel conv) run on the FP8 path where cuBLASLt takes them, else as BF16.
  * - the engine's batch invariance with backend "cuda": each request's greedy output is the same
  *   alone and among 32 concurrent ones (16 in the host emulation), for several token budgets,
  *   graphs on and off, and a pool small enough to preempt, on tiny-qwen3 and tiny-qwen3-moe; a
@@ -37,6 +40,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cjson/cJSON.h>
 #include <cmocka.h>
@@ -97,6 +101,18 @@ static backend_t *open_backend(const backend_ops_t *ops, model_weights_t *w, boo
     err_t err = {{0}};
     if (ops->create(&o, w, &be, &err) < 0) fail_msg("%s: %s", ops->name, err.msg);
     return be;
+}
+
+/* Models with recurrent state: n slots on be, sequence s in slot n - 1 - s; NULL otherwise. The
+ * caller frees the array. */
+static int32_t *state_slots(backend_t *be, const model_weights_t *w, int n) {
+    if (!model_has_state(weights_config(w))) return NULL;
+    err_t err = {{0}};
+    if (be->ops->state_reserve(be, n, &err) < 0) fail_msg("%s: %s", be->ops->name, err.msg);
+    int32_t *slots = malloc((size_t)n * sizeof *slots);
+    for (int s = 0; s < n; s++)
+        slots[s] = n - 1 - s;
+    return slots;
 }
 
 static model_weights_t *open_fixture(const char *fixture) {
@@ -168,7 +184,8 @@ static int trace_compare(trace_t *t, int T, bool *flipped) {
 }
 
 /* All golden prompts prefilled in one batch on `be`; returns logits [n_logits, vocab]. */
-static float *batched_prefill(backend_t *be, const cJSON *g, int vocab, int *n_out) {
+static float *batched_prefill(backend_t *be, const model_weights_t *w, const cJSON *g, int vocab,
+                              int *n_out) {
     const cJSON *prompts = cJSON_GetObjectItem(g, "prompts");
     int n_seqs = cJSON_GetArraySize(prompts), n_tokens = 0, max_blocks = 0;
     for (int s = 0; s < n_seqs; s++) {
@@ -199,6 +216,7 @@ static float *batched_prefill(backend_t *be, const cJSON *g, int vocab, int *n_o
     }
     err_t err = {{0}};
     if (backend_kv_reserve(be, total, BLOCK, &err) < 0) fail_msg("%s", err.msg);
+    int32_t *sslots = state_slots(be, w, n_seqs);
     be_batch_t b = {.n_tokens = n_tokens,
                     .n_seqs = n_seqs,
                     .token_ids = tokens,
@@ -209,7 +227,8 @@ static float *batched_prefill(backend_t *be, const cJSON *g, int vocab, int *n_o
                     .block_tables = tables,
                     .block_table_stride = max_blocks,
                     .n_logits = n_seqs,
-                    .logit_rows = rows};
+                    .logit_rows = rows,
+                    .state_slots = sslots};
     float *logits = malloc((size_t)n_seqs * vocab * sizeof *logits);
     /* poison: every row must be written */
     for (size_t i = 0; i < (size_t)n_seqs * vocab; i++)
@@ -222,6 +241,7 @@ static float *batched_prefill(backend_t *be, const cJSON *g, int vocab, int *n_o
     free(ctx);
     free(tables);
     free(rows);
+    free(sslots);
     *n_out = n_seqs;
     return logits;
 }
@@ -231,9 +251,10 @@ static float *batched_prefill(backend_t *be, const cJSON *g, int vocab, int *n_o
  * logits the two rows must be within tol, and their argmax equal unless the CPU's top-2 gap is
  * itself within 2 * tol (a near tie that numeric noise may flip; counted in *ties). Returns the
  * largest logit difference seen. */
-static double lockstep(backend_t *cpu, backend_t *gpu, int vocab, const int32_t *prompt, int n,
-                       int n_gen, double tol, const char *what, int *ties, trace_t *tr,
-                       double *flip_worst) {
+static double lockstep(backend_t *cpu, backend_t *gpu, const model_weights_t *w,
+                       const int32_t *prompt, int n, int n_gen, double tol, const char *what,
+                       int *ties, trace_t *tr, double *flip_worst) {
+    int vocab = weights_config(w)->vocab_size;
     bool flipped = false; /* a token of the sequence so far was routed differently */
     int total = n + n_gen, nb = (total + BLOCK - 1) / BLOCK;
     int32_t *tokens = malloc((size_t)total * 4), *table = malloc((size_t)nb * 4);
@@ -245,6 +266,7 @@ static double lockstep(backend_t *cpu, backend_t *gpu, int vocab, const int32_t 
     if (backend_kv_reserve(cpu, nb, BLOCK, &err) < 0 ||
         backend_kv_reserve(gpu, nb, BLOCK, &err) < 0)
         fail_msg("%s", err.msg);
+    int32_t *sc = state_slots(cpu, w, 1), *sg = state_slots(gpu, w, 1);
     double worst = 0;
     int done = 0, len = n;
     while (len < total) {
@@ -270,17 +292,19 @@ static double lockstep(backend_t *cpu, backend_t *gpu, int vocab, const int32_t 
         for (int v = 0; v < vocab; v++)
             lg[v] = NAN;
         trace_on(tr, cpu, gpu);
-        if (backend_forward(cpu, &b, lc, &err) < 0 || backend_forward(gpu, &b, lg, &err) < 0)
-            fail_msg("%s: %s", what, err.msg);
+        b.state_slots = sc;
+        if (backend_forward(cpu, &b, lc, &err) < 0) fail_msg("%s: %s", what, err.msg);
+        b.state_slots = sg;
+        if (backend_forward(gpu, &b, lg, &err) < 0) fail_msg("%s: %s", what, err.msg);
         bool f[BLOCK];
         if (tr && trace_compare(tr, chunk, f)) flipped = true;
         done += chunk;
         if (!last) continue;
-        double *w = flipped ? flip_worst : &worst, step_tol = flipped ? LOGIT_TOL_FLIP : tol;
+        double *into = flipped ? flip_worst : &worst, step_tol = flipped ? LOGIT_TOL_FLIP : tol;
         int ac = 0, ag = 0;
         for (int v = 0; v < vocab; v++) {
             double d = fabs((double)lc[v] - lg[v]);
-            if (!(d <= *w)) *w = d;
+            if (!(d <= *into)) *into = d;
             if (lc[v] > lc[ac]) ac = v;
             if (lg[v] > lg[ag]) ag = v;
         }
@@ -302,6 +326,8 @@ static double lockstep(backend_t *cpu, backend_t *gpu, int vocab, const int32_t 
     free(table);
     free(lc);
     free(lg);
+    free(sc);
+    free(sg);
     return worst;
 }
 
@@ -313,12 +339,15 @@ static void compare_fixture(const char *fixture, bool fp8, double tol) {
     cJSON *g = golden(fixture);
     model_weights_t *w = open_fixture(fixture);
     const model_config_t *cfg = weights_config(w);
-    backend_t *cpu = open_backend(&cpu_backend_ops, w, fp8);
     backend_t *gpu = open_backend(&cuda_backend_ops, w, false);
     char desc[256];
     gpu->ops->describe(gpu, desc, sizeof desc);
     print_message("%s on %s\n", fixture, desc);
-    if (fp8) assert_true(cuda_backend_uses_fp8(gpu));
+    if (fp8 && !model_has_state(cfg)) assert_true(cuda_backend_uses_fp8(gpu));
+    /* the CPU emulates W8A8 where the GPU runs it (a Qwen3.5 FP8 fixture may run as BF16) */
+    fp8 = fp8 && cuda_backend_uses_fp8(gpu);
+    if (!fp8) tol = tol < LOGIT_TOL_BF16 ? tol : LOGIT_TOL_BF16;
+    backend_t *cpu = open_backend(&cpu_backend_ops, w, fp8);
 
     const cJSON *prompts = cJSON_GetObjectItem(g, "prompts"), *p;
     int n_tokens = 0;
@@ -326,8 +355,8 @@ static void compare_fixture(const char *fixture, bool fp8, double tol) {
     trace_t *tr = trace_new(cfg, n_tokens > BLOCK ? n_tokens : BLOCK);
     int n, n2;
     trace_on(tr, cpu, gpu);
-    float *a = batched_prefill(cpu, g, cfg->vocab_size, &n);
-    float *b = batched_prefill(gpu, g, cfg->vocab_size, &n2);
+    float *a = batched_prefill(cpu, w, g, cfg->vocab_size, &n);
+    float *b = batched_prefill(gpu, w, g, cfg->vocab_size, &n2);
     trace_on(NULL, cpu, gpu);
     assert_int_equal(n, n2);
     bool *flipped = calloc((size_t)n_tokens, 1);
@@ -370,8 +399,8 @@ static void compare_fixture(const char *fixture, bool fp8, double tol) {
         int32_t *want = json_ids(cJSON_GetObjectItem(p, "greedy"), &n_want);
         char what[64];
         snprintf(what, sizeof what, "%s, prompt of %d tokens", fixture, n_prompt);
-        double d = lockstep(cpu, gpu, cfg->vocab_size, prompt, n_prompt, n_want, tol, what, &ties,
-                            tr, &step_flip_worst);
+        double d =
+            lockstep(cpu, gpu, w, prompt, n_prompt, n_want, tol, what, &ties, tr, &step_flip_worst);
         if (d > step_worst) step_worst = d;
         steps += n_want;
         free(prompt);
@@ -411,6 +440,13 @@ static void test_moe_fp8_fixture(void **state) {
     compare_fixture("tiny-qwen3-moe-fp8", true, LOGIT_TOL_FP8_MOE);
 }
 
+static void test_qwen35_bf16_fixture(void **state) {
+    compare_fixture("tiny-qwen3.5", false, LOGIT_TOL_BF16);
+}
+
+static void test_qwen35_fp8_fixture(void **state) {
+    compare_fixture("tiny-qwen3.5-fp8", true, LOGIT_TOL_FP8);
+}
 // ---------------------------------------------------------------------------------------------
 // Engine batch invariance (tests/integration/test_engine.c's approach, backend "cuda")
 
@@ -503,6 +539,65 @@ static void test_engine_batch_invariance(void **state) {
 
 static void test_engine_batch_invariance_moe(void **state) {
     batch_invariance("tiny-qwen3-moe");
+}
+
+/* Qwen3.5 on the engine with backend "cuda": 8 requests alone and together, budgets that cut
+ * prompts into chunks (the recurrent state carried between steps), and a pool that the engine
+ * splits into 5 state slots (6 linear layers x 19 KiB a slot) and 10 KV blocks (2 attention
+ * layers x K,V x 16 x 2 heads x 64 x bf16 = 16 KiB a block), where sequences are preempted and
+ * recomputed; every KV block and state slot back after each run. */
+static void test_engine_qwen35_invariance(void **state) {
+    enum { N = 8 };
+    static int32_t prompts[N][96], alone[N][N_GEN], together[N][N_GEN];
+    int len[N];
+    for (int i = 0; i < N; i++) {
+        len[i] = tu_prompt(3 * i + 1, prompts[i]);
+        for (int t = 0; t < len[i]; t++)
+            prompts[i][t] %= 1000; /* the fixture's regular ids */
+    }
+    sampling_params_t p = tu_greedy(N_GEN);
+    const char *const base[] = {"max-model-len", "128", "gpu-memory-utilization", "0.3", NULL};
+    engine_t *eng = tu_open_engine(tu_fixture("tiny-qwen3.5"), "cuda", base);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(collect(tu_submit(eng, prompts[i], len[i], &p), alone[i], N_GEN), N_GEN);
+    engine_close(eng);
+    static char pool[32];
+    snprintf(pool, sizeof pool, "%d", 4 * 116736 + 18 * 16384);
+    const char *budgets[] = {"16", "2048", "64"};
+    for (int b = 0; b < 3; b++) {
+        const char *flags[] = {"max-num-batched-tokens",
+                               budgets[b],
+                               "max-model-len",
+                               "128",
+                               b == 2 ? "kv-cache-memory" : "gpu-memory-utilization",
+                               b == 2 ? pool : "0.3",
+                               NULL};
+        engine_t *e = tu_open_engine(tu_fixture("tiny-qwen3.5"), "cuda", flags);
+        engine_stream_t *st[N];
+        for (int i = 0; i < N; i++)
+            st[i] = tu_submit(e, prompts[i], len[i], &p);
+        for (int i = 0; i < N; i++) {
+            assert_int_equal(collect(st[i], together[i], N_GEN), N_GEN);
+            for (int k = 0; k < N_GEN; k++)
+                if (together[i][k] != alone[i][k])
+                    fail_msg("qwen3.5 request %d, budget %s: token %d is %d in the batch, %d alone",
+                             i, budgets[b], k, together[i][k], alone[i][k]);
+        }
+        static stats_snapshot_t snap;
+        for (int tries = 0; tries < 200; tries++) {
+            engine_stats(e, &snap);
+            if (snap.kv_used == 0 && snap.state_used == 0 && snap.running == 0) break;
+            struct timespec ts = {0, 5000000};
+            nanosleep(&ts, NULL);
+        }
+        print_message("qwen3.5 budget %s%s: %llu preemptions; %d blocks, %d state slots in use\n",
+                      budgets[b], b == 2 ? " (small pool)" : "",
+                      (unsigned long long)snap.preemptions, snap.kv_used, snap.state_used);
+        assert_int_equal(snap.kv_used, 0);
+        assert_int_equal(snap.state_used, 0);
+        if (b == 2) assert_true(snap.preemptions > 0);
+        engine_close(e);
+    }
 }
 
 /* --kv-cache-dtype fp8: greedy outputs alone and batched agree (against each other: the e4m3
@@ -692,6 +787,10 @@ int main(void) {
         return 77;
     }
     backend_register(&cuda_backend_ops);
+    /* TEST_FILTER (as test_engine's): only the tests matching a pattern, e.g.
+     * TEST_FILTER='test_qwen35_*' (the emulated run takes minutes) */
+    const char *only = getenv("TEST_FILTER");
+    if (only) cmocka_set_test_filter(only);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dummy_fp8),
         cmocka_unit_test(test_dummy_bf16),
@@ -700,8 +799,11 @@ int main(void) {
         cmocka_unit_test(test_fp8_fixture),
         cmocka_unit_test(test_moe_bf16_fixture),
         cmocka_unit_test(test_moe_fp8_fixture),
+        cmocka_unit_test(test_qwen35_bf16_fixture),
+        cmocka_unit_test(test_qwen35_fp8_fixture),
         cmocka_unit_test(test_engine_batch_invariance),
         cmocka_unit_test(test_engine_batch_invariance_moe),
+        cmocka_unit_test(test_engine_qwen35_invariance),
         cmocka_unit_test(test_engine_seeded_sampling),
         cmocka_unit_test(test_engine_fp8_kv),
     };

@@ -593,8 +593,7 @@ def test_nonstream_disconnect_is_noticed():
     try:
         c = connect(s)
         c.sendall(build("POST", "/v1/completions", long_body()))
-        time.sleep(0.5)
-        assert metric(s.metrics(), "vllm:num_requests_running") == 1
+        s.wait_metric("vllm:num_requests_running", 1)
         c.close()
         m = s.wait_idle(10)
         assert metric(m, "tachyon:client_disconnects_total") == 1

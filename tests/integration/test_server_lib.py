@@ -82,6 +82,19 @@ class Server:
         assert st == 200, st
         return parse_metrics(body.decode())
 
+    def wait_metric(self, name, value, timeout=60, **labels):
+        """Waits until /metrics shows name{labels} == value (a loaded machine is slow to get
+        there); returns the metrics."""
+        end = time.time() + timeout
+        while True:
+            m = self.metrics()
+            if metric(m, name, **labels) == value:
+                return m
+            if time.time() > end:
+                raise AssertionError("%s is %s, not %s, after %ss" % (name, metric(m, name, **labels), value,
+                                                                    timeout))
+            time.sleep(0.05)
+
     def wait_idle(self, timeout=60):
         """Waits until nothing runs, waits or holds KV blocks; returns the last metrics."""
         end = time.time() + timeout

@@ -43,8 +43,9 @@ tui_fail() {
     exit 1
 }
 
-# tui_start [ENV=VALUE...] -- [console options...]: starts the console (120x40) on the tiny
-# fixture with a free port, results and history under the test's directory.
+# tui_start [ENV=VALUE...] -- [console options...]: starts the console (120x40, or TUI_W x
+# TUI_H) on the tiny fixture with a free port, results and history under the test's directory
+# (and the options in TUI_EXTRA, for tui_sizes).
 tui_start() {
     local envs=()
     while [ $# -gt 0 ] && [ "$1" != "--" ]; do envs+=("$1"); shift; done
@@ -63,11 +64,11 @@ EOF
     rm -f "$TUI_DIR/rc"
     TUI_SOCK="tachyon-test-$$-$RANDOM-${#TUI_SOCKS[@]}"
     TUI_SOCKS+=("$TUI_SOCK")
-    tmux_ new-session -d -s t -x 120 -y 40 \
+    tmux_ new-session -d -s t -x "${TUI_W:-120}" -y "${TUI_H:-40}" \
         env -u NO_COLOR LANG=C.UTF-8 LC_ALL= TERM=screen XDG_STATE_HOME="$TUI_DIR/state" "${envs[@]}" \
         bash "$TUI_DIR/run.sh" "$TUI_DIR" "$TACHYON_BIN" console \
         --model "$TACHYON_FIXTURES/tiny-qwen3" --port 0 --threads 2 \
-        --results-dir "$TUI_DIR/results" "$@"
+        --results-dir "$TUI_DIR/results" ${TUI_EXTRA:-} "$@"
 }
 
 tui_screen() { tmux_ capture-pane -p -t t; }
@@ -127,4 +128,21 @@ tui_quit() {
     [ "$(cat "$TUI_DIR/rc")" = 0 ] || tui_fail "exit status $(cat "$TUI_DIR/rc"), expected 0"
     cmp -s "$TUI_DIR/stty.before" "$TUI_DIR/stty.after" ||
         tui_fail "terminal modes not restored: $(cat "$TUI_DIR/stty.before") vs $(cat "$TUI_DIR/stty.after")"
+}
+
+# tui_sizes FN: FN against a fresh console at 80x24, 120x40 and 200x50, then at 120x40 with
+# NO_COLOR in the C locale, where the screen must hold only ASCII; each console is quit (exit
+# status 0, terminal restored) and its server removed.
+tui_sizes() {
+    local fn=$1 size
+    for size in 80x24 120x40 200x50 120x40-plain; do
+        TUI_W=${size%%x*} TUI_H=${size#*x} TUI_H=${TUI_H%-plain}
+        if [ "${size%-plain}" = "$size" ]; then tui_start; else tui_start NO_COLOR=1 LANG=C LC_ALL=C --; fi
+        "$fn"
+        if [ "${size%-plain}" != "$size" ] && tui_screen | LC_ALL=C grep -q '[^ -~]'; then
+            tui_fail "non-ASCII on the screen in the C locale"
+        fi
+        tui_quit
+        tmux_ kill-server
+    done
 }

@@ -24,9 +24,9 @@ second=$(tui_screen | grep -Eo '\[(stop|length): [0-9]+ prompt' | tail -1 | grep
 [ "$second" -gt "$first" ] || tui_fail "second turn's prompt ($second) not longer than the first ($first)"
 
 tui_keys F2
-tui_wait '^ready \| .*F2 reasoning hidden'
+tui_wait '^─ Chat and output \(reasoning hidden: F2\)'
 tui_keys F2
-tui_wait '^ready \| .*F2 reasoning shown'
+tui_wait_gone 'reasoning hidden: F2'
 
 tui_send '/new' Enter
 tui_wait '\(new conversation\)'

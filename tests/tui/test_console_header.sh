@@ -14,7 +14,7 @@ tui_wait '^ready \|'
 model="$TACHYON_FIXTURES/tiny-qwen3"
 header | grep -qF " $model | http://127.0.0.1:" || tui_fail "the header does not show --model as given ($model)"
 tui_resize 60 16
-tui_wait 'terminal too small|running seqs'
+tui_wait 'terminal too small|seqs .*running [0-9]'
 tui_wait '^ready \|'
 header | grep -Eq 'tiny-qwen3 \| http://127\.0\.0\.1:[0-9]+ *$' ||
     tui_fail "at 60x16 the header lost the URL or the model name: $(header)"

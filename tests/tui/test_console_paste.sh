@@ -53,7 +53,7 @@ tui_keys Enter
 repl_wait '^(>|\.\.\.) *$'
 tui_wait '^> the next question$'
 tui_send '/bench stop' Enter
-tui_wait '^ready \| F1 help' 60
+tui_wait '^ready \| F1Help' 60
 tui_quit
 # the terminal's bracketed paste mode is off again: a paste into the shell's terminal (the tty
 # echoes it) carries no markers

@@ -66,8 +66,8 @@ tui_wait '^ready \|'
 tui_send '/bench short --num-prompts 400 --input-len 64 --output-len 64' Enter
 tui_wait 'bench \[[#.]+\]'
 tui_keys C-c
-tui_wait 'run #1 \(stopped: partial\)|not kept as a result' 60
-tui_wait '^ready \| F1 help'
+tui_wait 'run #1 \(stopped: partial\)|not kept as a result|benchmark stopped \(stopped while preparing' 60
+tui_wait '^ready \| F1Help'
 still_running
 tui_send '/clear' Enter
 

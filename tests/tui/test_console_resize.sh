@@ -7,7 +7,7 @@ tui_start
 tui_wait '^ready \|'
 tui_resize 60 20
 tui_wait_gone 'Flags \(\* changed\)' # no side column at 60 columns
-tui_wait 'running seqs'
+tui_wait 'seqs .*running [0-9]'
 tui_wait '^ready \|'
 tui_send '/get max-num-seqs' Enter
 tui_wait '^max-num-seqs = 256'

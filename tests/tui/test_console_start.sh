@@ -10,9 +10,10 @@ screen=$(tui_screen)
 grep -q 'tiny-qwen3' <<<"$screen" || tui_fail "header does not name the model"
 grep -Eq 'http://127\.0\.0\.1:[0-9]+' <<<"$screen" || tui_fail "header has no server URL"
 grep -q 'cpu' <<<"$screen" || tui_fail "header does not name the backend"
-for title in 'running seqs' 'waiting seqs' 'KV cache' 'prompt tok/s' 'gen tok/s' 'TTFT/TPOT' \
-    'Flags' 'Requests' 'Chat and output'; do
-    grep -q "$title" <<<"$screen" || tui_fail "no \"$title\" panel"
+for title in 'seqs .*running [0-9]+ waiting [0-9]+' 'KV cache' 'tok/s .*prompt [0-9]+ gen [0-9]+' \
+    'TTFT .*mean' 'TPOT .*mean' 'CPU/RSS .*cpu [0-9.]+% rss [0-9.]+%' 'Flags' 'Requests' 'Chat and output' \
+    'KV [0-9]+/[0-9.k]+ tok' 'done stop 0 len 0 abort 0 error 0'; do
+    grep -Eq "$title" <<<"$screen" || tui_fail "no \"$title\" panel"
 done
 
 # the server answers on the URL the header shows
@@ -22,10 +23,10 @@ if command -v curl >/dev/null; then
 fi
 
 tui_keys F1
-tui_wait 'Help \(any key closes\)'
+tui_wait 'Help \((any key closes|Up/Down, PgUp/PgDn scroll; any other key closes)\)'
 tui_wait 'PgUp / PgDn'
 tui_keys Space
-tui_wait_gone 'Help \(any key closes\)'
+tui_wait_gone 'Help \('
 tui_wait 'Chat and output'
 
 tui_quit

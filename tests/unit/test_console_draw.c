@@ -1,9 +1,10 @@
 /* The console's drawing (console_draw.h) on a real curses SCREEN: newterm() writes to a pipe, a
  * made-up snapshot is drawn, and the cells are read back from curses (text, attributes, colour
  * pairs, the cursor) and the bytes from the pipe. Covers every panel at 120x40, the chat pane's
- * styles (tool calls apart from the reply) and scrolling, reasoning shown and folded, the REPL
- * line's break marks, ASCII and monochrome, the help overlay's scrolling and the "too small"
- * screen. TEST_DUMP_SCREEN=1 prints every frame drawn to stderr. */
+ * styles (tool calls apart from the reply) and scrolling, the numbers band (GPUs or the process,
+ * the engine's numbers, errors in the alarm colour) and the charts' legends and time axes,
+ * reasoning shown and folded, the REPL line's break marks, ASCII and monochrome, the help overlay's
+ * scrolling and the "too small" screen. TEST_DUMP_SCREEN=1 prints every frame drawn to stderr. */
 #include <fcntl.h>
 #include <locale.h>
 #include <math.h>
@@ -36,6 +37,8 @@ typedef struct fixture {
     le_t *le;
     stats_snapshot_t stats;
     bench_progress_t bench;
+    ui_gpu_sample_t gpu;
+    ui_ops_t ops;
     char flag_text[CON_MAX_FLAGS][CON_FLAG_VALUE];
     bool flag_changed[CON_MAX_FLAGS];
     con_view_t v;
@@ -64,7 +67,7 @@ static void reopen(fixture_t *f, int cols, int rows) {
     fclose(f->in);
     close(f->rd);
     open_screen(f, cols, rows);
-    layout_compute(COLS, LINES, &f->v.lay);
+    layout_compute(COLS, LINES, 0, &f->v.lay);
     f->v.color = con_draw_colors(true);
 }
 
@@ -140,8 +143,9 @@ static int setup(void **state) {
         .busy = true,
         .status = "generating (Esc stops)",
         .help_text = f->help,
+        .zoom = -1,
     };
-    layout_compute(COLS, LINES, &v->lay);
+    layout_compute(COLS, LINES, 0, &v->lay);
     le_render(f->le, con_draw_line_width(&v->lay, v->busy), &v->line);
     *state = f;
     return 0;
@@ -232,10 +236,18 @@ static void test_panels(void **state) {
     assert_non_null(strstr(h, "tiny-model"));
     assert_non_null(strstr(h, "http://127.0.0.1:8000"));
     assert_non_null(strstr(h, "up 01:02:05"));
-    /* the charts' titles, with their window and the latency pair */
-    assert_true(find_row("running seqs") >= 0);
+    /* the charts' titles: the window, each series named with its value; TTFT and TPOT apart;
+     * a time axis under the plots */
+    int sy = find_row("seqs");
+    assert_true(sy >= 0);
+    assert_non_null(strstr(row(sy), "running 39 waiting 39"));
     assert_true(find_row("KV cache") >= 0);
-    assert_true(find_row("TTFT/TPOT 60 s 120/15 ms") >= 0);
+    assert_true(find_row("TTFT 60 s mean 120 ms") >= 0);
+    assert_true(find_row("TPOT  last 60 s  mean 15 ms") >= 0);
+    assert_true(find_row("CPU/RSS") >= 0); /* no GPU sampled: the process */
+    assert_true(find_row("-60 s") > sy);
+    assert_non_null(strstr(row(find_row("-60 s")), "-30 s"));
+    assert_non_null(strstr(row(find_row("-60 s")), "now"));
     /* the flags panel: the changed flag first, marked */
     int fy = find_row("Flags (* changed)");
     assert_true(fy >= 0);
@@ -249,7 +261,7 @@ static void test_panels(void **state) {
     int chat = find_row("chat-1"), other = find_row("req-a");
     assert_true(chat > ry && other > chat);
     assert_non_null(strstr(row(chat), "decode"));
-    assert_true(find_row("... and 1 more") > other);
+    assert_true(find_row("~bcdef ") > other); /* a long id by its end */
     assert_true(find_row("7 submitted, 0 done, 0 preempted") > other);
     /* the chat pane: bottom-aligned, reasoning folded */
     int cy = find_row("Chat and output");
@@ -261,8 +273,9 @@ static void test_panels(void **state) {
     assert_int_equal(out.scroll, 0);
     /* the status line */
     const char *st = row(l->status.y);
-    assert_non_null(strstr(st, "ready | F1 help | +/- window 60 s | F2 reasoning hidden |"));
+    assert_non_null(strstr(st, "ready | F1Help F2Think F3Log F4Zoom F5Rerun F10Quit | "));
     assert_non_null(strstr(st, "generating (Esc stops)"));
+    assert_true(find_row("Chat and output (reasoning hidden: F2)") == l->chat.y);
     /* the REPL line: the busy prompt, the line break as a mark, the cursor after the text */
     assert_non_null(strstr(row(l->repl.y), "... hello\xe2\x8f\x8eworld"));
     assert_int_equal(f->cur_y, l->repl.y);
@@ -296,7 +309,8 @@ static void test_styles(void **state) {
     assert_true(pair != 0);
     y = find_row("It is 4.");
     assert_int_equal(attrs_at(y, 0, &pair) & (A_BOLD | A_DIM), 0);
-    assert_non_null(strstr(row(f->v.lay.status.y), "F2 reasoning shown"));
+    assert_true(find_row("Chat and output (reasoning hidden") < 0);
+    assert_true(find_row("Chat and output") == f->v.lay.chat.y);
 }
 
 /* Braille in a UTF-8 terminal; only ASCII and no colour pair with ascii and no colour. */
@@ -324,7 +338,7 @@ static void test_ascii_mono(void **state) {
         }
     }
     assert_non_null(strstr(row(f->v.lay.repl.y), "... hello|world"));
-    assert_non_null(strstr(row(f->v.lay.chat.y), "- Chat and output ---"));
+    assert_non_null(strstr(row(f->v.lay.chat.y), "- Chat and output (reasoning hidden: F2) ---"));
     bool glyphs = false;
     for (int y = c.y + 1; y < c.y + c.h; y++)
         glyphs |= strpbrk(row(y) + 6, ".:|#") != NULL;
@@ -364,7 +378,7 @@ static void test_help(void **state) {
     assert_int_equal(find_row("Tachyon"), -1);
 
     resizeterm(24, 80);
-    layout_compute(COLS, LINES, &f->v.lay);
+    layout_compute(COLS, LINES, 0, &f->v.lay);
     f->v.help = true;
     f->v.help_scroll = 1 << 20; /* the top, clamped */
     con_drawn_t out = draw(f);
@@ -388,23 +402,179 @@ static void test_bench_and_flag(void **state) {
     /* no layout gives the table the rows it needs for the benchmark's lines yet: a made-up one */
     f->v.lay.requests = (layout_rect_t){0, 17, 60, 20};
     f->v.lay.chat = (layout_rect_t){60, 17, 60, 21};
-    f->bench = (bench_progress_t){.total = 40, .done = 10, .in_flight = 3, .elapsed = 12};
+    f->bench = (bench_progress_t){.total = 40,
+                                  .done = 10,
+                                  .failed = 2,
+                                  .in_flight = 3,
+                                  .elapsed = 12,
+                                  .request_rate_observed = 0.8};
     f->v.bench = &f->bench;
     draw(f);
     const char *st = row(f->v.lay.status.y);
-    assert_non_null(strstr(st, "ready | bench [#####...............] 10/40 |"));
-    int y = find_row("bench   3 in flight, 10/40 done, 0 failed");
+    assert_non_null(
+        strstr(st, "ready | bench [##........] 10/40 25% 00:12<00:36 0.8 req/s fail 2 |"));
+    int y = find_row("bench   3 in flight, 10/40 done, 2 failed");
     assert_true(y > 17);
+    short pair;
+    attrs_at(y, find_col(y, "2 failed"), &pair);
+    assert_true(pair != 0); /* failures in the error colour */
     assert_int_equal(find_col(y + 1, "[####"), 1);
-    assert_non_null(strstr(row(y + 1), "] 12 s"));
+    assert_non_null(strstr(row(y + 2), "25% 00:12<00:36 0.8 req/s ok 8 fail 2"));
     assert_true(find_row("~3456789abcdef0123456789abcdef ") > y); /* a long id by its end */
+    f->bench = (bench_progress_t){.total = 400};
+    draw(f);
+    assert_non_null(strstr(row(f->v.lay.status.y), "0/400 preparing 400 prompts |"));
+    reopen(f, 200, 50); /* wide: ok and fail on the status line too */
+    f->bench = (bench_progress_t){.total = 40, .done = 10, .in_flight = 3, .elapsed = 12};
+    f->v.bench = &f->bench;
+    draw(f);
+    assert_non_null(strstr(row(LINES - 1), "ready | bench [#####...............] 10/40 25% "
+                                           "00:12<00:36 0.0 req/s ok 10 fail 0 |"));
     f->v.bench = NULL;
-    f->v.applying = "block-size";
+    f->v.applying = flags_at(0)->name;
     f->v.applying_secs = 2.5;
     draw(f);
-    assert_true(strstr(row(f->v.lay.status.y), "ready | applying block-size ") != NULL);
+    char want[80];
+    snprintf(want, sizeof want, ">%s", flags_at(0)->name);
+    int ay = find_row(want); /* the flags panel marks the flag being applied */
+    assert_true(ay > 0);
+    assert_non_null(strstr(row(ay), "applying..."));
+    assert_true(find_row("Flags (* changed, > applying)") >= 0);
+    snprintf(want, sizeof want, "ready | applying %s ", flags_at(0)->name);
+    assert_true(strstr(row(f->v.lay.status.y), want) != NULL);
     assert_true(strstr(row(f->v.lay.status.y), " 2.5 s |") != NULL);
     assert_int_equal(find_col(f->v.lay.status.y, "ready"), 0);
+}
+
+/* The numbers band: a row per GPU (the fake's numbers), the engine's numbers wrapped on the
+ * rows under it, an error count in the error colour (bold and underlined without colours);
+ * without a GPU the reason and the process's numbers; the GPU chart named after the GPUs. */
+static void test_vitals(void **state) {
+    fixture_t *f = *state;
+    ui_gpu_sample_t *g = &f->gpu;
+    g->n = g->n_total = 2;
+    for (int i = 0; i < 2; i++)
+        g->dev[i] = (ui_gpu_dev_t){.util = 45 + 50 * i,
+                                   .mem_used = 30.0 * (1 << 30),
+                                   .mem_total = 80.0 * (1 << 30),
+                                   .power_w = 350,
+                                   .power_cap_w = 700,
+                                   .temp_c = 61,
+                                   .sm_mhz = 1980,
+                                   .mem_mhz = 2619};
+    snprintf(g->dev[0].name, sizeof g->dev[0].name, "Fake H100 0");
+    g->cpu_pct = 150;
+    g->n_cpus = 2;
+    g->rss = 1 << 30;
+    g->mem_total = 8.0 * (1 << 30);
+    f->ops = (ui_ops_t){.kv_used = 77,
+                        .kv_total = 355,
+                        .block_size = 16,
+                        .max_model_len = 2048,
+                        .prefix_hit_pct = 45.25,
+                        .step_ms = 12.3,
+                        .forward_ms = 10.1,
+                        .tokens_per_step = 128,
+                        .preempt_per_s = 0.5,
+                        .queue_ms = 12,
+                        .finished = {120, 30, 2, 1}};
+    f->v.gpu = g;
+    f->v.ops = &f->ops;
+    layout_compute(COLS, LINES, 4, &f->v.lay);
+    assert_int_equal(f->v.lay.vitals.h, 4);
+    draw(f);
+    int y = f->v.lay.vitals.y;
+    assert_non_null(strstr(row(y), "GPU0  util  45%  mem 30.0/80.0 GiB  pwr 350/700 W  temp 61 C  "
+                                   "clk 1980/2619 MHz  Fake H100 0"));
+    assert_non_null(strstr(row(y + 1), "GPU1  util  95%"));
+    int ky = find_row("KV 1232/5680 tok (77/355 blk)");
+    assert_true(ky >= y + 2 && ky < y + 4);
+    assert_true(find_row("max conc 2.8x @2048") >= y + 2);
+    assert_true(find_row("prefix hit 45.2%") >= y + 2);
+    assert_true(find_row("step 12.3 ms fwd 10.1") >= y + 2);
+    assert_true(find_row("tok/step 128.0") >= y + 2);
+    assert_true(find_row("preempt 0.5/s") >= y + 2);
+    assert_true(find_row("queue 12 ms") >= y + 2);
+    int dy = find_row("done stop 120 len 30 abort 2 error 1");
+    assert_true(dy >= y + 2 && dy < y + 4);
+    short pair, ok_pair, hot_pair;
+    attrs_at(dy, find_col(dy, "error 1") + 1, &pair);
+    attrs_at(y, find_col(y, " 45%") + 1, &ok_pair);
+    attrs_at(y + 1, find_col(y + 1, " 95%") + 1, &hot_pair);
+    assert_true(pair != 0 && ok_pair != 0 && hot_pair != 0 && ok_pair != hot_pair);
+    assert_int_equal(hot_pair, pair); /* 95 % and errors: the same alarm colour */
+    int cy = find_row("GPU 60 s util 39% mem 39%");
+    assert_true(cy > y + 3);
+    /* the legend: each series' name in its own colour */
+    short p1, p2;
+    attrs_at(cy, find_col(cy, "util 39%"), &p1);
+    attrs_at(cy, find_col(cy, "mem 39%"), &p2);
+    assert_true(p1 != 0 && p2 != 0 && p1 != p2);
+
+    f->v.color = false;
+    draw(f);
+    attr_t a = attrs_at(dy, find_col(dy, "error 1") + 1, &pair);
+    assert_true((a & A_BOLD) && (a & A_UNDERLINE) && pair == 0);
+
+    g->n = g->n_total = 0;
+    snprintf(g->why, sizeof g->why, "no NVML (libnvidia-ml.so.1 not found: no NVIDIA driver)");
+    draw(f);
+    assert_non_null(strstr(row(y), "no NVML (libnvidia-ml.so.1 not found: no NVIDIA driver)  "
+                                   "CPU 150% of 2 cores"));
+    assert_true(find_row("RSS 1.00/8.0 GiB") >= y);
+    assert_true(find_row("CPU/RSS") > y);
+
+    reopen(f, 80, 24); /* the smallest usual terminal: still there, fields dropped or wrapped */
+    layout_compute(COLS, LINES, 4, &f->v.lay);
+    g->n = g->n_total = 1;
+    draw(f);
+    assert_non_null(strstr(row(1), "GPU0  util  45%  mem 30.0/80.0 GiB  pwr 350/700 W  temp 61 C"));
+    assert_true(find_row("KV 1232/5680 tok") > 1);
+    assert_true(find_row("error 1") > 1);
+}
+
+/* F4's zoom: one chart over the whole chart area, found there by a click; F3's log in the pane;
+ * the F-key bar's keys found by column, only help and quit below 100 columns. */
+static void test_zoom_log_fkeys(void **state) {
+    fixture_t *f = *state;
+    const layout_t *l = &f->v.lay;
+    layout_rect_t c0 = l->charts[0], c5 = l->charts[5];
+    assert_int_equal(con_draw_chart_at(&f->v, c5.y + 1, c5.x + 1), 5);
+    assert_int_equal(con_draw_chart_at(&f->v, l->chat.y + 1, 0), -1);
+    f->v.zoom = 3;
+    draw(f);
+    assert_true(find_row("TTFT  last 60 s  mean 120 ms") == c0.y);
+    assert_int_equal(find_row("TPOT"), -1);
+    assert_int_equal(find_row("running 39"), -1);
+    assert_int_equal(con_draw_chart_at(&f->v, c5.y + 1, c5.x + 1), 3);
+    assert_non_null(strstr(row(c5.y + c5.h - 1), "now")); /* the axis at the area's bottom */
+    assert_non_null(strstr(row(l->status.y), "F4Grid"));
+
+    ui_text_t *log = ui_text_create(100, &(err_t){{0}});
+    ui_text_add(log, UI_TXT_NORMAL, "[00:00:05] Avg prompt throughput: 1.0 tokens/s");
+    f->v.text = log;
+    f->v.log = true;
+    draw(f);
+    assert_true(find_row("Log (F3: back to the chat)") == l->chat.y);
+    assert_true(find_row("[00:00:05] Avg prompt throughput") > l->chat.y);
+    assert_int_equal(find_row("It is 4."), -1);
+    assert_non_null(strstr(row(l->status.y), "F3Chat"));
+    const char *st = row(l->status.y);
+    int x = find_col(l->status.y, "F5Rerun");
+    assert_true(strstr(st, "F5Rerun") != NULL);
+    assert_int_equal(con_draw_fkey_at(&f->v, x), 5);
+    assert_int_equal(con_draw_fkey_at(&f->v, x + 6), 5);
+    assert_int_equal(con_draw_fkey_at(&f->v, find_col(l->status.y, "F10Quit") + 1), 10);
+    assert_int_equal(con_draw_fkey_at(&f->v, 2), 0);
+    ui_text_destroy(log);
+
+    reopen(f, 80, 24);
+    f->v.text = f->text;
+    f->v.log = false;
+    draw(f);
+    st = row(f->v.lay.status.y);
+    assert_non_null(strstr(st, "ready | F1Help F10Quit | generating"));
+    assert_int_equal(con_draw_fkey_at(&f->v, find_col(f->v.lay.status.y, "F10Quit")), 10);
 }
 
 int main(void) {
@@ -415,6 +585,8 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_scroll, setup, teardown),
         cmocka_unit_test_setup_teardown(test_help, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bench_and_flag, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_vitals, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_zoom_log_fkeys, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

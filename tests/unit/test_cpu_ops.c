@@ -14,26 +14,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "testutil.h"
 #include "cpu/cpu_ops.h"
 #include "cpu/cpu_pool.h"
 
-static uint64_t rng_state = 0x1234567887654321ull;
-
-static uint32_t rnd32(void) {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (uint32_t)(rng_state >> 16);
-}
-
-/* uniform in [-1, 1) */
-static float rndf(void) {
-    return (float)(rnd32() >> 8) / 8388608.0f - 1.0f;
-}
-
 static void fill(float *x, size_t n, float scale) {
     for (size_t i = 0; i < n; i++)
-        x[i] = rndf() * scale;
+        x[i] = tu_randf() * scale;
 }
 
 /* --- independent decoders ------------------------------------------------------------------ */
@@ -76,12 +63,12 @@ static mm_case_t make_weight(dtype_t dt, int N, int K, int block) {
     if (dt == DT_F32) {
         float *d = malloc(n * sizeof(float));
         for (size_t i = 0; i < n; i++)
-            c.dense[i] = d[i] = rndf() * 0.1f;
+            c.dense[i] = d[i] = tu_randf() * 0.1f;
         c.data = d;
     } else if (dt == DT_BF16) {
         uint16_t *d = malloc(n * sizeof(uint16_t));
         for (size_t i = 0; i < n; i++) {
-            float f = rndf() * 0.1f;
+            float f = tu_randf() * 0.1f;
             uint32_t u;
             memcpy(&u, &f, sizeof u);
             d[i] = (uint16_t)(u >> 16);
@@ -92,8 +79,8 @@ static mm_case_t make_weight(dtype_t dt, int N, int K, int block) {
         uint16_t *d = malloc(n * sizeof(uint16_t));
         for (size_t i = 0; i < n; i++) {
             /* exponents 5..17: normal values from ~1e-3 to ~8 */
-            d[i] =
-                (uint16_t)((rnd32() & 0x8000u) | ((5u + rnd32() % 13u) << 10) | (rnd32() & 1023u));
+            d[i] = (uint16_t)((tu_rand32() & 0x8000u) | ((5u + tu_rand32() % 13u) << 10) |
+                              (tu_rand32() & 1023u));
             c.dense[i] = f16_value(d[i]);
         }
         c.data = d;
@@ -102,11 +89,11 @@ static mm_case_t make_weight(dtype_t dt, int N, int K, int block) {
         int sr = (N + block - 1) / block, sc = (K + block - 1) / block;
         c.scales = malloc(sizeof(float) * (size_t)(sr * sc));
         for (int i = 0; i < sr * sc; i++)
-            c.scales[i] = (0.5f + (rndf() + 1.0f)) * 1e-3f;
+            c.scales[i] = (0.5f + (tu_randf() + 1.0f)) * 1e-3f;
         for (size_t i = 0; i < n; i++) {
             uint8_t b;
             do
-                b = (uint8_t)rnd32();
+                b = (uint8_t)tu_rand32();
             while ((b & 0x7f) == 0x7f); /* no NaN */
             d[i] = b;
             size_t r = i / (size_t)K, k = i % (size_t)K;
@@ -338,14 +325,14 @@ static void test_quant_fp8_hand(void **state) {
 
     /* in place, and the group max always maps to +-448 * s */
     float big[256];
-    rng_state = 99;
+    tu_rand_seed(99);
     fill(big, 256, 1000.0f);
     float ref[256];
     cpu_quant_fp8_rows(big, 2, 128, 128, ref);
     cpu_quant_fp8_rows(big, 2, 128, 128, big);
     assert_memory_equal(big, ref, sizeof big);
     float src[256];
-    rng_state = 99;
+    tu_rand_seed(99);
     fill(src, 256, 1000.0f);
     for (int g = 0; g < 2; g++) {
         float amax = 0, omax = 0;

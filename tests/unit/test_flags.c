@@ -63,6 +63,7 @@ static void test_defaults(void **state) {
     assert_int_equal(v.block_size, 16);
     assert_int_equal(v.max_model_len, 0);
     assert_int_equal(v.kv_cache_dtype, KV_DTYPE_AUTO);
+    assert_int_equal(v.mamba_ssm_cache_dtype, SSM_DTYPE_AUTO);
     assert_true(v.gpu_memory_utilization == 0.9);
     assert_true(v.kv_cache_memory == 0);
     assert_int_equal(v.tensor_parallel_size, 1);
@@ -74,7 +75,7 @@ static void test_defaults(void **state) {
 static void test_table_round_trip(void **state) {
     (void)state;
     int n = flags_count();
-    assert_int_equal(n, 21);
+    assert_int_equal(n, 22);
     assert_null(flags_at(n));
     assert_null(flags_at(-1));
     flag_values_t v;
@@ -116,8 +117,12 @@ static void test_apply_classes(void **state) {
                                        "default-repetition-penalty",
                                        "default-top-k",
                                        "seed"};
-    static const char *const rebuild[] = {"block-size", "max-model-len", "kv-cache-dtype",
-                                          "gpu-memory-utilization", "kv-cache-memory"};
+    static const char *const rebuild[] = {"block-size",
+                                          "max-model-len",
+                                          "kv-cache-dtype",
+                                          "mamba-ssm-cache-dtype",
+                                          "gpu-memory-utilization",
+                                          "kv-cache-memory"};
     for (size_t i = 0; i < sizeof live / sizeof live[0]; i++)
         assert_int_equal(must_find(live[i])->apply, FLAG_LIVE);
     for (size_t i = 0; i < sizeof rebuild / sizeof rebuild[0]; i++)
@@ -274,6 +279,7 @@ static void test_enum(void **state) {
     assert_string_equal(set_fails("scheduling-policy", "lifo"),
                         "scheduling-policy must be one of fcfs, priority, got \"lifo\"");
     set_fails("kv-cache-dtype", "fp16");
+    set_fails("mamba-ssm-cache-dtype", "float16");
     set_fails("kv-cache-dtype", "");
 }
 

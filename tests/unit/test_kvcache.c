@@ -525,6 +525,35 @@ static void test_random_against_model(void **state) {
     kv_destroy(kv);
 }
 
+/* Recurrent-state slots: all free after init, handed out once each, given back; misuse is
+ * recorded and kv_check names it. */
+static void test_state_slots(void **state) {
+    (void)state;
+    kv_pool_t *kv = kv_create(4, 16, false);
+    assert_int_equal(kv_state_slots(kv), 0);
+    assert_int_equal(kv_state_alloc(kv), -1);
+    assert_int_equal(kv_state_init(kv, 3), 0);
+    assert_int_equal(kv_state_available(kv), 3);
+    int32_t a = kv_state_alloc(kv), b = kv_state_alloc(kv), c = kv_state_alloc(kv);
+    assert_true(a >= 0 && b >= 0 && c >= 0 && a != b && b != c && a != c);
+    assert_int_equal(kv_state_alloc(kv), -1);
+    assert_int_equal(kv_check(kv, NULL, 0), 0);
+    kv_state_free(kv, b);
+    assert_int_equal(kv_state_available(kv), 1);
+    assert_int_equal(kv_state_alloc(kv), b);
+    kv_state_free(kv, a);
+    kv_state_free(kv, b);
+    kv_state_free(kv, c);
+    assert_int_equal(kv_state_available(kv), 3);
+    assert_int_equal(kv_check(kv, NULL, 0), 0);
+    kv_state_free(kv, c); /* already free */
+    char msg[128];
+    assert_int_equal(kv_check(kv, msg, sizeof msg), -1);
+    assert_non_null(strstr(msg, "kv_state_free"));
+    assert_int_equal(kv_state_available(kv), 3);
+    kv_destroy(kv);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_create_args),
@@ -540,6 +569,7 @@ int main(void) {
         cmocka_unit_test(test_no_double_registration),
         cmocka_unit_test(test_misuse_is_reported),
         cmocka_unit_test(test_random_against_model),
+        cmocka_unit_test(test_state_slots),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

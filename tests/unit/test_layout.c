@@ -1,8 +1,8 @@
 /* layout: for every terminal size from 40x12 to 300x100, either the "too small" screen (below the
  * minimum) or a tiling where every shown panel lies inside the screen, no two overlap, together
  * they cover every cell, the panels that are always shown are never empty, and each is big enough
- * to draw (charts with a title and two plot rows, a chat pane of a few rows, one-row REPL and
- * status at the bottom). */
+ * to draw (the numbers band under the header within the rows asked for; charts with a title and two
+ * plot rows, a chat pane of a few rows, one-row REPL and status at the bottom). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -22,15 +22,16 @@ static int shown(const layout_t *l, layout_rect_t *out) {
     int n = 0;
     for (int i = 0; i < l->n_charts; i++)
         out[n++] = l->charts[i];
-    const layout_rect_t named[] = {l->header, l->flags, l->requests, l->chat, l->repl, l->status};
+    const layout_rect_t named[] = {l->header, l->vitals, l->flags, l->requests,
+                                   l->chat,   l->repl,   l->status};
     for (size_t i = 0; i < sizeof named / sizeof named[0]; i++)
         if (!layout_rect_empty(named[i])) out[n++] = named[i];
     return n;
 }
 
-static void check_size(int w, int h) {
+static void check_size(int w, int h, int band, bool idle) {
     layout_t l;
-    layout_compute(w, h, &l);
+    layout_compute_idle(w, h, band, idle, &l);
     assert_int_equal(l.min_w, LAYOUT_MIN_W);
     assert_int_equal(l.min_h, LAYOUT_MIN_H);
     if (w < LAYOUT_MIN_W || h < LAYOUT_MIN_H) {
@@ -57,7 +58,13 @@ static void check_size(int w, int h) {
     /* the wide layouts keep flags and requests on screen (the tmux tests read them at 120x40) */
     if (w >= 110) assert_false(layout_rect_empty(l.flags));
 
-    layout_rect_t r[LAYOUT_CHARTS + 6];
+    /* the numbers band: under the header, never more rows than asked */
+    if (!layout_rect_empty(l.vitals))
+        assert_true(l.vitals.y == 1 && l.vitals.w == w && l.vitals.h <= band);
+    if (band == 0) assert_true(layout_rect_empty(l.vitals));
+    if (h >= 24 && band) assert_true(l.vitals.h >= (band < 4 ? band : 4)); /* 80x24 has room */
+
+    layout_rect_t r[LAYOUT_CHARTS + 7];
     int n = shown(&l, r);
     long area = 0;
     for (int i = 0; i < n; i++) {
@@ -76,7 +83,9 @@ static void test_all_sizes(void **state) {
     (void)state;
     for (int w = 40; w <= 300; w++)
         for (int h = 12; h <= 100; h++)
-            check_size(w, h);
+            for (int band = 0; band <= 8; band += 4)
+                for (int idle = 0; idle < 2; idle++)
+                    check_size(w, h, band, idle);
 }
 
 static void test_degenerate(void **state) {
@@ -84,7 +93,7 @@ static void test_degenerate(void **state) {
     const int sizes[][2] = {{0, 0}, {-5, 10}, {10, -1}, {1, 1}, {59, 100}, {300, 15}};
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
         layout_t l;
-        layout_compute(sizes[i][0], sizes[i][1], &l);
+        layout_compute(sizes[i][0], sizes[i][1], 0, &l);
         assert_true(l.too_small);
         assert_int_equal(l.n_charts, 0);
         assert_true(layout_rect_empty(l.chat));
@@ -94,20 +103,20 @@ static void test_degenerate(void **state) {
 static void test_known_sizes(void **state) {
     (void)state;
     layout_t l;
-    layout_compute(120, 40, &l); /* the tmux tests' pane */
+    layout_compute(120, 40, 0, &l); /* the tmux tests' pane */
     assert_int_equal(l.chart_cols, 3);
     assert_int_equal(l.flags.x, l.charts[2].x + l.charts[2].w);
     assert_true(l.flags.h >= 8);     /* room for the flags the tmux tests look at */
     assert_int_equal(l.chat.w, 120); /* tables (/compare) get the whole width */
-    layout_compute(60, 20, &l);      /* the resize test's small size: no side panels */
+    layout_compute(60, 20, 0, &l);   /* the resize test's small size: no side panels */
     assert_false(l.too_small);
     assert_int_equal(l.chart_cols, 2);
     assert_true(layout_rect_empty(l.flags));
-    layout_compute(LAYOUT_MIN_W, LAYOUT_MIN_H, &l);
+    layout_compute(LAYOUT_MIN_W, LAYOUT_MIN_H, 0, &l);
     assert_false(l.too_small);
-    layout_compute(LAYOUT_MIN_W - 1, LAYOUT_MIN_H, &l);
+    layout_compute(LAYOUT_MIN_W - 1, LAYOUT_MIN_H, 0, &l);
     assert_true(l.too_small);
-    layout_compute(LAYOUT_MIN_W, LAYOUT_MIN_H - 1, &l);
+    layout_compute(LAYOUT_MIN_W, LAYOUT_MIN_H - 1, 0, &l);
     assert_true(l.too_small);
 }
 

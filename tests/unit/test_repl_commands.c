@@ -75,7 +75,18 @@ static void test_simple_commands(void **state) {
     bad("/experts 3", "/experts takes no arguments");
     ok("/flags", REPL_FLAGS, 0);
     ok("/flags max", REPL_FLAGS, 1);
-    bad("/flags a b", "usage: /flags [PREFIX]");
+    ok("/flags diff", REPL_FLAGS, 1);
+    bad("/flags a b", "usage: /flags [PREFIX|diff]");
+    ok("/sweep max-num-seqs 64,128 short --num-prompts 20", REPL_SWEEP, 5);
+    assert_string_equal(cmd.flag->name, "max-num-seqs");
+    assert_string_equal(cmd.argv[1], "64,128");
+    assert_string_equal(cmd.argv[2], "short");
+    bad("/sweep max-num-seqs 64,128", "usage: /sweep FLAG V1,V2,... PROFILE [OPTIONS]");
+    bad("/sweep nope 1,2 short", "unknown flag nope");
+    bad("/sweep block-size 16,32 short", "/sweep takes a live flag (block-size needs a rebuild");
+    bad("/sweep max-num-seqs 0,4 short", "max-num-seqs must be an integer in [1");
+    bad("/sweep max-num-seqs 4,,8 short", "is not a list of values like 64,128,256");
+    bad("/sweep max-num-seqs 4,8 nosuch", "unknown profile nosuch");
     ok("/tools", REPL_TOOLS, 0);
     ok("/tools \"my tools.json\"", REPL_TOOLS, 1);
     assert_string_equal(cmd.argv[0], "my tools.json");
@@ -199,7 +210,7 @@ static void test_help(void **state) {
     assert_int_equal(n, (int)strlen(buf));
     int nc;
     const repl_command_t *cs = repl_commands(&nc);
-    assert_int_equal(nc, 14);
+    assert_int_equal(nc, 15); /* 13, /sweep (main) and /experts (MoE) */
     for (int i = 0; i < nc; i++) {
         assert_non_null(strstr(buf, cs[i].usage));
         assert_non_null(strstr(buf, cs[i].help));
@@ -242,15 +253,29 @@ static int complete(const char *line, const flag_values_t *values) {
     return n;
 }
 
+/* /sweep completes its flag and its profile; /flags offers diff. */
+static void test_complete_sweep(void **state) {
+    (void)state;
+    assert_int_equal(complete("/sweep max-num-s", NULL), 1);
+    assert_string_equal(comp.cand[0], "max-num-seqs");
+    assert_true(comp.space_after);
+    assert_int_equal(complete("/sweep max-num-seqs 1,2 sho", NULL), 1);
+    assert_string_equal(comp.cand[0], "short");
+    assert_int_equal(complete("/sweep max-num-seqs 1", NULL), 0);
+    assert_int_equal(complete("/flags di", NULL), 1);
+    assert_string_equal(comp.cand[0], "diff");
+}
+
 static void test_complete_commands(void **state) {
     (void)state;
     int nc;
     repl_commands(&nc);
     assert_int_equal(complete("/", NULL), nc + 1); /* and the /exit alias */
     assert_int_equal(comp.start, 0);
-    assert_int_equal(complete("/s", NULL), 2);
+    assert_int_equal(complete("/s", NULL), 3);
     assert_string_equal(comp.cand[0], "/set");
-    assert_string_equal(comp.cand[1], "/system");
+    assert_string_equal(comp.cand[1], "/sweep");
+    assert_string_equal(comp.cand[2], "/system");
     assert_int_equal(comp.best, 0);
     assert_int_equal(complete("  /se", NULL), 1);
     assert_int_equal(comp.start, 2);
@@ -396,6 +421,7 @@ int main(void) {
         cmocka_unit_test(test_quoting),
         cmocka_unit_test(test_help),
         cmocka_unit_test(test_complete_commands),
+        cmocka_unit_test(test_complete_sweep),
         cmocka_unit_test(test_complete_flags),
         cmocka_unit_test(test_complete_profiles),
         cmocka_unit_test(test_with_lineedit),

@@ -3,7 +3,8 @@
  * the token budget, chunked and unchunked prefill, max-num-seqs, preemption of the newest
  * sequence (freed, front of the queue, recomputed with its output), prefix-cache hits that
  * leave one token to compute, blocks committed once full, forks sharing full prompt blocks,
- * fcfs and priority order (and a live switch between them), and giving every block back.
+ * fcfs and priority order (and a live switch between them), and giving every block back;
+ * recurrent-state slots taken at admission and given back, and forks at the fork point.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -484,6 +485,102 @@ static void test_plan_survives_adds(void **state) {
     kv_destroy(kv);
 }
 
+/* Recurrent-state slots (models with state): admission takes one (and waits for one as for
+ * blocks), preemption and removal give it back, every running sequence holds its own. */
+static void test_state_slots(void **state) {
+    kv_pool_t *kv = kv_create(7, BS, false);
+    assert_int_equal(kv_state_init(kv, 2), 0);
+    sched_config_t cfg = config(8, 256, true);
+    sched_t *s = sched_create(kv, &cfg);
+    sched_seq_t a, b, c;
+    seq_make(&a, 40, 0, 1);
+    seq_make(&b, 40, 100, 2);
+    seq_make(&c, 3, 200, 3);
+    sched_add(s, &a);
+    sched_add(s, &b);
+    sched_add(s, &c);
+    sched_out_t out = run_step(s, kv, 9); /* two slots: c waits though blocks are left */
+    assert_int_equal(out.n, 2);
+    assert_true(a.has_state && b.has_state && !c.has_state);
+    assert_int_not_equal(a.state_slot, b.state_slot);
+    assert_int_equal(kv_state_available(kv), 0);
+    assert_int_equal(c.state, SCHED_SEQ_WAITING);
+    /* a grows into a 4th block: b, the newest, is preempted and gives its slot back */
+    out = run_step(s, kv, 9);
+    while (out.n_preempted == 0)
+        out = run_step(s, kv, 9);
+    assert_false(b.has_state);
+    assert_int_equal(b.n_computed, 0);
+    /* with b back in the queue, the freed slot goes to it first (it is ahead of c) */
+    sched_remove(s, &a);
+    assert_false(a.has_state);
+    out = run_step(s, kv, 9);
+    assert_true(b.has_state && c.has_state);
+    assert_int_not_equal(b.state_slot, c.state_slot);
+    sched_remove(s, &b);
+    sched_remove(s, &c);
+    assert_int_equal(kv_state_available(kv), 2);
+    assert_int_equal(kv_used(kv), 0);
+    check_pool(kv);
+    sched_seq_free(&a);
+    sched_seq_free(&b);
+    sched_seq_free(&c);
+    sched_destroy(s);
+    kv_destroy(kv);
+}
+
+/* With state, choice 0 of an n > 1 request stops at the fork point (its last full prompt block)
+ * until the fork; a child takes a slot of its own, shares the full blocks and computes the rest;
+ * without a free slot it shares nothing and recomputes everything. */
+static void test_fork_with_state(void **state) {
+    kv_pool_t *kv = kv_create(32, BS, false);
+    assert_int_equal(kv_state_init(kv, 2), 0);
+    sched_config_t cfg = config(8, 256, true);
+    sched_t *s = sched_create(kv, &cfg);
+    sched_seq_t p, ch, ch2;
+    seq_make(&p, 37, 0, 10);
+    p.fork_pending = true;
+    sched_add(s, &p);
+    assert_int_equal(sched_fork_point(&p, BS), 32);
+    sched_out_t out = run_step(s, kv, 3);
+    assert_int_equal(out.n_new[0], 32); /* stops at the fork point despite the budget */
+    out = run_step(s, kv, 3);           /* and stays there until the fork */
+    assert_int_equal(out.n, 0);
+    assert_int_equal(sched_seq_init(&ch, NULL, 0, 40), 0);
+    ch.order = 11;
+    assert_int_equal(sched_fork(s, &p, &ch), 0);
+    p.fork_pending = false;
+    assert_true(ch.has_state);
+    assert_int_not_equal(ch.state_slot, p.state_slot);
+    assert_int_equal(ch.n_computed, 32);
+    assert_int_equal(ch.n_blocks, 2);
+    assert_int_equal(ch.blocks[1], p.blocks[1]);
+    assert_int_equal(sched_seq_init(&ch2, NULL, 0, 40), 0); /* no slot left: recomputes */
+    ch2.order = 12;
+    assert_int_equal(sched_fork(s, &p, &ch2), 0);
+    assert_false(ch2.has_state);
+    assert_int_equal(ch2.n_computed, 0);
+    assert_int_equal(ch2.n_blocks, 0);
+    out = run_step(s, kv, 4);
+    assert_int_equal(out.n, 2); /* ch2 waits for a slot */
+    assert_int_equal(out.n_new[0], 5);
+    assert_int_equal(out.n_new[1], 5);
+    sched_remove(s, &p);
+    out = run_step(s, kv, 4);
+    assert_true(ch2.has_state);
+    assert_int_equal(ch2.n_computed, 37);
+    sched_remove(s, &ch);
+    sched_remove(s, &ch2);
+    assert_int_equal(kv_used(kv), 0);
+    assert_int_equal(kv_state_available(kv), 2);
+    check_pool(kv);
+    sched_seq_free(&p);
+    sched_seq_free(&ch);
+    sched_seq_free(&ch2);
+    sched_destroy(s);
+    kv_destroy(kv);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_decodes_first_and_budget),
@@ -497,6 +594,8 @@ int main(void) {
         cmocka_unit_test(test_policy_order),
         cmocka_unit_test(test_release_all),
         cmocka_unit_test(test_plan_survives_adds),
+        cmocka_unit_test(test_state_slots),
+        cmocka_unit_test(test_fork_with_state),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -116,12 +116,11 @@ void emu_syncwarp(void) {
 }
 
 /* A tensor-core mma.sync over the warp (kernels/mma.cuh has the fragment layouts): each lane
- * deposits its A and B registers, every lane rebuilds the 16 x 32-byte A slice and the 8 x
- * 32-byte B slice from all of them and computes its own four outputs, summing the products in k
- * order in f32 and adding the sum to its accumulator. `esize` bytes an element, decoded by
- * `decode`. */
-static void emu_mma(float d[4], const uint32_t a[4], const uint32_t b[2], int esize,
-                    float (*decode)(const uint8_t *)) {
+ * deposits its A and B registers, and every lane rebuilds the 16 x 32-byte A slice and the
+ * 8 x 32-byte B slice from all of them. The m16n8k32 e4m3, m16n8k16 bf16 and m16n8k8 tf32
+ * fragments share this byte layout (32 bytes of k per row, 4 in each register). */
+static void mma_gather(const uint32_t a[4], const uint32_t b[2], uint8_t A[16][32],
+                       uint8_t B[8][32]) {
     uint32_t *slots = &blk->mma[(size_t)(blk->cur / 32) * 32 * kMmaRegs];
     const int lane = emu_lane();
     for (int i = 0; i < 4; i++)
@@ -129,7 +128,6 @@ static void emu_mma(float d[4], const uint32_t a[4], const uint32_t b[2], int es
     slots[lane * kMmaRegs + 4] = b[0];
     slots[lane * kMmaRegs + 5] = b[1];
     emu_syncwarp();
-    uint8_t A[16][32], B[8][32];
     for (int l = 0; l < 32; l++) {
         const int g = l >> 2, t = l & 3;
         const uint32_t *r = &slots[l * kMmaRegs];
@@ -141,7 +139,16 @@ static void emu_mma(float d[4], const uint32_t a[4], const uint32_t b[2], int es
         memcpy(&B[g][16 + 4 * t], &r[5], 4);
     }
     emu_syncwarp(); /* every lane has read the slots before any lane's next mma writes them */
-    const int g = lane >> 2, t = lane & 3;
+}
+
+/* The 8-bit and 16-bit mmas: each lane computes its own four outputs, summing the products in
+ * k order in f32 and adding the sum to its accumulator. `esize` bytes an element, decoded by
+ * `decode`. */
+static void emu_mma(float d[4], const uint32_t a[4], const uint32_t b[2], int esize,
+                    float (*decode)(const uint8_t *)) {
+    uint8_t A[16][32], B[8][32];
+    mma_gather(a, b, A, B);
+    const int lane = emu_lane(), g = lane >> 2, t = lane & 3;
     for (int i = 0; i < 4; i++) {
         const int row = g + (i >= 2 ? 8 : 0), col = 2 * t + (i & 1);
         float sum = 0.0f;
@@ -169,6 +176,30 @@ void emu_mma_bf16_16x8x16(float d[4], const uint32_t a[4], const uint32_t b[2]) 
     emu_mma(d, a, b, 2, decode_bf16);
 }
 
+uint32_t emu_cvt_rna_tf32(float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    if ((u & 0x7f800000u) == 0x7f800000u) return u; /* inf, NaN */
+    return (u + 0x1000u) & ~0x1fffu;                /* half an ulp of tf32 into the magnitude */
+}
+
+/* The tf32 mma: the products summed in double from the accumulator, rounded once. */
+void emu_mma_m16n8k8_tf32(float d[4], const uint32_t a[4], const uint32_t b[2]) {
+    uint8_t A[16][32], B[8][32];
+    mma_gather(a, b, A, B);
+    const int lane = emu_lane(), g = lane >> 2, t = lane & 3;
+    for (int e = 0; e < 4; e++) {
+        const int row = g + 8 * (e >> 1), col = 2 * t + (e & 1);
+        double acc = d[e];
+        for (int k = 0; k < 8; k++) {
+            float x, y;
+            memcpy(&x, &A[row][4 * k], 4);
+            memcpy(&y, &B[col][4 * k], 4);
+            acc += (double)x * (double)y;
+        }
+        d[e] = (float)acc;
+    }
+}
 uint32_t *ops_dynamic_smem_u32(void) {
     return dyn_smem.data();
 }

@@ -91,6 +91,19 @@ template <typename T> static inline T emu_shfl_up_sync(unsigned, T v, int d) {
 #define __shfl_up_sync  emu_shfl_up_sync
 #define __shfl_sync     emu_shfl_sync
 
+/* ---- tensor cores ---------------------------------------------------------------------------- */
+
+/* cvt.rna.tf32.f32: f32 rounded to 10 mantissa bits, to nearest with ties away from zero (the
+ * low 13 bits of the result are zero). */
+uint32_t emu_cvt_rna_tf32(float x);
+
+/* mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 d, a, b, d for the calling lane, with the
+ * PTX ISA's fragment layouts (groupID g = lane / 4, t = lane % 4): a0..a3 hold A (g, t),
+ * (g + 8, t), (g, t + 4), (g + 8, t + 4); b0, b1 hold B (t, g), (t + 4, g); d0..d3 hold D (g, 2t),
+ * (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1). Every lane of the warp must call it (it exchanges
+ * the fragments through the warp's scratch); products are exact, sums in double. */
+void emu_mma_m16n8k8_tf32(float d[4], const uint32_t a[4], const uint32_t b[2]);
+
 /* ---- atomics (the fibers of a block run on one host thread: plain updates are atomic) ------ */
 
 template <typename T> static inline T emu_atomic_add(T *p, T v) {

@@ -1,0 +1,267 @@
+/* ui_vitals: the numbers band's fields placed on rows (see ui_vitals.h). */
+#include "ui_vitals.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+
+#define GAP        2 /* columns between fields */
+#define FIELD_SEGS 6
+
+void ui_ops_from_stats(const stats_snapshot_t *s, double now, double window_s, ui_ops_t *o) {
+    memset(o, 0, sizeof *o);
+    o->kv_used = s->kv_used;
+    o->kv_total = s->kv_total;
+    o->prefix_hit_pct =
+        s->prefix_queries ? 100.0 * (double)s->prefix_hits / (double)s->prefix_queries : NAN;
+    for (int i = 0; i < 4; i++)
+        o->finished[i] = s->requests_finished[i];
+    o->queue_ms = NAN;
+    double step = 0, fwd = 0, tokens = 0;
+    int n = 0, preempted = 0;
+    for (int i = s->n_steps - 1; i >= 0; i--) {
+        const stats_step_t *st = &s->steps_ring[i];
+        if (st->t <= now - window_s) break;
+        preempted += st->preempted;
+        if (st->prefill_tokens + st->decode_tokens == 0) continue; /* the engine went idle */
+        step += st->step_ms;
+        fwd += st->forward_ms;
+        tokens += st->prefill_tokens + st->decode_tokens;
+        n++;
+    }
+    o->step_ms = n ? step / n : NAN;
+    o->forward_ms = n ? fwd / n : NAN;
+    o->tokens_per_step = n ? tokens / n : NAN;
+    o->preempt_per_s = window_s > 0 ? preempted / window_s : 0;
+}
+
+ui_vstyle_t ui_vitals_grade(double pct) {
+    return isnan(pct) ? UI_VS_VALUE : pct < 70 ? UI_VS_GOOD : pct < 90 ? UI_VS_WARN : UI_VS_BAD;
+}
+
+/* A field: a few segments that stay together on one row. */
+typedef struct field {
+    int n, w;
+    ui_vseg_t seg[FIELD_SEGS];
+} field_t;
+
+typedef struct placer {
+    ui_vseg_t *segs;
+    int n, max, width, max_rows;
+    int row, col; /* where the next field goes */
+} placer_t;
+
+static void add(field_t *f, ui_vstyle_t style, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void add(field_t *f, ui_vstyle_t style, const char *fmt, ...) {
+    if (f->n == FIELD_SEGS) return;
+    ui_vseg_t *s = &f->seg[f->n++];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(s->text, sizeof s->text, fmt, ap);
+    va_end(ap);
+    s->len = (int)strlen(s->text);
+    s->style = style;
+    s->col = f->w; /* relative until placed; the texts are ASCII: a byte is a column */
+    f->w += s->len;
+}
+
+/* Places f at the current position, or on the next row when wrap and it does not fit (not at
+ * all when no row is left). */
+static bool place(placer_t *p, field_t *f, bool wrap) {
+    int col = p->col ? p->col + GAP : 0;
+    if (col + f->w > p->width) {
+        if (!wrap || !p->col || p->row + 1 >= p->max_rows) return false;
+        p->row++;
+        col = 0;
+        if (f->w > p->width) return false;
+    }
+    if (p->row >= p->max_rows || p->n + f->n > p->max) return false;
+    for (int i = 0; i < f->n; i++) {
+        ui_vseg_t *s = &p->segs[p->n++];
+        *s = f->seg[i];
+        s->row = p->row;
+        s->col = col + f->seg[i].col;
+    }
+    p->col = col + f->w;
+    return true;
+}
+
+static void new_row(placer_t *p) {
+    if (p->col) p->row++;
+    p->col = 0;
+}
+
+/* A field "LABEL VALUE": v printed with fmt (one double conversion), "-" when NaN. */
+static void num(placer_t *p, bool wrap, const char *label, ui_vstyle_t st, const char *fmt,
+                double v) {
+    field_t f = {0};
+    char text[64];
+    add(&f, UI_VS_LABEL, "%s", label);
+    if (isnan(v)) {
+        add(&f, UI_VS_VALUE, "-");
+    } else {
+        snprintf(text, sizeof text, fmt, v);
+        add(&f, st, "%s", text);
+    }
+    place(p, &f, wrap);
+}
+
+/* 1234 -> "1234", 12345 -> "12.3k", 1234567 -> "1.23M" */
+static void count_text(double v, char *buf, size_t size) {
+    if (v < 10000)
+        snprintf(buf, size, "%.0f", v);
+    else if (v < 1e6)
+        snprintf(buf, size, "%.1fk", v / 1e3);
+    else
+        snprintf(buf, size, "%.2fM", v / 1e6);
+}
+
+static double gib(double bytes) {
+    return bytes / (1024.0 * 1024 * 1024);
+}
+
+static void gpu_row(placer_t *p, int i, const ui_gpu_dev_t *d) {
+    field_t f = {0};
+    add(&f, UI_VS_TITLE, "GPU%d", i);
+    place(p, &f, false);
+    num(p, false, "util ", ui_vitals_grade(d->util), "%3.0f%%", d->util);
+    f = (field_t){0};
+    add(&f, UI_VS_LABEL, "mem ");
+    if (isnan(d->mem_total))
+        add(&f, UI_VS_VALUE, "-");
+    else
+        add(&f, ui_vitals_grade(100.0 * d->mem_used / d->mem_total), "%.1f/%.1f GiB",
+            gib(d->mem_used), gib(d->mem_total));
+    place(p, &f, false);
+    f = (field_t){0};
+    add(&f, UI_VS_LABEL, "pwr ");
+    if (isnan(d->power_w))
+        add(&f, UI_VS_VALUE, "-");
+    else if (isnan(d->power_cap_w))
+        add(&f, UI_VS_VALUE, "%.0f W", d->power_w);
+    else
+        add(&f, ui_vitals_grade(100.0 * d->power_w / d->power_cap_w), "%.0f/%.0f W", d->power_w,
+            d->power_cap_w);
+    place(p, &f, false);
+    f = (field_t){0};
+    add(&f, UI_VS_LABEL, "temp ");
+    if (isnan(d->temp_c))
+        add(&f, UI_VS_VALUE, "-");
+    else
+        add(&f,
+            d->temp_c >= 85   ? UI_VS_BAD
+            : d->temp_c >= 75 ? UI_VS_WARN
+                              : UI_VS_VALUE,
+            "%.0f C", d->temp_c);
+    place(p, &f, false);
+    f = (field_t){0};
+    add(&f, UI_VS_LABEL, "clk ");
+    if (isnan(d->sm_mhz))
+        add(&f, UI_VS_VALUE, "-");
+    else if (isnan(d->mem_mhz))
+        add(&f, UI_VS_VALUE, "%.0f MHz", d->sm_mhz);
+    else
+        add(&f, UI_VS_VALUE, "%.0f/%.0f MHz", d->sm_mhz, d->mem_mhz);
+    place(p, &f, false);
+    f = (field_t){0};
+    add(&f, UI_VS_LABEL, "%s", d->name);
+    place(p, &f, false);
+    new_row(p);
+}
+
+/* The process: CPU % of one core (top's way) and the resident set. */
+static void proc_fields(placer_t *p, const ui_gpu_sample_t *g) {
+    field_t f = {0};
+    add(&f, UI_VS_LABEL, "CPU ");
+    if (isnan(g->cpu_pct))
+        add(&f, UI_VS_VALUE, "-");
+    else
+        add(&f, ui_vitals_grade(g->cpu_pct / g->n_cpus), "%.0f%%", g->cpu_pct);
+    add(&f, UI_VS_LABEL, " of %d cores", g->n_cpus);
+    place(p, &f, true);
+    f = (field_t){0};
+    add(&f, UI_VS_LABEL, "RSS ");
+    if (isnan(g->rss))
+        add(&f, UI_VS_VALUE, "-");
+    else if (g->mem_total > 0)
+        add(&f, ui_vitals_grade(100.0 * g->rss / g->mem_total), "%.2f/%.1f GiB", gib(g->rss),
+            gib(g->mem_total));
+    else
+        add(&f, UI_VS_VALUE, "%.2f GiB", gib(g->rss));
+    place(p, &f, true);
+}
+
+static void ops_fields(placer_t *p, const ui_ops_t *o) {
+    char a[24], b[24];
+    field_t f = {0};
+    double pct = o->kv_total ? 100.0 * o->kv_used / o->kv_total : NAN;
+    add(&f, UI_VS_LABEL, "KV ");
+    if (o->block_size > 0) {
+        count_text((double)o->kv_used * o->block_size, a, sizeof a);
+        count_text((double)o->kv_total * o->block_size, b, sizeof b);
+        add(&f, ui_vitals_grade(pct), "%s/%s tok", a, b);
+        add(&f, UI_VS_LABEL, " (%d/%d blk)", o->kv_used, o->kv_total);
+    } else {
+        add(&f, ui_vitals_grade(pct), "%d/%d blk", o->kv_used, o->kv_total);
+    }
+    place(p, &f, true);
+    if (o->block_size > 0 && o->max_model_len > 0 && o->kv_total > 0) {
+        f = (field_t){0};
+        add(&f, UI_VS_LABEL, "max conc ");
+        double conc = (double)o->kv_total * o->block_size / o->max_model_len;
+        add(&f, conc < 1 ? UI_VS_BAD : UI_VS_VALUE, "%.1fx", conc);
+        add(&f, UI_VS_LABEL, " @%d", o->max_model_len);
+        place(p, &f, true);
+    }
+    num(p, true, "prefix hit ", UI_VS_VALUE, "%.1f%%", o->prefix_hit_pct);
+    f = (field_t){0};
+    add(&f, UI_VS_LABEL, "step ");
+    if (isnan(o->step_ms)) {
+        add(&f, UI_VS_VALUE, "idle");
+    } else {
+        add(&f, UI_VS_VALUE, "%.1f ms", o->step_ms);
+        add(&f, UI_VS_LABEL, " fwd ");
+        add(&f, UI_VS_VALUE, "%.1f", o->forward_ms);
+    }
+    place(p, &f, true);
+    num(p, true, "tok/step ", UI_VS_VALUE, "%.1f", o->tokens_per_step);
+    num(p, true, "preempt ", o->preempt_per_s > 0 ? UI_VS_WARN : UI_VS_VALUE, "%.1f/s",
+        o->preempt_per_s);
+    num(p, true, "queue ", UI_VS_VALUE, "%.0f ms", o->queue_ms);
+    f = (field_t){0};
+    add(&f, UI_VS_LABEL, "done ");
+    add(&f, UI_VS_VALUE, "stop %llu len %llu abort %llu", (unsigned long long)o->finished[0],
+        (unsigned long long)o->finished[1], (unsigned long long)o->finished[2]);
+    add(&f, o->finished[3] ? UI_VS_BAD : UI_VS_LABEL, " error %llu",
+        (unsigned long long)o->finished[3]);
+    place(p, &f, true);
+}
+
+int ui_vitals_lay(const ui_gpu_sample_t *gpu, const ui_ops_t *ops, int width, int max_rows,
+                  ui_vseg_t *segs, int max_segs, int *rows) {
+    placer_t p = {.segs = segs, .max = max_segs, .width = width, .max_rows = max_rows};
+    if (gpu) {
+        for (int i = 0; i < gpu->n && p.row < max_rows; i++)
+            gpu_row(&p, i, &gpu->dev[i]);
+        if (gpu->n_total > gpu->n && p.row < max_rows) {
+            field_t f = {0};
+            add(&f, UI_VS_LABEL, "(+%d GPUs not shown)", gpu->n_total - gpu->n);
+            place(&p, &f, false);
+            new_row(&p);
+        }
+        if (gpu->n == 0 && p.row < max_rows) {
+            field_t f = {0};
+            add(&f, UI_VS_LABEL, "%s", gpu->why[0] ? gpu->why : "no GPU");
+            place(&p, &f, true);
+        }
+        proc_fields(&p, gpu);
+        if (gpu->n == 0) new_row(&p);
+    }
+    if (ops && p.row < max_rows) ops_fields(&p, ops);
+    *rows = p.row + (p.col ? 1 : 0);
+    if (*rows > max_rows) *rows = max_rows;
+    return p.n;
+}
