@@ -108,6 +108,15 @@ typedef struct backend_ops {
     /* True when the backend makes --load-format dummy values itself (weights_open with
      * lazy_dummy: no host copy of the random weights). */
     bool makes_dummy_weights;
+    /* Optional. Tokens routed to each expert of each MLP_MOE layer since create, cumulative:
+     * out [n_layers][n_experts] (rows of other layers stay 0), as of the last forward that
+     * returned. Fails for a model without experts. */
+    int (*expert_load)(backend_t *be, uint64_t *out, err_t *err);
+    /* Optional, for tests: while ids is not NULL, each forward writes the experts it routes each
+     * token to in MLP_MOE layer l to ids [n_layers][n_tokens][num_experts_per_tok] (row l, in
+     * the order the top-k found them; rows of other layers untouched). The caller keeps ids
+     * alive and large enough until it passes NULL. */
+    void (*trace_routing)(backend_t *be, int32_t *ids);
     /* Models with recurrent state (NULL otherwise, or 0 bytes). Bytes of one state slot; the
      * SSM dtype is the one `configure` last set. */
     size_t (*state_bytes)(const backend_t *be);

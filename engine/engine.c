@@ -18,10 +18,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "expert_load.h"
 #include "grow.h"
 #include "output.h"
 #include "rng.h"
 #include "scripted.h"
+#include "shard_plan.h"
 
 #define AUTO_POOL_MAX (4ull << 30) /* bytes: the automatic pool is 25% of RAM, at most this */
 #define TOKENS_AHEAD  64           /* room for output tokens reserved at submit */
@@ -40,8 +42,7 @@ void engine_opts_init(engine_opts_t *o) {
     flags_init(&o->flags);
 }
 
-/* Wakes the engine thread for a change made under e->mu (which the caller holds). */
-static void tell_engine(engine_t *e) {
+void tell_engine(engine_t *e) {
     atomic_fetch_add_explicit(&e->news, 1, memory_order_relaxed);
     pthread_cond_signal(&e->cv);
 }
@@ -118,7 +119,7 @@ static uint64_t state_bytes(const engine_t *e) {
     return e->has_state ? e->be->ops->state_bytes(e->be) : 0;
 }
 
-static int check_rebuild_flags(const engine_t *e, flag_values_t *f, err_t *err) {
+int check_rebuild_flags(const engine_t *e, flag_values_t *f, err_t *err) {
     int model_len = e->cfg->max_position_embeddings;
     if (f->max_model_len == 0) {
         /* auto: the model's context, or as much of it as the pool can give one sequence (a
@@ -197,11 +198,6 @@ static sched_config_t sched_config_of(const flag_values_t *f) {
                             .chunked_prefill = f->enable_chunked_prefill,
                             .policy = f->scheduling_policy};
 }
-
-/* Why hybrid models run without prefix caching (README.md says more). */
-#define ENGINE_NO_PREFIX_CACHING_WHY                                                               \
-    "a cached block is only reusable with the recurrent state at its end, and a checkpoint of "    \
-    "that state per block would cost more memory than the blocks"
 
 // ---------------------------------------------------------------------------------------------
 // Requests (engine thread)
@@ -649,11 +645,13 @@ static void *engine_main(void *arg) {
             if (ran) record_step(e, &st);
             record_idle(e);
             record_active(e, true);
+            expert_load_poll(e->experts, true, engine_now());
             output_flush(e);
         } else {
             output_flush(e);
             if (ran) record_step(e, &st);
             record_active(e, false);
+            expert_load_poll(e->experts, false, engine_now());
         }
         free_done(e);
     }
@@ -806,105 +804,6 @@ fail:
 }
 
 // ---------------------------------------------------------------------------------------------
-// Flags
-
-int engine_flag_get(engine_t *e, const char *name, char *buf, size_t size, err_t *err) {
-    const flag_def_t *d = flags_find(name);
-    if (!d) return err_set(err, "unknown flag \"%s\"", name ? name : "");
-    pthread_mutex_lock(&e->mu);
-    flags_format(d, &e->flags, buf, size);
-    pthread_mutex_unlock(&e->mu);
-    return 0;
-}
-
-int engine_flag_set_async(engine_t *e, const char *name, const char *value,
-                          engine_flag_done_fn done, void *ctx, err_t *err) {
-    const flag_def_t *d = flags_find(name);
-    if (!d) return err_set(err, "unknown flag \"%s\"", name ? name : "");
-    if (d->apply == FLAG_RELOAD)
-        return err_set(err, "%s needs a restart: it changes the model or its parallel layout",
-                       d->name);
-    flag_change_t *c = NULL;
-    if (d->apply == FLAG_REBUILD) {
-        c = calloc(1, sizeof *c);
-        if (!c || !(c->value = strdup(value ? value : ""))) {
-            free(c);
-            return err_set(err, "out of memory");
-        }
-        *c = (flag_change_t){.def = d, .value = c->value, .done = done, .ctx = ctx};
-    }
-    pthread_mutex_lock(&e->mu);
-    flag_values_t nf = e->flags;
-    int rc = flags_set(d, value, &nf, err);
-    if (rc == 0 && e->has_state && nf.enable_prefix_caching)
-        rc = err_set(err, "enable-prefix-caching: off for %s (hybrid model): %s",
-                     e->cfg->model_type, ENGINE_NO_PREFIX_CACHING_WHY);
-    if (rc == 0 && d->apply == FLAG_REBUILD) rc = check_rebuild_flags(e, &nf, err);
-    if (rc == 0 && e->closing) rc = err_set(err, "the engine is closing");
-    if (rc == 0) {
-        rc = 1;
-        if (d->apply == FLAG_LIVE && flags_differ(d, &nf, &e->flags)) {
-            e->flags = nf;
-            e->flags_gen++;
-            tell_engine(e);
-        } else if (d->apply == FLAG_REBUILD) {
-            /* queued even when it looks unchanged: an earlier change may still be queued */
-            if (e->changes_tail)
-                e->changes_tail->next = c;
-            else
-                e->changes = c;
-            e->changes_tail = c;
-            c = NULL;
-            rc = 0;
-            tell_engine(e);
-        }
-    }
-    pthread_mutex_unlock(&e->mu);
-    if (c) {
-        free(c->value);
-        free(c);
-    }
-    return rc;
-}
-
-/* engine_flag_set waits for its change here. */
-typedef struct flag_waiter {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    bool done;
-    int rc;
-    err_t err;
-} flag_waiter_t;
-
-static void flag_answered(void *ctx, int rc, const char *msg) {
-    flag_waiter_t *w = ctx;
-    pthread_mutex_lock(&w->mu);
-    w->rc = rc;
-    if (rc < 0) err_set(&w->err, "%s", msg);
-    w->done = true;
-    pthread_cond_signal(&w->cv);
-    pthread_mutex_unlock(&w->mu);
-}
-
-int engine_flag_set(engine_t *e, const char *name, const char *value, err_t *err) {
-    flag_waiter_t w = {.done = false};
-    pthread_mutex_init(&w.mu, NULL);
-    pthread_cond_init(&w.cv, NULL);
-    int rc = engine_flag_set_async(e, name, value, flag_answered, &w, err);
-    if (rc == 0) {
-        pthread_mutex_lock(&w.mu);
-        while (!w.done)
-            pthread_cond_wait(&w.cv, &w.mu);
-        pthread_mutex_unlock(&w.mu);
-        rc = w.rc;
-        if (rc < 0 && err) *err = w.err;
-    }
-    pthread_mutex_destroy(&w.mu);
-    pthread_cond_destroy(&w.cv);
-    return rc < 0 ? -1 : 0;
-}
-
-// ---------------------------------------------------------------------------------------------
 // Open and close
 
 const model_config_t *engine_model_config(const engine_t *e) {
@@ -931,6 +830,7 @@ static void engine_free(engine_t *e) {
     sched_destroy(e->sched);
     kv_destroy(e->kv);
     sampler_destroy(e->smp);
+    expert_load_free(e->experts);
     backend_destroy(e->be);
     scripted_free(e->scripted);
     tok_destroy(e->tok);
@@ -999,6 +899,10 @@ int engine_open(const engine_opts_t *o, engine_t **out, err_t *err) {
     }
     model_source_t src = o->model;
     src.lazy_dummy = e->ops->makes_dummy_weights;
+    if (o->flags.tensor_parallel_size > 1) {
+        shard_plan_refuse(&src, o->flags.tensor_parallel_size, err);
+        goto fail;
+    }
     if (weights_open(&src, &e->w, err) < 0) goto fail;
     e->cfg = weights_config(e->w);
     if (load_text(e, o->tokenizer, err) < 0) goto fail;
@@ -1038,6 +942,7 @@ int engine_open(const engine_opts_t *o, engine_t **out, err_t *err) {
         err_set(err, "out of memory");
         goto fail;
     }
+    e->experts = expert_load_open(e->cfg, e->be, e->stats, engine_now());
     e->flags = e->f = f;
     stats_set_kv(e->stats, 0, e->num_blocks); /* the pool's size before the first step */
     if (pthread_create(&e->thread, NULL, engine_main, e) != 0) {

@@ -87,9 +87,10 @@ struct engine {
     int n_stop_ids;
     size_t max_chunk; /* tok_stream_max_chunk */
     stats_t *stats;
-    struct scripted *scripted; /* replies scripted for tests, or NULL */
-    bool has_state;            /* the model keeps recurrent state per sequence (Qwen3.5): state
-                                  slots in the pool, prefix caching off, forks copy state */
+    struct expert_load *experts; /* MoE models: the expert-load statistics, or NULL */
+    struct scripted *scripted;   /* replies scripted for tests, or NULL */
+    bool has_state;              /* the model keeps recurrent state per sequence (Qwen3.5): state
+                                    slots in the pool, prefix caching off, forks copy state */
 
     /* shared, under mu */
     pthread_mutex_t mu;
@@ -132,5 +133,17 @@ struct engine {
     float *logits; /* [cap_logits] for the host sampler */
     size_t cap_logits;
 };
+
+/* Why hybrid models run without prefix caching (README.md says more). */
+#define ENGINE_NO_PREFIX_CACHING_WHY                                                               \
+    "a cached block is only reusable with the recurrent state at its end, and a checkpoint of "    \
+    "that state per block would cost more memory than the blocks"
+
+/* Wakes the engine thread for a change made under e->mu (which the caller holds). */
+void tell_engine(engine_t *e);
+
+/* Checks the rebuild flags of f against the model and the pool, filling the automatic ones
+ * (max_model_len 0). */
+int check_rebuild_flags(const engine_t *e, flag_values_t *f, err_t *err);
 
 #endif

@@ -186,6 +186,7 @@ static int parse_quantization(const cJSON *json, const char *file, model_config_
 /* One row per architecture; each lives in engine/arch/. */
 static const model_arch_t *const model_archs[] = {
     &model_arch_qwen3,
+    &model_arch_qwen3_moe,
     &model_arch_qwen3_5,
     &model_arch_qwen3_5_text,
 };
@@ -233,6 +234,10 @@ int64_t model_dim(const model_config_t *c, wdim_t dim) {
             return c->intermediate_size;
         case WD_VOCAB:
             return c->vocab_size;
+        case WD_EXPERTS:
+            return c->n_experts;
+        case WD_MOE_INTER:
+            return c->moe_intermediate_size;
         case WD_Q_PROJ:
             return (int64_t)q_proj_factor(c) * c->n_heads * c->head_dim;
         case WD_2HIDDEN:
@@ -274,6 +279,12 @@ void model_dim_explain(const model_config_t *c, wdim_t dim, char *buf, size_t si
         case WD_VOCAB:
             snprintf(buf, size, "vocab_size %d", c->vocab_size);
             break;
+        case WD_EXPERTS:
+            snprintf(buf, size, "num_experts %d", c->n_experts);
+            break;
+        case WD_MOE_INTER:
+            snprintf(buf, size, "moe_intermediate_size %d", c->moe_intermediate_size);
+            break;
         case WD_Q_PROJ:
             snprintf(buf, size, "num_attention_heads %d x head_dim %d%s", c->n_heads, c->head_dim,
                      q_proj_factor(c) == 2 ? " x 2 (attn_output_gate)" : "");
@@ -306,7 +317,7 @@ void model_dim_explain(const model_config_t *c, wdim_t dim, char *buf, size_t si
 // ---------------------------------------------------------------------------------------------
 // config.json
 
-static double param_count(const model_config_t *c);
+static double param_count(const model_config_t *c, int experts);
 
 int model_config_parse(const char *text, const char *file, model_config_t *cfg, err_t *err) {
     memset(cfg, 0, sizeof *cfg);
@@ -363,7 +374,7 @@ int model_config_parse(const char *text, const char *file, model_config_t *cfg, 
             goto out;
         }
     }
-    double params = param_count(cfg);
+    double params = param_count(cfg, cfg->n_experts);
     if (params > MODEL_MAX_PARAMS) {
         err_set(err, "%s: the shapes make %.3g parameters, more than the %.0e Tachyon addresses",
                 file, params, MODEL_MAX_PARAMS);
@@ -393,6 +404,11 @@ int model_config_load(mdir_t *dir, model_config_t *cfg, err_t *err) {
 #define QWEN3_COMMON                                                                               \
     "\"model_type\": \"qwen3\", \"head_dim\": 128, \"rope_theta\": 1000000, "                      \
     "\"rms_norm_eps\": 1e-06, \"torch_dtype\": \"bfloat16\""
+#define QWEN3_MOE_COMMON                                                                           \
+    "\"model_type\": \"qwen3_moe\", \"head_dim\": 128, \"num_key_value_heads\": 4, "               \
+    "\"rms_norm_eps\": 1e-06, \"torch_dtype\": \"bfloat16\", \"tie_word_embeddings\": false, "     \
+    "\"num_experts\": 128, \"num_experts_per_tok\": 8, \"norm_topk_prob\": true, "                 \
+    "\"decoder_sparse_step\": 1, \"mlp_only_layers\": []"
 #define QWEN3_VOCAB                                                                                \
     "\"vocab_size\": 151936, \"bos_token_id\": 151643, \"eos_token_id\": 151645, "                 \
     "\"max_position_embeddings\": 40960"
@@ -421,6 +437,16 @@ static const struct {
                   "\"num_hidden_layers\": 64, \"num_attention_heads\": 64, "
                   "\"num_key_value_heads\": 8, \"intermediate_size\": 25600, "
                   "\"tie_word_embeddings\": false}"},
+    /* models.md 3.1: Qwen3-30B-A3B and Qwen3-235B-A22B-Instruct-2507 */
+    {"qwen3-30b-a3b", "{" QWEN3_MOE_COMMON ", " QWEN3_VOCAB ", \"rope_theta\": 1000000, "
+                      "\"hidden_size\": 2048, \"num_hidden_layers\": 48, "
+                      "\"num_attention_heads\": 32, \"intermediate_size\": 6144, "
+                      "\"moe_intermediate_size\": 768}"},
+    {"qwen3-235b-a22b", "{" QWEN3_MOE_COMMON ", \"vocab_size\": 151936, \"bos_token_id\": 151643, "
+                        "\"eos_token_id\": 151645, \"max_position_embeddings\": 262144, "
+                        "\"rope_theta\": 5000000, \"hidden_size\": 4096, "
+                        "\"num_hidden_layers\": 94, \"num_attention_heads\": 64, "
+                        "\"intermediate_size\": 12288, \"moe_intermediate_size\": 1536}"},
     /* Qwen/Qwen3.5-9B (models.md 4.2): the vision tower's config is left out, since text-only
      * serving never reads it */
     {"qwen3.5-9b",
@@ -467,9 +493,10 @@ int model_config_preset(const char *name, bool fp8, model_config_t *cfg, err_t *
 // ---------------------------------------------------------------------------------------------
 // Derived
 
-/* In double, so that any config's shapes can be counted (a hostile config.json with 256 layers of
+/* Parameters, with `experts` of each MoE layer's experts counted (n_experts: all). In double,
+ * so that any config's shapes can be counted (a hostile config.json with 256 layers of
  * 10^9 x 10^9 overflowed int64); exact below 2^53, far above MODEL_MAX_PARAMS. */
-static double param_count(const model_config_t *c) {
+static double param_count(const model_config_t *c, int experts) {
     double n = 0;
     const model_arch_t *a = c->arch;
     for (int i = 0; i < a->n_tensors; i++) {
@@ -482,22 +509,31 @@ static double param_count(const model_config_t *c) {
             continue;
         }
         for (int l = 0; l < c->n_layers; l++)
-            if (wspec_in_layer(s, c, l)) n += size;
+            if (wspec_in_layer(s, c, l)) n += wspec_per_expert(s) ? size * experts : size;
     }
     return n;
 }
 
 int64_t model_param_count(const model_config_t *c) {
-    return (int64_t)param_count(c);
+    return (int64_t)param_count(c, c->n_experts);
+}
+
+int64_t model_active_param_count(const model_config_t *c) {
+    return (int64_t)param_count(c, c->n_experts_per_tok);
 }
 
 void model_config_describe(const model_config_t *c, char *buf, size_t size) {
+    char moe[128] = "";
+    if (c->n_experts > 0)
+        snprintf(moe, sizeof moe, ", %d experts (top %d) of intermediate %d, %.2fB active",
+                 c->n_experts, c->n_experts_per_tok, c->moe_intermediate_size,
+                 (double)model_active_param_count(c) / 1e9);
     int n =
         snprintf(buf, size,
-                 "%s: %d layers, hidden %d, %d/%d heads x %d, intermediate %d, vocab %d, "
+                 "%s: %d layers, hidden %d, %d/%d heads x %d, intermediate %d%s, vocab %d, "
                  "%.2fB params, %s%s",
                  c->model_type, c->n_layers, c->hidden_size, c->n_heads, c->n_kv_heads, c->head_dim,
-                 c->intermediate_size, c->vocab_size, (double)model_param_count(c) / 1e9,
+                 c->intermediate_size, moe, c->vocab_size, (double)model_param_count(c) / 1e9,
                  c->fp8 ? "fp8 block 128x128" : dtype_name(c->torch_dtype),
                  c->tie_word_embeddings ? ", tied embeddings" : "");
     int linear = model_count_attn(c, ATTN_LINEAR);

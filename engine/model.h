@@ -4,8 +4,8 @@
  * The architecture table maps config.json's `model_type` to the architecture's home in
  * engine/arch/ (one file each): the code that reads its fields, the tensors its checkpoints hold
  * (weights.h) and what each of its layers is (model_layer_t: an attention kind and an MLP kind,
- * on which both backends dispatch). Qwen3 dense and Qwen3.5 (hybrid: Gated DeltaNet linear
- * attention and gated full attention) are implemented; Qwen3-MoE comes as a new file and row.
+ * on which both backends dispatch). Qwen3 dense, Qwen3-MoE and Qwen3.5 (hybrid: Gated DeltaNet
+ * linear attention and gated full attention) are implemented.
  *
  *     model_config_t cfg;
  *     if (model_config_load(dir, &cfg, &err) < 0) ...          // from config.json
@@ -41,6 +41,9 @@ typedef enum attn_kind {
 
 typedef enum mlp_kind {
     MLP_DENSE, /* SwiGLU: down(silu(gate(x)) * up(x)) */
+    MLP_MOE,   /* sparse mixture of SwiGLU experts: a router picks num_experts_per_tok of
+                  num_experts per token (softmax, top-k, renormalised when norm_topk_prob) and
+                  the output is the routing-weighted sum of those experts' outputs */
 } mlp_kind_t;
 
 typedef struct model_layer {
@@ -80,7 +83,12 @@ typedef struct model_config {
     dtype_t torch_dtype;
     /* quantization_config with quant_method fp8 and weight_block_size */
     bool fp8;
-    int fp8_block_n, fp8_block_k;          /* 128, 128 */
+    int fp8_block_n, fp8_block_k; /* 128, 128 */
+    /* Mixture of experts (MLP_MOE layers); 0 for a dense model */
+    int n_experts;                         /* E: num_experts */
+    int n_experts_per_tok;                 /* k: num_experts_per_tok */
+    int moe_intermediate_size;             /* I of each expert */
+    bool norm_topk_prob;                   /* renormalise the k routing weights to sum 1 */
     model_layer_t layer[MODEL_MAX_LAYERS]; /* [n_layers + n_mtp_layers] what each layer is (the
                                               architecture's description) */
 } model_config_t;
@@ -103,9 +111,9 @@ int model_config_parse(const char *json_text, const char *file, model_config_t *
 int model_config_load(mdir_t *dir, model_config_t *cfg, err_t *err);
 
 /* Built-in configs of real models, for --load-format dummy: "qwen3-0.6b", "qwen3-8b",
- * "qwen3-14b", "qwen3-32b", "qwen3.5-9b" (the Hugging Face config.json texts, parsed as
- * config.json is) and "tiny". With fp8, the preset gets the quantization_config of the -FP8
- * checkpoints (block 128x128). */
+ * "qwen3-14b", "qwen3-32b", "qwen3-30b-a3b", "qwen3-235b-a22b", "qwen3.5-9b" (the Hugging Face
+ * config.json texts, parsed as config.json is) and "tiny". With fp8, the preset gets the
+ * quantization_config of the -FP8 checkpoints (block 128x128). */
 int model_config_preset(const char *name, bool fp8, model_config_t *cfg, err_t *err);
 
 /* NULL-terminated list of preset names, for help and completion. */
@@ -145,6 +153,10 @@ uint64_t model_state_bytes(const model_config_t *c, dtype_t ssm_dtype);
 
 /* Parameters in the model (embedding counted once when tied; MTP layers not counted). */
 int64_t model_param_count(const model_config_t *c);
+
+/* Parameters one token computes with: all of them for a dense model; an MoE layer counts its
+ * router and num_experts_per_tok of its experts (the "A22B" of Qwen3-235B-A22B). */
+int64_t model_active_param_count(const model_config_t *c);
 
 /* A one-line summary: "qwen3 28 layers, hidden 1024, 16/8 heads x 128, ...". */
 void model_config_describe(const model_config_t *c, char *buf, size_t size);

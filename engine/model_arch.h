@@ -3,10 +3,11 @@
  * model.c (the table, generic config parsing), weights.c (tensor binding) and the architectures'
  * homes in engine/arch/. Internal to the engine.
  *
- * Adding an architecture (Qwen3-MoE, Qwen3.5) means: a file engine/arch/NAME.c defining a
- * model_arch_t (a parser for its config fields that also fills the layer description, and the
- * list of tensors its checkpoints hold), its declaration below and one row in model.c's table;
- * new tensor slots in weights.h and new layer kinds in model.h when it has any.
+ * Adding an architecture (as Qwen3-MoE and Qwen3.5 were) means: a file engine/arch/NAME.c
+ * defining a model_arch_t (a parser for its config fields that also fills the layer
+ * description, and the list of tensors its checkpoints hold), its declaration below and one row
+ * in model.c's table; new tensor slots in weights.h and new layer kinds in model.h when it has
+ * any.
  *
  *     static int parse(const cJSON *json, const char *file, model_config_t *cfg, err_t *err) {
  *         if (model_json_int(json, file, "hidden_size", -1, 1, &cfg->hidden_size, err) < 0) ...
@@ -38,6 +39,8 @@ typedef enum wdim {
     WD_LIN_HEADS, /* Gated DeltaNet value heads */
     WD_LIN_DV,    /* Gated DeltaNet value head dim */
     WD_CONV_K,    /* Gated DeltaNet conv kernel size */
+    WD_EXPERTS,   /* num_experts */
+    WD_MOE_INTER, /* moe_intermediate_size */
 } wdim_t;
 
 typedef enum wkind {
@@ -51,16 +54,22 @@ typedef enum wkind {
                        in_proj_b): as WK_LINEAR, but BF16 in dummy FP8 weights */
     WK_PARAM,       /* a float vector stored under its name, without ".weight" (A_log, dt_bias) */
     WK_CONV,        /* a depthwise conv1d weight [rows, 1, cols]: float, never quantized */
+    WK_ROUTER,      /* a projection that FP8 checkpoints keep unquantized (the MoE router
+                       `mlp.gate`, slot L_ROUTER): float only */
+    WK_EXPERT,      /* a projection of one expert of an MLP_MOE layer (slot an eslot_t): as
+                       WK_LINEAR, one tensor per expert; the name takes the layer, then the
+                       expert index */
 } wkind_t;
 
 /* One tensor of a checkpoint. `name` is a printf pattern taking the layer index for per-layer
  * tensors, without the ".weight" suffix. A per-layer tensor is held by the layers whose kinds
- * use its slot (weights.h). Names that start with "mtp." belong to the multi-token-prediction
- * head, as Qwen checkpoints name it: per-layer ones are held by the MTP layers (the name takes
- * the MTP layer's own index), model-wide ones exist when the config has MTP layers. */
+ * use its slot (weights.h); a WK_EXPERT one by each MLP_MOE layer, once per expert. Names that
+ * start with "mtp." belong to the multi-token-prediction head, as Qwen checkpoints name it:
+ * per-layer ones are held by the MTP layers (the name takes the MTP layer's own index),
+ * model-wide ones exist when the config has MTP layers. */
 typedef struct wspec {
     bool per_layer;
-    int slot; /* gslot_t or lslot_t (weights.h) */
+    int slot; /* gslot_t, lslot_t or (WK_EXPERT) eslot_t (weights.h) */
     const char *name;
     wkind_t kind;
     wdim_t rows, cols;
@@ -68,6 +77,11 @@ typedef struct wspec {
 
 /* Whether tensor s is part of the MTP head ("mtp." names). */
 bool wspec_is_mtp(const wspec_t *s);
+
+/* Whether s is a per-expert projection (one tensor per expert of each MLP_MOE layer). */
+static inline bool wspec_per_expert(const wspec_t *s) {
+    return s->kind == WK_EXPERT;
+}
 
 /* Whether layer l (decoder layers, then MTP layers) holds the per-layer tensor s. */
 bool wspec_in_layer(const wspec_t *s, const model_config_t *cfg, int l);
@@ -84,8 +98,30 @@ struct model_arch {
 
 /* The architectures (engine/arch/). */
 extern const model_arch_t model_arch_qwen3;
+extern const model_arch_t model_arch_qwen3_moe;
 extern const model_arch_t model_arch_qwen3_5;      /* Qwen3_5ForConditionalGeneration */
 extern const model_arch_t model_arch_qwen3_5_text; /* Qwen3_5ForCausalLM */
+
+/* The fields Qwen3 dense and Qwen3-MoE share (qwen3.c): the decoder's (model_json_decoder),
+ * tie_word_embeddings, and sliding window, which they refuse. */
+int qwen3_parse_common(const cJSON *json, const char *file, model_config_t *cfg, err_t *err);
+
+/* The tensors Qwen3 dense and Qwen3-MoE share, the first rows of both tables: embedding, final
+ * norm, lm_head, and each layer's norms and attention (the order is part of the dummy values). */
+// clang-format off
+#define QWEN3_SHARED_TENSORS                                                                       \
+    {false, G_EMBED, "model.embed_tokens", WK_EMBED, WD_VOCAB, WD_HIDDEN},                         \
+    {false, G_FINAL_NORM, "model.norm", WK_VECTOR, WD_ONE, WD_HIDDEN},                             \
+    {false, G_LM_HEAD, "lm_head", WK_LM_HEAD, WD_VOCAB, WD_HIDDEN},                                \
+    {true, L_ATTN_NORM, "model.layers.%d.input_layernorm", WK_VECTOR, WD_ONE, WD_HIDDEN},          \
+    {true, L_Q, "model.layers.%d.self_attn.q_proj", WK_LINEAR, WD_Q, WD_HIDDEN},                   \
+    {true, L_K, "model.layers.%d.self_attn.k_proj", WK_LINEAR, WD_KV, WD_HIDDEN},                  \
+    {true, L_V, "model.layers.%d.self_attn.v_proj", WK_LINEAR, WD_KV, WD_HIDDEN},                  \
+    {true, L_O, "model.layers.%d.self_attn.o_proj", WK_LINEAR, WD_HIDDEN, WD_Q},                   \
+    {true, L_Q_NORM, "model.layers.%d.self_attn.q_norm", WK_VECTOR, WD_ONE, WD_HEAD},              \
+    {true, L_K_NORM, "model.layers.%d.self_attn.k_norm", WK_VECTOR, WD_ONE, WD_HEAD},              \
+    {true, L_MLP_NORM, "model.layers.%d.post_attention_layernorm", WK_VECTOR, WD_ONE, WD_HIDDEN}
+// clang-format on
 
 /* The architecture of that model_type, or NULL. */
 const model_arch_t *model_arch_find(const char *model_type);

@@ -22,8 +22,18 @@ static const double REQUEST_BOUNDS[] = {0.3,  0.5,   0.8,   1.0,   1.5,   2.0,  
 
 #define N_OF(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
+/* The expert-load window: per-second buckets of routed tokens, summed into head.experts.window
+ * as they come and subtracted as they expire. */
+typedef struct expert_ring {
+    uint32_t bucket[STATS_EXPERT_WINDOW][STATS_EXPERT_CELLS];
+    int64_t second[STATS_EXPERT_WINDOW]; /* the second a bucket holds; -1: empty */
+    uint64_t last[STATS_EXPERT_CELLS];   /* the totals of the previous record */
+    double t0;                           /* when tracking started */
+} expert_ring_t;
+
 struct stats {
     pthread_mutex_t mu;
+    expert_ring_t *experts; /* NULL unless an MoE model is tracked */
     /* Everything in snapshot form, except that steps_ring is written round: slot `next` takes
      * the next step, and the snapshot rotates its copy oldest first after letting go of the
      * lock. n_steps counts the steps held (<= STATS_RING). */
@@ -80,6 +90,7 @@ stats_t *stats_create(void) {
 void stats_destroy(stats_t *st) {
     if (!st) return;
     pthread_mutex_destroy(&st->mu);
+    free(st->experts);
     free(st);
 }
 
@@ -169,6 +180,60 @@ void stats_add_prefix(stats_t *st, uint64_t queried, uint64_t hit) {
     pthread_mutex_lock(&st->mu);
     st->head.prefix_queries += queried;
     st->head.prefix_hits += hit;
+    pthread_mutex_unlock(&st->mu);
+}
+
+int stats_experts_init(stats_t *st, int n_layers, int n_experts, const int *layers, double t) {
+    if (n_layers < 1 || n_experts < 1 || n_layers > STATS_EXPERT_LAYERS ||
+        (int64_t)n_layers * n_experts > STATS_EXPERT_CELLS)
+        return -1;
+    expert_ring_t *r = calloc(1, sizeof *r);
+    if (!r) return -1;
+    for (int i = 0; i < STATS_EXPERT_WINDOW; i++)
+        r->second[i] = -1;
+    r->t0 = t;
+    pthread_mutex_lock(&st->mu);
+    free(st->experts);
+    st->experts = r;
+    stats_experts_t *x = &st->head.experts;
+    memset(x, 0, sizeof *x);
+    x->n_layers = n_layers;
+    x->n_experts = n_experts;
+    for (int i = 0; i < n_layers; i++)
+        x->layer[i] = (int16_t)layers[i];
+    x->t = t;
+    pthread_mutex_unlock(&st->mu);
+    return 0;
+}
+
+void stats_record_experts(stats_t *st, const uint64_t *total, double t) {
+    pthread_mutex_lock(&st->mu);
+    expert_ring_t *r = st->experts;
+    stats_experts_t *x = &st->head.experts;
+    if (!r) {
+        pthread_mutex_unlock(&st->mu);
+        return;
+    }
+    int cells = x->n_layers * x->n_experts;
+    int64_t sec = (int64_t)floor(t);
+    for (int b = 0; b < STATS_EXPERT_WINDOW; b++)
+        if (r->second[b] >= 0 && r->second[b] <= sec - STATS_EXPERT_WINDOW) {
+            for (int c = 0; c < cells; c++)
+                x->window[c] -= r->bucket[b][c];
+            memset(r->bucket[b], 0, (size_t)cells * sizeof r->bucket[b][0]);
+            r->second[b] = -1;
+        }
+    int b = (int)(sec % STATS_EXPERT_WINDOW);
+    r->second[b] = sec;
+    for (int c = 0; c < cells; c++) {
+        uint32_t d = (uint32_t)(total[c] - r->last[c]);
+        r->bucket[b][c] += d;
+        x->window[c] += d;
+        x->total[c] = r->last[c] = total[c];
+    }
+    double span = t - r->t0;
+    x->window_s = span < STATS_EXPERT_WINDOW ? span : STATS_EXPERT_WINDOW;
+    x->t = t;
     pthread_mutex_unlock(&st->mu);
 }
 

@@ -76,6 +76,30 @@ typedef struct stats_hist {
     double sum;
 } stats_hist_t;
 
+/* Expert load of a mixture-of-experts model, for the console's heat map and /metrics: tokens
+ * routed to each expert of each MLP_MOE layer (a token counts once for each of its top-k
+ * experts; prompt, decode and recomputed tokens alike). Rows are the model's MoE layers in
+ * order (layer[r] is row r's index in the model), columns its experts: cell (r, e) is
+ * [r * n_experts + e]. `total` counts since the engine started; `window` over the last
+ * window_s seconds (STATS_EXPERT_WINDOW once the engine has run that long; whole seconds, so
+ * it spans between window_s - 1 and window_s). Refreshed every STATS_EXPERT_REFRESH seconds
+ * while the engine runs and when it goes idle. n_layers is 0 for a dense model, and for one
+ * with more than STATS_EXPERT_CELLS cells (not tracked). */
+#define STATS_EXPERT_CELLS   16384 /* 94 MoE layers x 128 experts (Qwen3-235B-A22B) fit */
+#define STATS_EXPERT_LAYERS  256
+#define STATS_EXPERT_WINDOW  10   /* s */
+#define STATS_EXPERT_REFRESH 0.25 /* s */
+
+typedef struct stats_experts {
+    int n_layers;  /* rows: MoE layers */
+    int n_experts; /* columns */
+    int16_t layer[STATS_EXPERT_LAYERS];
+    double window_s; /* seconds `window` covers */
+    double t;        /* engine_now() of the last refresh */
+    uint64_t total[STATS_EXPERT_CELLS];
+    uint32_t window[STATS_EXPERT_CELLS];
+} stats_experts_t;
+
 typedef struct stats_snapshot {
     /* gauges (the last step) */
     int running, waiting, kv_used, kv_total;
@@ -103,6 +127,7 @@ typedef struct stats_snapshot {
     /* the last n_steps steps, oldest first */
     stats_step_t steps_ring[STATS_RING];
     int n_steps;
+    stats_experts_t experts; /* MoE models only (n_layers 0 otherwise) */
 } stats_snapshot_t;
 
 typedef struct stats stats_t;
@@ -127,6 +152,12 @@ void stats_add_prompt_tokens(stats_t *st, uint64_t prompt);
 /* Tokens sampled (appended to sequences), first tokens included: vllm:generation_tokens_total. */
 void stats_add_generation_tokens(stats_t *st, uint64_t sampled);
 void stats_add_prefix(stats_t *st, uint64_t queried, uint64_t hit);
+/* Starts tracking expert load: n_layers MoE layers (their model indices in layers) of
+ * n_experts each, from time t (engine_now()). -1 (nothing tracked) when the cells do not fit
+ * or out of memory. */
+int stats_experts_init(stats_t *st, int n_layers, int n_experts, const int *layers, double t);
+/* The cumulative counts [n_layers * n_experts] (rows as in stats_experts_t) at time t. */
+void stats_record_experts(stats_t *st, const uint64_t *total, double t);
 
 void stats_snapshot(stats_t *st, stats_snapshot_t *out);
 

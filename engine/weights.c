@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "model_arch.h"
 #include "rng.h"
@@ -12,11 +13,14 @@
 struct model_weights {
     model_config_t config;
     wtensor_t global[G_COUNT];
-    wtensor_t *layers; /* [n_layers + n_mtp_layers][L_COUNT] */
-    mdir_t *dir;       /* owned when weights_open opened it */
-    st_set_t *st;      /* the checkpoint, when loaded */
-    void **owned;      /* buffers to free: converted scales, dummy data */
+    wtensor_t *layers;  /* [n_layers + n_mtp_layers][L_COUNT] */
+    wtensor_t *experts; /* [n_layers][n_experts][E_COUNT]; NULL for a dense model */
+    mdir_t *dir;        /* owned when weights_open opened it */
+    st_set_t *st;       /* the checkpoint, when loaded */
+    void **owned;       /* buffers to free: converted scales, dummy data */
     int n_owned, cap_owned;
+    float *dummy_scales; /* the dummy FP8 scale array, shared by every tensor (all one value) */
+    int64_t n_dummy_scales;
     char note[512]; /* what loading left out (weights_note) */
 };
 
@@ -59,6 +63,9 @@ static bool kinds_hold(model_layer_t k, int slot) {
         case MLP_DENSE:
             mlp = slot >= L_GATE && slot <= L_DOWN;
             break;
+        case MLP_MOE:
+            mlp = slot == L_ROUTER;
+            break;
     }
     return attn || mlp;
 }
@@ -70,13 +77,19 @@ bool wspec_is_mtp(const wspec_t *s) {
 bool wspec_in_layer(const wspec_t *s, const model_config_t *cfg, int l) {
     bool mtp_layer = l >= cfg->n_layers;
     if (l < 0 || l >= all_layers(cfg) || wspec_is_mtp(s) != mtp_layer) return false;
+    /* expert slots (eslot_t) are not lslot_t: checked before the slot test */
+    if (wspec_per_expert(s)) return !mtp_layer && cfg->layer[l].mlp == MLP_MOE;
     return kinds_hold(cfg->layer[l], s->slot);
 }
 
 static model_weights_t *weights_new(const model_config_t *cfg, err_t *err) {
     model_weights_t *w = calloc(1, sizeof *w);
     if (w) w->layers = calloc((size_t)all_layers(cfg) * L_COUNT, sizeof *w->layers);
-    if (!w || !w->layers) {
+    if (w && cfg->n_experts > 0)
+        w->experts =
+            calloc((size_t)cfg->n_layers * (size_t)cfg->n_experts * E_COUNT, sizeof *w->experts);
+    if (!w || !w->layers || (cfg->n_experts > 0 && !w->experts)) {
+        if (w) free(w->layers);
         free(w);
         err_set(err, "out of memory");
         return NULL;
@@ -91,13 +104,25 @@ void weights_destroy(model_weights_t *w) {
         free(w->owned[i]);
     free(w->owned);
     free(w->layers);
+    free(w->experts);
     st_close(w->st);
     mdir_close(w->dir);
     free(w);
 }
 
-static wtensor_t *slot_of(model_weights_t *w, const wspec_t *s, int layer) {
+static wtensor_t *expert_of(const model_weights_t *w, int layer, int expert, int slot) {
+    return &w->experts[((size_t)layer * (size_t)w->config.n_experts + (size_t)expert) * E_COUNT +
+                       (size_t)slot];
+}
+
+static wtensor_t *slot_of(model_weights_t *w, const wspec_t *s, int layer, int expert) {
+    if (wspec_per_expert(s)) return expert_of(w, layer, expert, s->slot);
     return s->per_layer ? &w->layers[(size_t)layer * L_COUNT + s->slot] : &w->global[s->slot];
+}
+
+/* Copies of a tensor in a layer that holds it: one per expert for per-expert tensors. */
+static int copies(const model_config_t *cfg, const wspec_t *s) {
+    return wspec_per_expert(s) ? cfg->n_experts : 1;
 }
 
 mdir_t *weights_dir(const model_weights_t *w) {
@@ -116,6 +141,9 @@ const wtensor_t *weights_global(const model_weights_t *w, gslot_t slot) {
 const wtensor_t *weights_layer(const model_weights_t *w, int layer, lslot_t slot) {
     return &w->layers[(size_t)layer * L_COUNT + slot];
 }
+const wtensor_t *weights_expert(const model_weights_t *w, int layer, int expert, eslot_t slot) {
+    return expert_of(w, layer, expert, slot);
+}
 
 static uint64_t wtensor_bytes(const wtensor_t *t) {
     uint64_t n = (uint64_t)t->rows * t->cols * dtype_size(t->dtype);
@@ -129,6 +157,9 @@ uint64_t weights_bytes(const model_weights_t *w) {
         if (!(g == G_LM_HEAD && w->config.tie_word_embeddings)) n += wtensor_bytes(&w->global[g]);
     for (int i = 0; i < all_layers(&w->config) * L_COUNT; i++)
         n += wtensor_bytes(&w->layers[i]);
+    for (size_t i = 0; w->experts && i < (size_t)w->config.n_layers * w->config.n_experts * E_COUNT;
+         i++)
+        n += wtensor_bytes(&w->experts[i]);
     return n;
 }
 
@@ -232,13 +263,17 @@ static int bind_scale(model_weights_t *w, mdir_t *dir, const st_tensor_t *t, con
 
 /* A projection: the kinds that may be block FP8. */
 static bool is_linear(wkind_t k) {
-    return k == WK_LINEAR || k == WK_LM_HEAD || k == WK_LINEAR_BF16;
+    return k == WK_LINEAR || k == WK_LM_HEAD || k == WK_LINEAR_BF16 || k == WK_EXPERT;
 }
 
-/* The checkpoint name of tensor s of layer `layer` (its base, without ".weight"). */
-static void tensor_base(const model_config_t *cfg, const wspec_t *s, int layer, char *buf,
-                        size_t size) {
-    snprintf(buf, size, s->name, wspec_is_mtp(s) ? layer - cfg->n_layers : layer);
+/* The checkpoint name of tensor s of layer `layer` (its base, without ".weight"), expert
+ * `expert` for a per-expert one. */
+static void tensor_base(const model_config_t *cfg, const wspec_t *s, int layer, int expert,
+                        char *buf, size_t size) {
+    if (wspec_per_expert(s))
+        snprintf(buf, size, s->name, layer, expert);
+    else
+        snprintf(buf, size, s->name, wspec_is_mtp(s) ? layer - cfg->n_layers : layer);
 }
 
 /* The checkpoint tensors bound so far (weights and scales), for note_unused. */
@@ -247,26 +282,35 @@ typedef struct bound {
     int n;
 } bound_t;
 
-static int bind_one(model_weights_t *w, mdir_t *dir, const wspec_t *s, int layer, bound_t *b,
-                    err_t *err) {
+static int bind_one(model_weights_t *w, mdir_t *dir, const wspec_t *s, int layer, int expert,
+                    bound_t *b, err_t *err) {
     const model_config_t *cfg = &w->config;
     char base[256], name[300];
-    tensor_base(cfg, s, layer, base, sizeof base);
+    tensor_base(cfg, s, layer, expert, base, sizeof base);
     snprintf(name, sizeof name, s->kind == WK_PARAM ? "%s" : "%s.weight", base);
     const st_tensor_t *t = st_find(w->st, name);
     if (!t) {
         const char *ckpt = mdir_has(dir, "model.safetensors.index.json")
                                ? "model.safetensors.index.json"
                                : "model.safetensors";
+        if (wspec_per_expert(s))
+            return err_set(err,
+                           "%s/%s: missing tensor '%s' (config.json has %d experts in layer %d)",
+                           mdir_path(dir), ckpt, name, cfg->n_experts, layer);
         if (s->per_layer)
             return err_set(err, "%s/%s: missing tensor '%s' (config.json has %d layers)",
                            mdir_path(dir), ckpt, name, cfg->n_layers);
         return err_set(err, "%s/%s: missing tensor '%s'", mdir_path(dir), ckpt, name);
     }
+    if (t->dtype == DT_F8_E4M3 && s->kind == WK_ROUTER)
+        return err_set(err,
+                       "%s/%s: tensor '%s' is F8_E4M3 but the MoE router stays unquantized "
+                       "(BF16, F16 or F32)",
+                       WHERE(t));
     if (check_shape(dir, cfg, s, t, err) < 0) return -1;
     b->t[b->n++] = t;
 
-    wtensor_t *out = slot_of(w, s, layer);
+    wtensor_t *out = slot_of(w, s, layer, expert);
     *out = (wtensor_t){.dtype = t->dtype,
                        .rows = t->ndim >= 2 ? t->shape[0] : 1,
                        .cols = t->shape[t->ndim - 1],
@@ -314,7 +358,7 @@ static void check_mtp(model_weights_t *w) {
         const wspec_t *s = &a->tensors[i];
         if (!wspec_is_mtp(s)) continue;
         char base[256], name[300];
-        tensor_base(cfg, s, cfg->n_layers, base, sizeof base);
+        tensor_base(cfg, s, cfg->n_layers, 0, base, sizeof base);
         snprintf(name, sizeof name, "%s.weight", base);
         if (st_find(w->st, name)) return;
         snprintf(w->note + strlen(w->note), sizeof w->note - strlen(w->note),
@@ -374,7 +418,8 @@ int weights_load(mdir_t *dir, const model_config_t *cfg, model_weights_t **out, 
     for (int i = 0; i < a->n_tensors; i++) {
         const wspec_t *s = &a->tensors[i];
         for (int l = 0; l < (s->per_layer ? all_layers(cfg) : 1); l++)
-            if (wanted(cfg, s, l) && bind_one(w, dir, s, l, &b, err) < 0) goto fail;
+            for (int e = 0; e < (wanted(cfg, s, l) ? copies(cfg, s) : 0); e++)
+                if (bind_one(w, dir, s, l, e, &b, err) < 0) goto fail;
     }
     if (cfg->tie_word_embeddings) w->global[G_LM_HEAD] = w->global[G_EMBED];
     note_unused(w, &b);
@@ -409,7 +454,7 @@ static int make_dummy(model_weights_t *w, const wspec_t *s, uint64_t stream, uin
     int64_t rows = model_dim(cfg, s->rows), cols = model_dim(cfg, s->cols);
     size_t n = (size_t)(rows * cols);
     /* Real -FP8 checkpoints keep lm_head in BF16 (HF always skips it when quantizing). */
-    bool fp8 = cfg->fp8 && s->kind == WK_LINEAR;
+    bool fp8 = cfg->fp8 && (s->kind == WK_LINEAR || s->kind == WK_EXPERT);
     *out = (wtensor_t){.dtype = fp8 ? DT_F8_E4M3 : DT_BF16, .rows = rows, .cols = cols};
     if (fp8) {
         /* Every block's amax is (about) the half width, so one scale fits all blocks. */
@@ -417,11 +462,17 @@ static int make_dummy(model_weights_t *w, const wspec_t *s, uint64_t stream, uin
         out->block_k = cfg->fp8_block_k;
         out->scale_rows = (rows + out->block_n - 1) / out->block_n;
         out->scale_cols = (cols + out->block_k - 1) / out->block_k;
-        float *scales = malloc((size_t)(out->scale_rows * out->scale_cols) * sizeof *scales);
-        if (own(w, scales, err) < 0) return -1;
-        for (int64_t i = 0; i < out->scale_rows * out->scale_cols; i++)
-            scales[i] = WEIGHTS_DUMMY_FP8_SCALE;
-        out->scale_inv = scales;
+        int64_t n_scales = out->scale_rows * out->scale_cols;
+        if (n_scales > w->n_dummy_scales) {
+            /* one array serves every tensor (a 235B MoE has 36k expert tensors) */
+            float *scales = malloc((size_t)n_scales * sizeof *scales);
+            if (own(w, scales, err) < 0) return -1;
+            for (int64_t i = 0; i < n_scales; i++)
+                scales[i] = WEIGHTS_DUMMY_FP8_SCALE;
+            w->dummy_scales = scales;
+            w->n_dummy_scales = n_scales;
+        }
+        out->scale_inv = w->dummy_scales;
     }
     bool vector = s->kind == WK_VECTOR || s->kind == WK_PARAM;
     if (lazy && !vector) {
@@ -455,14 +506,15 @@ static int dummy(const model_config_t *cfg, uint64_t seed, bool lazy, model_weig
     const model_arch_t *a = cfg->arch;
     for (int i = 0; i < a->n_tensors; i++) {
         const wspec_t *s = &a->tensors[i];
-        for (int l = 0; l < (s->per_layer ? all_layers(cfg) : 1); l++) {
-            if (!wanted(cfg, s, l)) continue;
-            uint64_t stream = (uint64_t)i << 32 | (uint64_t)l;
-            if (make_dummy(w, s, stream, seed, lazy, slot_of(w, s, l), err) < 0) {
-                weights_destroy(w);
-                return -1;
+        for (int l = 0; l < (s->per_layer ? all_layers(cfg) : 1); l++)
+            for (int e = 0; e < (wanted(cfg, s, l) ? copies(cfg, s) : 0); e++) {
+                /* layers < 256 (MODEL_MAX_LAYERS) in the low byte, the expert above it */
+                uint64_t stream = (uint64_t)i << 32 | (uint64_t)e << 8 | (uint64_t)l;
+                if (make_dummy(w, s, stream, seed, lazy, slot_of(w, s, l, e), err) < 0) {
+                    weights_destroy(w);
+                    return -1;
+                }
             }
-        }
     }
     if (cfg->tie_word_embeddings) w->global[G_LM_HEAD] = w->global[G_EMBED];
     *out = w;
@@ -481,15 +533,13 @@ int weights_dummy(const model_config_t *cfg, uint64_t seed, model_weights_t **ou
 // ---------------------------------------------------------------------------------------------
 // Opening a model as the command line names it
 
-int weights_open(const model_source_t *src, model_weights_t **out, err_t *err) {
-    *out = NULL;
-    model_config_t cfg;
+/* The config src names and its directory (NULL for a preset; the caller closes it). */
+static int open_source(const model_source_t *src, model_config_t *cfg, mdir_t **dir, err_t *err) {
+    *dir = NULL;
     if (src->format == LOAD_DUMMY &&
-        model_config_preset(src->model, src->dummy_fp8, &cfg, NULL) == 0)
-        return dummy(&cfg, src->seed, src->lazy_dummy, out, err);
-
-    mdir_t *dir;
-    if (mdir_open(src->model, &dir, err) < 0) {
+        model_config_preset(src->model, src->dummy_fp8, cfg, NULL) == 0)
+        return 0;
+    if (mdir_open(src->model, dir, err) < 0) {
         if (src->format == LOAD_DUMMY) {
             char list[256] = "";
             for (const char *const *p = model_preset_names(); *p; p++)
@@ -499,17 +549,56 @@ int weights_open(const model_source_t *src, model_weights_t **out, err_t *err) {
         }
         return -1;
     }
-    if (model_config_load(dir, &cfg, err) < 0) {
-        mdir_close(dir);
+    if (model_config_load(*dir, cfg, err) < 0) {
+        mdir_close(*dir);
+        *dir = NULL;
         return -1;
     }
+    if (src->format == LOAD_DUMMY && src->dummy_fp8 && !cfg->fp8) {
+        cfg->fp8 = true;
+        cfg->fp8_block_n = cfg->fp8_block_k = 128;
+    }
+    return 0;
+}
+
+int weights_source_config(const model_source_t *src, model_config_t *cfg, err_t *err) {
+    mdir_t *dir;
+    if (open_source(src, cfg, &dir, err) < 0) return -1;
+    mdir_close(dir);
+    return 0;
+}
+
+uint64_t weights_dummy_bytes(const model_config_t *cfg) {
+    const model_arch_t *a = cfg->arch;
+    uint64_t n = 0;
+    for (int i = 0; i < a->n_tensors; i++) {
+        const wspec_t *s = &a->tensors[i];
+        if (s->kind == WK_LM_HEAD && cfg->tie_word_embeddings) continue;
+        uint64_t size = (uint64_t)(model_dim(cfg, s->rows) * model_dim(cfg, s->cols));
+        size *= cfg->fp8 && (s->kind == WK_LINEAR || s->kind == WK_EXPERT) ? 1 : 2;
+        for (int l = 0; l < (s->per_layer ? all_layers(cfg) : 1); l++)
+            if (wanted(cfg, s, l)) n += size * (uint64_t)copies(cfg, s);
+    }
+    return n;
+}
+
+/* Memory the host can give now (MemAvailable), bytes; 0 when unknown. */
+static uint64_t host_available(void) {
+    long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    return pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 0;
+}
+
+int weights_open(const model_source_t *src, model_weights_t **out, err_t *err) {
+    *out = NULL;
+    model_config_t cfg;
+    mdir_t *dir;
+    if (open_source(src, &cfg, &dir, err) < 0) return -1;
     int rc;
     if (src->format == LOAD_DUMMY) {
-        if (src->dummy_fp8 && !cfg.fp8) {
-            cfg.fp8 = true;
-            cfg.fp8_block_n = cfg.fp8_block_k = 128;
-        }
-        rc = dummy(&cfg, src->seed, src->lazy_dummy, out, err);
+        /* values made where they are read when a host copy would not fit */
+        uint64_t avail = host_available();
+        bool lazy = src->lazy_dummy || (avail && weights_dummy_bytes(&cfg) > avail / 10 * 9);
+        rc = dummy(&cfg, src->seed, lazy, out, err);
     } else {
         rc = weights_load(dir, &cfg, out, err);
     }

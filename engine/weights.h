@@ -40,8 +40,8 @@ typedef enum gslot {
 
 /* Per-layer tensors, by role. A layer holds the slots of its layer kinds (model_layer_t): the
  * two norms of every layer, then those of ATTN_FULL / ATTN_GATED (q..k_norm), of ATTN_LINEAR
- * (lin_qkv..lin_out) and of MLP_DENSE (gate..down). An architecture with new kinds adds their
- * slots here. */
+ * (lin_qkv..lin_out), of MLP_DENSE (gate..down) and of MLP_MOE (the router; its experts are
+ * eslot_t). An architecture with new kinds adds their slots here. */
 typedef enum lslot {
     L_ATTN_NORM, /* [H] input_layernorm */
     L_Q,         /* [nH*D, H] */
@@ -64,8 +64,20 @@ typedef enum lslot {
     L_LIN_DT_BIAS, /* [Hv] dt_bias */
     L_LIN_NORM,    /* [dv] the gated RMSNorm's weight (plain w, not 1 + w) */
     L_LIN_OUT,     /* [H, Hv*dv] out_proj */
+    /* MLP_MOE */
+    L_ROUTER, /* [E, H] mlp.gate: never quantized */
     L_COUNT
 } lslot_t;
+
+/* The tensors of one expert of an MLP_MOE layer (I = moe_intermediate_size). Each expert is a
+ * tensor of its own, addressed by (layer, expert): a rank holding some experts binds only
+ * those. */
+typedef enum eslot {
+    E_GATE, /* [I, H] */
+    E_UP,   /* [I, H] */
+    E_DOWN, /* [H, I] */
+    E_COUNT
+} eslot_t;
 
 /* One weight. A vector has rows = 1. Row-major [rows, cols], rows = output features. */
 typedef struct wtensor {
@@ -132,8 +144,16 @@ int load_format_parse(const char *name);
 
 /* Opens a model as the command line names it: a directory (or the embedded model) read from
  * its checkpoint, or with LOAD_DUMMY a preset or a directory's config.json with random
- * weights. The weights own the directory mapping. The caller owns *out. */
+ * weights (lazy ones, even without lazy_dummy, when a host copy would take more than 90% of
+ * the memory the host has available: the CPU backend then generates values as it reads them).
+ * The weights own the directory mapping. The caller owns *out. */
 int weights_open(const model_source_t *src, model_weights_t **out, err_t *err);
+
+/* The config weights_open would open for src, without its tensors. */
+int weights_source_config(const model_source_t *src, model_config_t *cfg, err_t *err);
+
+/* Bytes of eager dummy weights for cfg (BF16, FP8 projections when cfg->fp8; scales aside). */
+uint64_t weights_dummy_bytes(const model_config_t *cfg);
 
 void weights_destroy(model_weights_t *w);
 
@@ -149,6 +169,8 @@ mdir_t *weights_dir(const model_weights_t *w);
 const wtensor_t *weights_global(const model_weights_t *w, gslot_t slot);
 /* layer: a decoder layer, or n_layers + i for MTP layer i. */
 const wtensor_t *weights_layer(const model_weights_t *w, int layer, lslot_t slot);
+/* Expert `expert` of layer `layer` (an MLP_MOE layer; other layers' experts are empty). */
+const wtensor_t *weights_expert(const model_weights_t *w, int layer, int expert, eslot_t slot);
 
 /* Bytes of weight data (what a GPU copy would take), scales included. */
 uint64_t weights_bytes(const model_weights_t *w);

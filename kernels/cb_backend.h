@@ -5,6 +5,7 @@
  *     cb_weights.cu     the weights on the device: layout by layer kind, upload, FP8 or BF16
  *     cb_layers.cu      the layer stack of one step (run_stack), with linear() as the one
  *                       FP8 / BF16 dispatch point
+ *     cb_moe.cu         the MLP_MOE layers: their weights (router, experts) and their run
  *     cb_step.cu        a step: batch checks, metadata staging, pieces, CUDA graphs (forward)
  *
  * Device layout: one weight arena (QKV and gate/up fused by concatenating rows; the intermediate
@@ -21,6 +22,7 @@
 
 #include "gemm.h"
 #include "memplan.h"
+#include "moe.h"
 #include "ops.h"
 #include "ops_gdn.h"
 
@@ -88,7 +90,31 @@ typedef struct cb_layer {
     /* MLP_DENSE */
     cb_linear_t gate_up; /* [2 * I_pad, H]: gate rows, zero rows to I_pad, up rows, zero rows */
     cb_linear_t down;    /* [H, I_pad]: zero columns from I */
+    /* MLP_MOE (cb_moe.cu); each expert contiguous, e4m3 + scales or bf16 (the path's) */
+    uint16_t *router;  /* [E, H] bf16 */
+    moe_weights_t w13; /* [E][2 * moe.I_pad][H]: an expert's gate rows, zero rows to I_pad, its
+                          up rows, zero rows */
+    moe_weights_t w2;  /* [E][H][moe.I_pad]: zero columns from I */
 } cb_layer_t;
+
+/* The MoE layers' sizes and workspaces (cb_moe.cu), for the tokens of one chunk of a piece. */
+typedef struct cb_moe {
+    int E, k, I, I_pad; /* experts, per token, their intermediate size and its padding to 128 */
+    bool norm;          /* norm_topk_prob */
+    int chunk;          /* tokens whose experts run at once (the workspaces' size) */
+    float *xf;          /* [cap_t, H] f32 the router's input */
+    float *logits;      /* [cap_t, E] */
+    int32_t *ids;       /* [cap_t, k] */
+    float *weights;     /* [cap_t, k] */
+    moe_perm_t perm;    /* for chunk tokens */
+    float *gu;          /* [rows, 2 * I_pad] f32 gate | up of the grouped rows */
+    uint8_t *aq;        /* [rows, I_pad] e4m3 SiLU product (FP8 path) */
+    float *as;          /* [I_pad / 128, rows] its scales */
+    uint16_t *a16;      /* [rows, I_pad] bf16 SiLU product (BF16 path) */
+    float *y;           /* [rows, H] f32 expert outputs */
+    unsigned long long *load; /* [L][E] tokens routed since create (the expert-load stats) */
+    int32_t *trace;           /* host: trace_routing's [L][T][k], or NULL */
+} cb_moe_t;
 
 typedef struct cb_graph {
     int size;   /* sequences (= tokens) of the decode batch it runs */
@@ -117,12 +143,13 @@ typedef struct cuda_backend {
     int sm_major, sm_minor, num_sms;
     bool fp8;          /* linears in FP8 (else BF16) */
     char fp8_why[200]; /* why the BF16 fallback was taken for an FP8 checkpoint */
-    int H, D, nH, nKV, qd, kvd, qkv_n, I, I_pad, V, L;
+    int H, D, nH, nKV, qd, kvd, qkv_n, I, I_pad, V, L; /* I: 0 without dense MLPs */
     int n_attn;     /* layers with a KV cache (ATTN_FULL, ATTN_GATED) */
     int n_linear;   /* ATTN_LINEAR layers */
     int qkv_max;    /* widest QKV GEMM output: qkv_n, or the gated layers' 2 qd + 2 kvd */
     int rotary_dim; /* RoPE dims of each head (inv_freq has rotary_dim / 2) */
     float eps;
+    cb_moe_t moe; /* E = 0 for a dense model */
     cudaStream_t stream;
     gemm_ctx_t *gemm;
     memplan_t plan;
@@ -217,6 +244,17 @@ ops_gdn_args_t cb_gdn_args(const cuda_backend_t *be, int li, int T, int n_seqs);
 
 /* cb_weights.cu */
 
+/* What a tensor becomes on the device. */
+typedef enum { UP_BF16, UP_FP8 } up_kind_t;
+/* Copies rows [0, t->rows) of t to dst (row stride ld elements) as kind: bytes as they are, FP8
+ * to FP8 and BF16 to BF16 (dummy values generated on the device), anything else converted to
+ * BF16 on the host through stage (CONVERT_CHUNK bytes, pinned). */
+int cb_upload_rows(cuda_backend_t *be, void *dst, int64_t ld, up_kind_t kind, const wtensor_t *t,
+                   void *stage, err_t *err);
+/* Copies t's block scales into rows [row0, row0 + t->scale_rows) of a [*, ld] f32 array. */
+int cb_upload_scales(cuda_backend_t *be, float *dst, int64_t row0, int64_t ld, const wtensor_t *t,
+                     err_t *err);
+
 /* Checks the weights the way the CPU backend does: present, the config's shapes, float or
  * block-FP8 (128x128) dtypes. */
 int cb_check_weights(const cuda_backend_t *be, err_t *err);
@@ -227,6 +265,27 @@ size_t cb_layout_weights(cuda_backend_t *be, char *base);
 /* Copies (or generates, for lazy dummy weights) every tensor into the laid-out arena, which
  * must be zero. */
 int cb_upload_weights(cuda_backend_t *be, err_t *err);
+
+/* cb_moe.cu */
+
+/* The MoE sizes of the config (be->moe; nothing for a dense model). */
+void cb_moe_init(cuda_backend_t *be);
+/* Layer l's router and experts: present, shaped, of dtypes the backend runs. */
+int cb_moe_check(const cuda_backend_t *be, int l, err_t *err);
+/* Whether every expert can run as FP8 (128x128 blocks, hidden a multiple of 128); why not in
+ * be->fp8_why. True for a dense model. */
+bool cb_moe_fp8_possible(cuda_backend_t *be);
+/* Lays out / uploads layer l's router and experts (be->fp8 decides their form). */
+void cb_moe_layout_weights(cuda_backend_t *be, int l, wlayout_t *a);
+int cb_moe_upload(cuda_backend_t *be, int l, void *stage, err_t *err);
+/* The MoE workspaces inside the activation arena (nothing for a dense model). */
+void cb_moe_layout_activations(cuda_backend_t *be, wlayout_t *a);
+/* MLP_MOE over layer l; `out` is the previous block's output. Leaves its own in be->d_out. */
+int cb_moe_mlp(cuda_backend_t *be, const run_args_t *r, int l, const void *out, err_t *err);
+/* backend_ops_t.expert_load */
+int cb_expert_load(backend_t *base, uint64_t *out, err_t *err);
+/* backend_ops_t.trace_routing (copies each MoE layer's ids back, synchronously: tests only) */
+void cb_trace_routing(backend_t *base, int32_t *ids);
 
 /* cb_layers.cu */
 

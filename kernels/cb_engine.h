@@ -21,6 +21,7 @@ extern "C" {
 #include "rng.h"
 #include "sampler.h"
 #include "sampling.h"
+#include "shard_plan.h"
 #include "weights.h"
 
 #ifdef __cplusplus

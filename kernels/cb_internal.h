@@ -22,6 +22,11 @@ extern "C" {
 int cuda_backend_weight_value(const backend_t *be, int layer, int slot, int64_t row, int64_t col,
                               float *out, err_t *err);
 
+/* The same for element (row, col) of expert `expert`'s projection `slot` (eslot_t) of MoE layer
+ * `layer`, read back from its [E][n][k] device array (gate and up stacked, padded). */
+int cuda_backend_expert_value(const backend_t *be, int layer, int expert, int slot, int64_t row,
+                              int64_t col, float *out, err_t *err);
+
 /* Whether the linears run as FP8 block-scaled GEMMs (false: BF16, also the fallback for FP8
  * checkpoints whose shapes cuBLASLt's FP8 path cannot take). */
 bool cuda_backend_uses_fp8(const backend_t *be);

@@ -26,6 +26,10 @@
  *             x = rmsnorm(h += out, mlp_norm)                the input of the gate|up linear
  *             gu = x [Wg|Wu]^T                               linear
  *             out = (silu(g) * u) Wd^T                       linear
+ *         moe_mlp (MLP_MOE):                                 cb_moe.cu
+ *             x = rmsnorm(h += out, mlp_norm)
+ *             ids, w = topk(softmax(x Wr^T))
+ *             out = sum_e w_e (silu(x Wg_e^T) * x Wu_e^T) Wd_e^T     grouped GEMMs (moe.h)
  *     logits = rmsnorm(h += out, final_norm)[logit_rows] Wlm^T      bf16 GEMM, f32 logits
  *
  * where the CPU adds each block's output to h at the block's end, this stack leaves it in `out`
@@ -59,6 +63,7 @@ size_t cb_layout_activations(cuda_backend_t *be, char *base) {
     be->o_out = take(&a, T * H * GEMM_OUT_BYTES);
     be->gu = take(&a, T * 2 * (size_t)be->I_pad * GEMM_OUT_BYTES);
     be->d_out = take(&a, T * H * GEMM_OUT_BYTES);
+    cb_moe_layout_activations(be, &a);
     if (be->n_linear) {
         size_t C = (size_t)be->C, Hv = (size_t)be->Hv, vd = Hv * (size_t)be->dv;
         if (be->fp8) be->x16n = (uint16_t *)take(&a, T * H * 2);
@@ -297,6 +302,10 @@ int cb_run_stack(cuda_backend_t *be, const run_args_t *r, err_t *err) {
         switch (be->cfg->layer[l].mlp) {
             case MLP_DENSE:
                 if (dense_mlp(be, r, l, out, err) < 0) return -1;
+                out = be->d_out;
+                break;
+            case MLP_MOE:
+                if (cb_moe_mlp(be, r, l, out, err) < 0) return -1;
                 out = be->d_out;
                 break;
         }

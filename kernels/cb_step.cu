@@ -293,7 +293,7 @@ static int forward_piece(cuda_backend_t *be, const be_batch_t *b, const piece_t 
                         p->t1 == b->n_tokens;
     for (int i = 0; whole_decode && i < nl; i++)
         if (b->logit_rows[i] != i) whole_decode = false;
-    if (be->graphs && whole_decode) {
+    if (be->graphs && whole_decode && !be->moe.trace) { /* a traced step runs eagerly */
         bool failed;
         int S = 0;
         for (int i = 0; i < be->n_graphs; i++)

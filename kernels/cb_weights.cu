@@ -99,6 +99,8 @@ static void layer_spec(const cuda_backend_t *be, int l, layer_spec_t *s) {
                 lin_spec_t{&y->gate_up, 2 * Ip, H, 2, {{L_GATE, 0, I, H}, {L_UP, Ip, I, H}}, false};
             s->lin[s->n_lin++] = lin_spec_t{&y->down, H, Ip, 1, {{L_DOWN, 0, H, I}}, false};
             break;
+        case MLP_MOE: /* the router and the experts: cb_moe.cu */
+            break;
     }
 }
 
@@ -123,6 +125,7 @@ static int check_tensor(const wtensor_t *t, int l, lslot_t slot, int64_t rows, i
 int cb_check_weights(const cuda_backend_t *be, err_t *err) {
     const model_weights_t *w = be->w;
     for (int l = 0; l < be->L; l++) {
+        if (be->cfg->layer[l].mlp == MLP_MOE && cb_moe_check(be, l, err) < 0) return -1;
         layer_spec_t s;
         layer_spec(be, l, &s);
         for (int i = 0; i < s.n_vec; i++)
@@ -163,6 +166,7 @@ bool cb_fp8_possible(cuda_backend_t *be) {
                  be->H, be->qd, be->kvd);
         return false;
     }
+    if (!cb_moe_fp8_possible(be)) return false;
     /* every projection FP8; the distinct device shapes, in order */
     enum { MAX_SHAPES = 16 };
     int shapes[MAX_SHAPES][2], n_shapes = 0;
@@ -217,6 +221,7 @@ size_t cb_layout_weights(cuda_backend_t *be, char *base) {
         layer_spec(be, l, &s);
         for (int i = 0; i < s.n_vec; i++)
             *s.vec[i].dst = (float *)take(&a, (size_t)(s.vec[i].rows * s.vec[i].len) * 4);
+        if (be->cfg->layer[l].mlp == MLP_MOE) cb_moe_layout_weights(be, l, &a);
         for (int i = 0; i < s.n_lin; i++) {
             const lin_spec_t *e = &s.lin[i];
             if (lin_is_fp8(be, e)) {
@@ -248,17 +253,14 @@ size_t cb_layout_weights(cuda_backend_t *be, char *base) {
 // ---------------------------------------------------------------------------------------------
 // Upload
 
-/* What a tensor becomes on the device. */
-typedef enum { UP_BF16, UP_FP8 } up_kind_t;
-
 /* Host staging for conversions, bytes. */
 #define CONVERT_CHUNK (32ull << 20)
 
 /* Copies rows [0, t->rows) of t to dst (row stride ld elements) as kind; columns cols..ld-1 are
  * left as they are (zero: the arena is cleared first). FP8 to FP8 and BF16 to BF16 copy bytes
  * (or generate dummy values on the device); any other pair converts on the host through f32. */
-static int upload_rows(cuda_backend_t *be, void *dst, int64_t ld, up_kind_t kind,
-                       const wtensor_t *t, void *stage, err_t *err) {
+int cb_upload_rows(cuda_backend_t *be, void *dst, int64_t ld, up_kind_t kind, const wtensor_t *t,
+                   void *stage, err_t *err) {
     size_t esize = kind == UP_FP8 ? 1 : 2;
     bool same =
         (kind == UP_FP8 && t->dtype == DT_F8_E4M3) || (kind == UP_BF16 && t->dtype == DT_BF16);
@@ -299,8 +301,8 @@ static int upload_rows(cuda_backend_t *be, void *dst, int64_t ld, up_kind_t kind
 
 /* Copies t's block scales into rows [row0, row0 + t->scale_rows) of a [*, ld] f32 scale array
  * (the K-major BLK128x128 layout; columns past scale_cols stay zero). */
-static int upload_scales(cuda_backend_t *be, float *dst, int64_t row0, int64_t ld,
-                         const wtensor_t *t, err_t *err) {
+int cb_upload_scales(cuda_backend_t *be, float *dst, int64_t row0, int64_t ld, const wtensor_t *t,
+                     err_t *err) {
     CUDA_CHECK(cudaMemcpy2DAsync(dst + row0 * ld, (size_t)ld * 4, t->scale_inv,
                                  (size_t)t->scale_cols * 4, (size_t)t->scale_cols * 4,
                                  (size_t)t->scale_rows, cudaMemcpyHostToDevice, be->stream),
@@ -331,12 +333,12 @@ static int upload_part(cuda_backend_t *be, const lin_spec_t *e, const part_t *p,
     if (lin_is_fp8(be, e)) {
         gemm_w8_t *g = &e->w->w8;
         int64_t ld = g->k, sld = gemm_w8_scale_ld(g->k);
-        if (upload_rows(be, (uint8_t *)g->data + p->row0 * ld, ld, UP_FP8, t, stage, err) < 0)
+        if (cb_upload_rows(be, (uint8_t *)g->data + p->row0 * ld, ld, UP_FP8, t, stage, err) < 0)
             return -1;
-        return upload_scales(be, (float *)g->scale, p->row0 / 128, sld, t, err);
+        return cb_upload_scales(be, (float *)g->scale, p->row0 / 128, sld, t, err);
     }
     gemm_w16_t *g = &e->w->w16;
-    return upload_rows(be, (uint16_t *)g->data + p->row0 * g->k, g->k, UP_BF16, t, stage, err);
+    return cb_upload_rows(be, (uint16_t *)g->data + p->row0 * g->k, g->k, UP_BF16, t, stage, err);
 }
 
 int cb_upload_weights(cuda_backend_t *be, err_t *err) {
@@ -353,6 +355,7 @@ int cb_upload_weights(cuda_backend_t *be, err_t *err) {
             if (upload_norm(be, *s.vec[i].dst, weights_layer(w, l, s.vec[i].slot), s.vec[i].offset,
                             fstage, err) < 0)
                 goto out;
+        if (be->cfg->layer[l].mlp == MLP_MOE && cb_moe_upload(be, l, stage, err) < 0) goto out;
         for (int i = 0; i < s.n_lin; i++)
             for (int j = 0; j < s.lin[i].n_parts; j++) {
                 const part_t *p = &s.lin[i].part[j];
@@ -360,10 +363,11 @@ int cb_upload_weights(cuda_backend_t *be, err_t *err) {
                     goto out;
             }
     }
-    if (upload_rows(be, be->embed, H, UP_BF16, weights_global(w, G_EMBED), stage, err) < 0)
+    if (cb_upload_rows(be, be->embed, H, UP_BF16, weights_global(w, G_EMBED), stage, err) < 0)
         goto out;
-    if (!be->cfg->tie_word_embeddings && upload_rows(be, (void *)be->lm_head.data, H, UP_BF16,
-                                                     weights_global(w, G_LM_HEAD), stage, err) < 0)
+    if (!be->cfg->tie_word_embeddings &&
+        cb_upload_rows(be, (void *)be->lm_head.data, H, UP_BF16, weights_global(w, G_LM_HEAD),
+                       stage, err) < 0)
         goto out;
     if (upload_norm(be, be->final_norm, weights_global(w, G_FINAL_NORM), be->cfg->norm_offset,
                     fstage, err) < 0)

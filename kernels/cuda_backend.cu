@@ -291,6 +291,34 @@ static void cb_configure(backend_t *base, const backend_options_t *opts) {
     }
 }
 
+/* True (err filled) when the weights alone exceed the device's share: the model needs more
+ * GPUs, which the message counts with shard_plan (the smallest tensor-parallel size whose share
+ * fits), rather than the generic out-of-memory advice. */
+static bool weights_too_large(const cuda_backend_t *be, err_t *err) {
+    const memplan_t *p = &be->plan;
+    double budget = p->utilization * (double)p->device_total;
+    if ((double)p->weights <= budget) return false;
+    char fits[200] = "no tensor-parallel size up to 8 fits either";
+    for (int tp = 2; tp <= 8; tp *= 2)
+        for (int ep = 0; ep <= (be->cfg->n_experts > 0); ep++) {
+            shard_plan_t s;
+            shard_plan_make(be->cfg, tp, ep, &s);
+            if (!s.valid || (double)(s.weights + SHARD_PLAN_OVERHEAD) >= budget || fits[0] != 'n')
+                continue;
+            snprintf(fits, sizeof fits, "at %s %d each GPU would hold %.1f GiB",
+                     ep ? "expert parallel" : "tensor-parallel-size", tp,
+                     (double)s.weights / (double)(1ull << 30));
+        }
+    err_set(err,
+            "the weights alone take %.1f GiB but %s has %.1f GiB (gpu-memory-utilization %.2f of "
+            "%.1f GiB): this model needs several GPUs (%s; Tachyon does not run tensor or expert "
+            "parallelism yet)",
+            (double)p->weights / (double)(1ull << 30), be->device_name,
+            budget / (double)(1ull << 30), p->utilization,
+            (double)p->device_total / (double)(1ull << 30), fits);
+    return true;
+}
+
 /* CUDA_CHECK for cb_create, which must free what it made: jumps to its `fail` label. */
 #define TRY_CUDA(call)                                                                             \
     do {                                                                                           \
@@ -345,7 +373,9 @@ static int cb_create(const backend_options_t *opts, const model_weights_t *w, ba
     be->K = c->lin_conv_kernel;
     be->C = model_lin_conv_dim(c);
     be->ssm_bf16_next = opts && opts->ssm_state_bf16;
-    be->I = c->intermediate_size;
+    be->I = 0; /* the dense MLPs' (an MoE model may have none: no workspace for them) */
+    for (int l = 0; l < c->n_layers; l++)
+        if (c->layer[l].mlp == MLP_DENSE) be->I = c->intermediate_size;
     be->V = c->vocab_size;
     be->L = c->n_layers;
     be->eps = c->rms_norm_eps;
@@ -412,6 +442,7 @@ static int cb_create(const backend_options_t *opts, const model_weights_t *w, ba
         be->kv_dtype_next = opts && opts->kv_cache_dtype == KV_DTYPE_FP8 ? OPS_KV_FP8 : OPS_KV_BF16;
         be->kv_dtype = be->kv_dtype_next;
     }
+    cb_moe_init(be);
 
     if (ops_init(err) < 0 || (be->n_linear && ops_gdn_init(err) < 0)) goto fail;
     TRY_CUDA(cudaMemGetInfo(&free_b, &total));
@@ -435,6 +466,7 @@ static int cb_create(const backend_options_t *opts, const model_weights_t *w, ba
         if (be->plan.utilization <= 0) be->plan.utilization = 0.9;
         memplan_print(&be->plan, stderr);
 
+        if (weights_too_large(be, err)) goto fail;
         if (cb_alloc_dev(be, &be->wmem, weight_bytes, "the weights", err) < 0) goto fail;
         TRY_CUDA(cudaMemsetAsync(be->wmem, 0, weight_bytes, be->stream));
         cb_layout_weights(be, (char *)be->wmem);
@@ -447,6 +479,8 @@ static int cb_create(const backend_options_t *opts, const model_weights_t *w, ba
         cb_layout_logits(be, (char *)be->amem + act);
         TRY_CUDA(cudaMemsetAsync(be->counts, 0, ops_sample_workspace_bytes(be->cap_l, be->V),
                                  be->stream));
+        if (be->moe.E)
+            TRY_CUDA(cudaMemsetAsync(be->moe.load, 0, (size_t)be->L * be->moe.E * 8, be->stream));
         size_t aws = ops_attention_workspace_bytes(SPLIT_MAX_SEQS, be->nH, be->D, MAX_SPLITS);
         if (cb_alloc_dev(be, &be->attn_ws, aws, "the decode attention workspace", err) < 0)
             goto fail;
@@ -508,9 +542,10 @@ extern "C" void cuda_backend_graph_stats(const backend_t *base, long *replays, i
 
 /* Positional: the fields of backend_ops_t in order (name, create, destroy, kv_block_bytes,
  * kv_reserve, forward, sample, describe, kv_pool_bytes, configure, makes_dummy_weights,
- * state_bytes, state_reserve, state_copy). */
+ * expert_load, trace_routing, state_bytes, state_reserve, state_copy). */
 extern "C" const backend_ops_t cuda_backend_ops = {
-    "cuda",     cb_create,      cb_destroy,       cb_kv_block_bytes, cb_kv_reserve,
-    cb_forward, cb_sample,      cb_describe,      cb_kv_pool_bytes,  cb_configure,
-    true,       cb_state_bytes, cb_state_reserve, cb_state_copy,
+    "cuda",        cb_create,      cb_destroy,       cb_kv_block_bytes, cb_kv_reserve,
+    cb_forward,    cb_sample,      cb_describe,      cb_kv_pool_bytes,  cb_configure,
+    true,          cb_expert_load, cb_trace_routing, cb_state_bytes,    cb_state_reserve,
+    cb_state_copy,
 };

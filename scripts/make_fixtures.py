@@ -699,18 +699,20 @@ def is_fp8_linear(name):
         f".{lin}." in name for lin in LINEARS)
 
 
-def save_fp8_fixture(model, cfg, tok, out):
+def save_fp8_fixture(state, cfg, tok, out, is_fp8=is_fp8_linear, first_shard=None):
+    """BF16 `state` with the `is_fp8` linears in block FP8, in two shards (`first_shard`'s, rest)."""
+    first_shard = first_shard or (lambda k: k == "model.embed_tokens.weight" or
+                                  k.startswith("model.layers.0."))
     tensors = {}
-    for name, value in bf16_state(model).items():
-        if is_fp8_linear(name):
+    for name, value in state.items():
+        if is_fp8(name):
             q, s = quantize_block_fp8(value)
             tensors[name] = q
             tensors[name + "_scale_inv"] = s
         else:
             tensors[name] = value
     assert "lm_head.weight" in tensors
-    shard1 = {k: v for k, v in tensors.items()
-              if k == "model.embed_tokens.weight" or k.startswith("model.layers.0.")}
+    shard1 = {k: v for k, v in tensors.items() if first_shard(k)}
     shard2 = {k: v for k, v in tensors.items() if k not in shard1}
     names = ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"]
     weight_map = {}
@@ -788,9 +790,9 @@ def full_logits(model, ids):
 
 
 @torch.no_grad()
-def greedy(model, ids):
+def greedy(model, ids, n=GREEDY_TOKENS):
     ids, out, margins = list(ids), [], []
-    for _ in range(GREEDY_TOKENS):
+    for _ in range(n):
         last = full_logits(model, ids)[-1]
         top = torch.topk(last, 2)
         margins.append((top.values[0] - top.values[1]).item())
@@ -831,22 +833,23 @@ PROMPTS = [
 ]
 
 
-def make_golden(fixture, cfg, state, tok, golden_dir):
-    model = reference_model(cfg, state)
+def make_golden(fixture, model, tok, golden_dir, name=None, prompt_sets=PROMPTS,
+                n_greedy=GREEDY_TOKENS, min_margin=MIN_GREEDY_MARGIN, reference="eager float32"):
+    """golden/<name or fixture>.json, .logits.f32: each prompt set's first with margins >= min."""
+    name = name or fixture
     prompts, rows = [], []
-    for target, candidates in PROMPTS:
+    for target, candidates in prompt_sets:
         chosen = None
         for text in candidates:
             ids = tok.encode(text).ids
-            out, margin = greedy(model, ids)
-            log(f"  {fixture}: {len(ids):2d}-token prompt {text[:32]!r}... greedy min margin "
+            out, margin = greedy(model, ids, n_greedy)
+            log(f"  {name}: {len(ids):2d}-token prompt {text[:32]!r}... greedy min margin "
                 f"{margin:.4f}")
-            if margin >= MIN_GREEDY_MARGIN:
+            if margin >= min_margin:
                 chosen = (text, ids, out, margin)
                 break
         if chosen is None:
-            sys.exit(f"{fixture}: no prompt of ~{target} tokens has greedy margins >= "
-                     f"{MIN_GREEDY_MARGIN}")
+            sys.exit(f"{name}: no prompt of ~{target} tokens has greedy margins >= {min_margin}")
         text, ids, out, margin = chosen
         positions = logit_positions(len(ids))
         logits = full_logits(model, ids)
@@ -860,12 +863,12 @@ def make_golden(fixture, cfg, state, tok, golden_dir):
             "greedy_text": tok.decode(out, skip_special_tokens=False),
         })
         rows.extend(logits[p].numpy() for p in positions)
-    logits_file = f"{fixture}.logits.f32"
+    logits_file = f"{name}.logits.f32"
     np.stack(rows).astype("<f4").tofile(golden_dir / logits_file)
-    write_golden_json(golden_dir / f"{fixture}.json", {
+    write_golden_json(golden_dir / f"{name}.json", {
         "fixture": fixture,
         "vocab_size": PADDED_VOCAB,
-        "reference": f"transformers {transformers.__version__} eager float32",
+        "reference": f"transformers {transformers.__version__} {reference}",
         "transformers_version": transformers.__version__,
         "torch_version": torch.__version__,
         "logits_file": logits_file,
@@ -901,10 +904,6 @@ def check_bf16_roundtrip(bf16_dir, golden_dir):
 
 
 # ---------------------------------------------------------------------------------------------
-
-
-def tree_size(path):
-    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
 def install(staging):
@@ -968,13 +967,12 @@ def build(staging, rng):
 
     fp8_model = fp8_init_from(model, fp8_cfg)
     fp8_loss = train(fp8_model, stream, FP8_STEPS, LR / 3, SEED + 1, FP8)
-    save_fp8_fixture(fp8_model, fp8_cfg, tok, fp8_dir)
+    save_fp8_fixture(bf16_state(fp8_model), fp8_cfg, tok, fp8_dir)
 
     torch.set_num_threads(1)
-    golden = {
-        BF16: make_golden(BF16, bf16_cfg, load_stored_bf16(bf16_dir), tok, golden_dir),
-        FP8: make_golden(FP8, fp8_cfg, load_stored_fp8(fp8_dir), tok, golden_dir),
-    }
+    golden = {name: make_golden(name, reference_model(cfg, load(d)), tok, golden_dir) for name, cfg,
+              load, d in ((BF16, bf16_cfg, load_stored_bf16, bf16_dir),
+                          (FP8, fp8_cfg, load_stored_fp8, fp8_dir))}
     check_bf16_roundtrip(bf16_dir, golden_dir)
     return bf16_loss, fp8_loss, golden
 
@@ -991,7 +989,7 @@ def report(bf16_loss, fp8_loss, golden):
             log(f"{path.stat().st_size:>10}  {path.relative_to(FIXTURES)}")
             ours += path.stat().st_size
     log(f"written by make-fixtures: {ours} bytes = {ours / 1e6:.3f} MB = {ours / 2**20:.3f} MiB")
-    total = tree_size(FIXTURES)
+    total = sum(f.stat().st_size for f in FIXTURES.rglob("*") if f.is_file())
     log(f"all of tests/fixtures:    {total} bytes = {total / 1e6:.3f} MB = {total / 2**20:.3f} MiB")
     if ours >= SIZE_LIMIT:
         sys.exit(f"the fixtures written here exceed {SIZE_LIMIT} bytes")

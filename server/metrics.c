@@ -124,6 +124,39 @@ static void histogram(out_t *o, const char *name, const char *help, const stats_
     sample(o, series, NULL, h->sum);
 }
 
+/* Expert load of an MoE model: a counter per (layer, expert), whose rate over a window is that
+ * window's load (the console shows engine_stats' own window as a heat map), and per layer the
+ * busiest expert over the mean one in the engine's window. */
+static void experts(out_t *o, const stats_experts_t *x) {
+    if (x->n_layers == 0) return;
+    char lbl[64];
+    head(o, "tachyon:moe_expert_tokens_total", "counter",
+         "Tokens routed to each expert of each MoE layer (a token counts for each of its top-k "
+         "experts).");
+    for (int r = 0; r < x->n_layers; r++)
+        for (int e = 0; e < x->n_experts; e++) {
+            snprintf(lbl, sizeof lbl, "layer=\"%d\",expert=\"%d\"", x->layer[r], e);
+            sample(o, "tachyon:moe_expert_tokens_total", lbl,
+                   (double)x->total[r * x->n_experts + e]);
+        }
+    head(o, "tachyon:moe_expert_load_imbalance", "gauge",
+         "Per MoE layer, the busiest expert's tokens over the mean expert's in the last "
+         "tachyon:moe_expert_window_seconds (1 = balanced; 0 = no tokens).");
+    for (int r = 0; r < x->n_layers; r++) {
+        uint64_t sum = 0, max = 0;
+        for (int e = 0; e < x->n_experts; e++) {
+            uint32_t v = x->window[r * x->n_experts + e];
+            sum += v;
+            if (v > max) max = v;
+        }
+        snprintf(lbl, sizeof lbl, "layer=\"%d\"", x->layer[r]);
+        sample(o, "tachyon:moe_expert_load_imbalance", lbl,
+               sum ? (double)max * x->n_experts / (double)sum : 0.0);
+    }
+    gauge(o, "tachyon:moe_expert_window_seconds", "Seconds the engine's expert-load window covers.",
+          x->window_s);
+}
+
 void metrics_render(metrics_t *m, const stats_snapshot_t *s, const metrics_info_t *info,
                     jbuf_t *out) {
     jbuf_t lab;
@@ -232,5 +265,6 @@ void metrics_render(metrics_t *m, const stats_snapshot_t *s, const metrics_info_
            (double)metrics_get(m, METRIC_HTTP_4XX));
     sample(&o, "tachyon:http_responses_total", "code=\"5xx\"",
            (double)metrics_get(m, METRIC_HTTP_5XX));
+    experts(&o, &s->experts);
     jb_free(&lab);
 }

@@ -51,3 +51,33 @@ sampling_params_t tu_greedy(int max_tokens) {
     p.ignore_eos = true;
     return p;
 }
+
+void tu_check_expert_load(engine_t *eng, uint64_t forwarded) {
+    static stats_snapshot_t snap;
+    engine_stats(eng, &snap);
+    const model_config_t *c = engine_model_config(eng);
+    const stats_experts_t *x = &snap.experts;
+    int moe_layers = 0;
+    for (int l = 0; l < c->n_layers; l++)
+        if (c->layer[l].mlp == MLP_MOE) assert_int_equal(x->layer[moe_layers++], l);
+    assert_int_equal(x->n_layers, moe_layers);
+    assert_int_equal(x->n_experts, c->n_experts);
+    assert_true(x->window_s > 0 && x->window_s <= STATS_EXPERT_WINDOW);
+    for (int r = 0; r < x->n_layers; r++) {
+        uint64_t total = 0, window = 0;
+        int used = 0;
+        for (int e = 0; e < x->n_experts; e++) {
+            uint64_t t = x->total[r * x->n_experts + e];
+            assert_true(x->window[r * x->n_experts + e] <= t);
+            total += t;
+            window += x->window[r * x->n_experts + e];
+            used += t > 0;
+        }
+        print_message("MoE layer %d: %llu tokens routed (%llu in the last %.1f s) over %d of %d "
+                      "experts\n",
+                      x->layer[r], (unsigned long long)total, (unsigned long long)window,
+                      x->window_s, used, x->n_experts);
+        assert_int_equal(total, forwarded * (uint64_t)c->n_experts_per_tok);
+        assert_true(window > 0 && used > 1);
+    }
+}

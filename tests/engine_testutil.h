@@ -29,4 +29,9 @@ int tu_prompt(int i, int32_t *ids);
 /* Greedy decoding of max_tokens tokens, EOS ignored. */
 sampling_params_t tu_greedy(int max_tokens);
 
+/* The expert-load statistics of an idle engine on an MoE model: every MoE layer's counts sum
+ * to the model's num_experts_per_tok x `forwarded` tokens, and more than one expert got some;
+ * the window holds no more than the totals and something of them. Prints each layer's sums. */
+void tu_check_expert_load(engine_t *eng, uint64_t forwarded);
+
 #endif

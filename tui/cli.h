@@ -34,7 +34,7 @@ typedef struct cli_engine {
     "model:\n"                                                                                     \
     "  --model DIR|PRESET         model directory (default: the embedded tiny-qwen3), or with\n"   \
     "                             --load-format dummy a preset: tiny, qwen3-0.6b, qwen3-8b,\n"     \
-    "                             qwen3-14b, qwen3-32b\n"                                          \
+    "                             qwen3-14b, qwen3-32b, qwen3-30b-a3b, qwen3-235b-a22b\n"          \
     "  --load-format FMT          auto | safetensors | dummy (random weights, real shapes)\n"      \
     "  --dtype bf16|fp8           dummy weights' type (default bf16)\n"                            \
     "  --tokenizer DIR            tokenizer and chat template from DIR instead of the model's\n"   \

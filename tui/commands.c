@@ -35,6 +35,9 @@ static const repl_command_t COMMANDS[] = {
     {"/tools", NULL, "/tools [FILE|off]",
      "chat with the tools of an OpenAI tools JSON file (none: list them; off: no tools)",
      REPL_TOOLS, true},
+    {"/experts", NULL, "/experts",
+     "show the expert-load heat map of an MoE model (tokens per expert per layer, last ~10 s)",
+     REPL_EXPERTS, false},
     {"/clear", NULL, "/clear", "clear the chat pane", REPL_CLEAR, false},
 };
 enum { N_COMMANDS = sizeof COMMANDS / sizeof COMMANDS[0] };

@@ -32,7 +32,7 @@
  *                             cmd.flag points to the table entry)
  *     /get FLAG              /flags [PREFIX]
  *     /bench PROFILE [OPTIONS...]   (PROFILE checked against bench_profiles())
- *     /bench stop            /results
+ *     /bench stop            /results          /experts
  *     /sweep FLAG V1,V2,... PROFILE [OPTIONS...]   (a live flag; each value checked)
  *     /tools [FILE]          (none: list the tools; FILE: an OpenAI tools array to chat with)
  *     /tools off             (REPL_TOOLS_OFF: chat without tools again)
@@ -69,6 +69,7 @@ typedef enum repl_kind {
     REPL_RESULTS,
     REPL_COMPARE, /* argc 0, or >= 2: argv[0] the base run, the others compared with it */
     REPL_CLEAR,
+    REPL_EXPERTS,   /* the expert-load heat map of an MoE model */
     REPL_TOOLS,     /* argc 0: list the tools; 1: argv[0] the file to load */
     REPL_TOOLS_OFF, /* /tools off */
 } repl_kind_t;

@@ -12,6 +12,7 @@
 #include <curses.h>
 
 #include "console_int.h"
+#include "ui_experts.h"
 
 static const char help_keys[] =
     "Keys\n"
@@ -257,6 +258,20 @@ static void con_help(console_t *c, const char *name) {
 }
 
 /* Runs one submitted line; returns true to quit. */
+/* /experts: the heat map of the engine's expert-load window, as of now (run it again to
+ * refresh). */
+static void show_experts(console_t *c) {
+    engine_stats(c->eng, c->snap);
+    char *map = ui_experts_render(&c->snap->experts, c->lay.chat.w > 0 ? c->lay.chat.w : 80);
+    if (!map) {
+        con_out_error(c, "out of memory");
+        return;
+    }
+    ui_text_add(c->text, UI_TXT_PRE, map);
+    free(map);
+    c->scroll = 0;
+}
+
 static bool run_line(console_t *c, const char *line) {
     err_t err = {{0}};
     if (repl_parse(line, &c->cmd, &err) < 0) {
@@ -330,6 +345,9 @@ static bool run_line(console_t *c, const char *line) {
         case REPL_TOOLS:
         case REPL_TOOLS_OFF:
             con_chat_tools(c, cmd);
+            break;
+        case REPL_EXPERTS:
+            show_experts(c);
             break;
         case REPL_CLEAR:
             ui_text_clear(c->text);

@@ -5,7 +5,7 @@
 #include "model_arch.h"
 #include "weights.h"
 
-static int parse(const cJSON *json, const char *file, model_config_t *cfg, err_t *err) {
+int qwen3_parse_common(const cJSON *json, const char *file, model_config_t *cfg, err_t *err) {
     if (model_json_decoder(json, file, 0, cfg, err) < 0 ||
         model_json_bool(json, file, "tie_word_embeddings", false, &cfg->tie_word_embeddings, err) <
             0)
@@ -15,23 +15,18 @@ static int parse(const cJSON *json, const char *file, model_config_t *cfg, err_t
     if (sliding)
         return err_set(err, "%s: use_sliding_window true is not supported (full attention only)",
                        file);
+    return 0;
+}
+
+static int parse(const cJSON *json, const char *file, model_config_t *cfg, err_t *err) {
+    if (qwen3_parse_common(json, file, cfg, err) < 0) return -1;
     for (int l = 0; l < cfg->n_layers; l++)
         cfg->layer[l] = (model_layer_t){ATTN_FULL, MLP_DENSE};
     return 0;
 }
 
 static const wspec_t tensors[] = {
-    {false, G_EMBED, "model.embed_tokens", WK_EMBED, WD_VOCAB, WD_HIDDEN},
-    {false, G_FINAL_NORM, "model.norm", WK_VECTOR, WD_ONE, WD_HIDDEN},
-    {false, G_LM_HEAD, "lm_head", WK_LM_HEAD, WD_VOCAB, WD_HIDDEN},
-    {true, L_ATTN_NORM, "model.layers.%d.input_layernorm", WK_VECTOR, WD_ONE, WD_HIDDEN},
-    {true, L_Q, "model.layers.%d.self_attn.q_proj", WK_LINEAR, WD_Q, WD_HIDDEN},
-    {true, L_K, "model.layers.%d.self_attn.k_proj", WK_LINEAR, WD_KV, WD_HIDDEN},
-    {true, L_V, "model.layers.%d.self_attn.v_proj", WK_LINEAR, WD_KV, WD_HIDDEN},
-    {true, L_O, "model.layers.%d.self_attn.o_proj", WK_LINEAR, WD_HIDDEN, WD_Q},
-    {true, L_Q_NORM, "model.layers.%d.self_attn.q_norm", WK_VECTOR, WD_ONE, WD_HEAD},
-    {true, L_K_NORM, "model.layers.%d.self_attn.k_norm", WK_VECTOR, WD_ONE, WD_HEAD},
-    {true, L_MLP_NORM, "model.layers.%d.post_attention_layernorm", WK_VECTOR, WD_ONE, WD_HIDDEN},
+    QWEN3_SHARED_TENSORS,
     {true, L_GATE, "model.layers.%d.mlp.gate_proj", WK_LINEAR, WD_INTER, WD_HIDDEN},
     {true, L_UP, "model.layers.%d.mlp.up_proj", WK_LINEAR, WD_INTER, WD_HIDDEN},
     {true, L_DOWN, "model.layers.%d.mlp.down_proj", WK_LINEAR, WD_HIDDEN, WD_INTER},

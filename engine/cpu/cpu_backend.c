@@ -22,6 +22,10 @@
  *         dense_mlp (MLP_DENSE):
  *             x = rmsnorm(h, mlp_norm)
  *             h += (silu(x Wg^T) * x Wu^T) Wd^T                    [T, I] inside
+ *         moe_mlp (MLP_MOE):
+ *             x = rmsnorm(h, mlp_norm)
+ *             w, ids = topk(softmax(x Wr^T))                       [T, k] of E experts
+ *             h += sum over ids e: w_e * (silu(x Wg_e^T) * x Wu_e^T) Wd_e^T    cpu_moe.h
  *     logits = rmsnorm(h[logit_rows], final_norm) Wlm^T            [n_logits, V]
  *
  * GEMMs split output rows over the thread pool; attention splits (token, head) pairs. Every
@@ -37,15 +41,12 @@
 #include <unistd.h>
 
 #include "backend.h"
+#include "cpu_moe.h"
 #include "cpu_gdn.h"
 #include "cpu_ops.h"
 #include "cpu_pool.h"
 
 #define MAX_THREADS 256
-
-/* Multiply-adds below which an op runs on the calling thread alone: waking workers costs a few
- * microseconds (far more on a loaded machine), the time of ~1e5 multiply-adds. */
-#define PARALLEL_MIN_MACS (1 << 19)
 
 /* A layer's weights by slot (weights.h), those of its kinds bound: the checkpoint's tensors, and
  * f32 copies of the small ones (norm vectors, with Qwen3.5's 1 + w applied; the Gated
@@ -54,6 +55,7 @@ typedef struct cpu_layer {
     const wtensor_t *w[L_COUNT];
     const float *norm[L_COUNT]; /* [rows, cols] f32, small slots only */
     int linear;                 /* ATTN_LINEAR: its ordinal among the linear layers */
+    cpu_moe_weights_t moe;      /* MLP_MOE */
 } cpu_layer_t;
 
 typedef struct cpu_backend {
@@ -72,6 +74,9 @@ typedef struct cpu_backend {
     cpu_gdn_t *gdn;    /* Gated DeltaNet layers and their state slots, when the model has any */
     bool ssm_bf16;     /* state slots keep the SSM state rounded to bf16 */
     int kmax;          /* widest GEMM input: the most columns of any linear (H, nH*D, I) */
+    cpu_moe_t *moe;    /* scratch of the MLP_MOE layers; NULL without */
+    uint64_t *expert_counts; /* [n_layers][n_experts] tokens routed since create */
+    int32_t *trace;          /* trace_routing's [n_layers][T][k], or NULL */
 
     /* KV pool, f32 [n_layers][num_blocks][block_size][n_kv_heads][head_dim] each */
     float *k_pool, *v_pool;
@@ -122,11 +127,9 @@ static void gemm(cpu_backend_t *be, const float *x, int T, const wtensor_t *w, f
     if (T == 0) return;
     x = cpu_linear_input(x, T, w, be->emulate_fp8, be->aq);
     gemm_job_t job = {be, x, T, w, y, ldy};
-    /* Chunks of whole CPU_MM_ROWS groups, about four per thread for balance; one chunk (run by
-     * the caller alone) when the GEMM is too small to pay for waking the workers. */
-    int64_t grain = (w->rows + 4 * be->n_threads - 1) / (4 * be->n_threads);
-    grain = (grain + CPU_MM_ROWS - 1) / CPU_MM_ROWS * CPU_MM_ROWS;
-    if ((int64_t)T * w->rows * w->cols < PARALLEL_MIN_MACS) grain = w->rows;
+    /* chunks of whole CPU_MM_ROWS groups */
+    int64_t grain =
+        cpu_pool_grain(be->pool, w->rows, (int64_t)T * w->rows * w->cols, 4, CPU_MM_ROWS);
     cpu_pool_run(be->pool, w->rows, grain, gemm_rows, &job);
 }
 
@@ -218,6 +221,8 @@ static void cpu_destroy(backend_t *base) {
     cpu_backend_t *be = (cpu_backend_t *)base;
     if (!be) return;
     cpu_pool_destroy(be->pool);
+    cpu_moe_destroy(be->moe);
+    free(be->expert_counts);
     free_activations(be);
     for (int i = 0; be->wbuf && i < be->n_threads; i++)
         free(be->wbuf[i]);
@@ -243,7 +248,7 @@ static int check_tensor(const wtensor_t *t, const char *what, int layer, int64_t
         snprintf(where, sizeof where, "%s", what);
     else
         snprintf(where, sizeof where, "layer %d %s", layer, what);
-    if (!t || !t->data) return err_set(err, "cpu backend: %s missing", where);
+    if (!t || (!t->data && !t->dummy)) return err_set(err, "cpu backend: %s missing", where);
     if (t->rows != rows || t->cols != cols)
         return err_set(err,
                        "cpu backend: %s is [%" PRId64 ", %" PRId64 "], expected [%" PRId64
@@ -322,8 +327,37 @@ static int layer_needs(const model_config_t *c, int l, need_t *need) {
             need[n++] = (need_t){L_UP, "up_proj", I, H};
             need[n++] = (need_t){L_DOWN, "down_proj", H, I};
             break;
+        case MLP_MOE:
+            need[n++] = (need_t){L_ROUTER, "mlp.gate", c->n_experts, H};
+            break;
     }
     return n;
+}
+
+/* The experts of MoE layer l: present, shaped, and of one dtype per projection (their inputs
+ * are quantized once for all of them). */
+static int check_experts(const model_weights_t *w, int l, err_t *err) {
+    const model_config_t *c = weights_config(w);
+    int64_t H = c->hidden_size, I = c->moe_intermediate_size;
+    static const char *const names[E_COUNT] = {"gate_proj", "up_proj", "down_proj"};
+    const wtensor_t *first[E_COUNT];
+    for (int e = 0; e < c->n_experts; e++)
+        for (int s = 0; s < E_COUNT; s++) {
+            const wtensor_t *t = weights_expert(w, l, e, (eslot_t)s);
+            char what[64];
+            snprintf(what, sizeof what, "experts.%d.%s", e, names[s]);
+            if (check_tensor(t, what, l, s == E_DOWN ? H : I, s == E_DOWN ? I : H, err) < 0)
+                return -1;
+            int ref = s == E_UP ? E_GATE : s;
+            if (e == 0 && s != E_UP) first[s] = t;
+            if (t->dtype != first[ref]->dtype || t->block_k != first[ref]->block_k)
+                return err_set(err,
+                               "cpu backend: layer %d %s is %s but experts.0.%s is %s (one dtype "
+                               "per projection)",
+                               l, what, dtype_name(t->dtype), names[ref],
+                               dtype_name(first[ref]->dtype));
+        }
+    return 0;
 }
 
 /* Copies a small weight to f32, plus offset (the only weights the backend copies: the norms, a
@@ -375,6 +409,7 @@ static int cpu_create(const backend_options_t *opts, const model_weights_t *w, b
             if (is_small(d)) norm_floats += (size_t)(d->rows * d->cols);
             if (!is_small(d) && d->cols > kmax) kmax = d->cols;
         }
+        if (c->layer[l].mlp == MLP_MOE && check_experts(w, l, err) < 0) return -1;
     }
 
     cpu_backend_t *be = calloc(1, sizeof *be);
@@ -415,11 +450,21 @@ static int cpu_create(const backend_options_t *opts, const model_weights_t *w, b
             L->w[s] = weights_layer(w, l, s);
             if (is_small(&need[i])) L->norm[s] = take_norm(L->w[s], copy_offset(c, s), &cursor);
         }
+        if (c->layer[l].mlp == MLP_MOE)
+            L->moe = (cpu_moe_weights_t){L->w[L_ROUTER], weights_expert(w, l, 0, E_GATE)};
         L->linear = c->layer[l].attn == ATTN_LINEAR ? linear++ : -1;
     }
     be->final_norm = take_norm(final_norm, c->norm_offset, &cursor);
     cpu_rope_inv_freq(c->rotary_dim, c->rope_theta, be->inv_freq);
 
+    if (c->n_experts > 0) {
+        be->expert_counts = calloc((size_t)c->n_layers * (size_t)c->n_experts, sizeof(uint64_t));
+        if (!be->expert_counts) err_set(err, "cpu backend: out of memory");
+        if (!be->expert_counts || cpu_moe_create(c, n_threads, &be->moe, err) < 0) {
+            cpu_destroy(&be->base);
+            return -1;
+        }
+    }
     if (cpu_pool_create(n_threads, &be->pool, err) < 0 || ensure_tokens(be, 64, err) < 0 ||
         ensure_context(be, 1024, err) < 0 ||
         (linear > 0 && cpu_gdn_create(c, n_threads, &be->gdn, err) < 0)) {
@@ -584,8 +629,7 @@ static void full_attention(cpu_backend_t *be, const be_batch_t *b, int layer) {
     };
     attn_job_t job = {be, &a};
     int64_t items = (int64_t)T * c->n_heads;
-    int64_t grain = (items + 8 * be->n_threads - 1) / (8 * be->n_threads);
-    if (items * be->max_ctx * D < PARALLEL_MIN_MACS) grain = items;
+    int64_t grain = cpu_pool_grain(be->pool, items, items * be->max_ctx * D, 8, 1);
     cpu_pool_run(be->pool, items, grain, attn_items, &job);
     if (gated) apply_output_gate(be, T);
 
@@ -650,6 +694,19 @@ static void dense_mlp(cpu_backend_t *be, int T, int layer) {
         be->h[i] += be->xn[i];
 }
 
+/* MLP_MOE: h += the mixture of experts of layer `layer` (cpu_moe.h). */
+static void moe_mlp(cpu_backend_t *be, int T, int layer) {
+    const model_config_t *c = be->cfg;
+    const cpu_layer_t *L = &be->layers[layer];
+    int H = c->hidden_size;
+    for (int t = 0; t < T; t++)
+        cpu_rmsnorm(be->h + (int64_t)t * H, L->norm[L_MLP_NORM], H, c->rms_norm_eps,
+                    be->xn + (int64_t)t * H);
+    int32_t *trace = be->trace ? be->trace + (size_t)layer * T * c->n_experts_per_tok : NULL;
+    cpu_moe_forward(be->moe, be->pool, &L->moe, be->xn, T, be->h, be->emulate_fp8,
+                    be->expert_counts + (size_t)layer * (size_t)c->n_experts, trace);
+}
+
 static int cpu_forward(backend_t *base, const be_batch_t *b, float *logits, err_t *err) {
     cpu_backend_t *be = (cpu_backend_t *)base;
     const model_config_t *c = be->cfg;
@@ -677,6 +734,9 @@ static int cpu_forward(backend_t *base, const be_batch_t *b, float *logits, err_
             case MLP_DENSE:
                 dense_mlp(be, T, l);
                 break;
+            case MLP_MOE:
+                moe_mlp(be, T, l);
+                break;
         }
     }
     /* logits = rmsnorm(h[logit_rows], final_norm) Wlm^T */
@@ -685,6 +745,18 @@ static int cpu_forward(backend_t *base, const be_batch_t *b, float *logits, err_
                     be->xn + (int64_t)i * H);
     gemm(be, be->xn, b->n_logits, be->lm_head, logits, c->vocab_size);
     return 0;
+}
+
+static int cpu_expert_load(backend_t *base, uint64_t *out, err_t *err) {
+    const cpu_backend_t *be = (const cpu_backend_t *)base;
+    const model_config_t *c = be->cfg;
+    if (!be->expert_counts) return err_set(err, "cpu backend: the model has no experts");
+    memcpy(out, be->expert_counts, (size_t)c->n_layers * (size_t)c->n_experts * sizeof *out);
+    return 0;
+}
+
+static void cpu_trace_routing(backend_t *base, int32_t *ids) {
+    ((cpu_backend_t *)base)->trace = ids;
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -714,8 +786,9 @@ static void cpu_configure(backend_t *base, const backend_options_t *opts) {
 
 static void cpu_describe(const backend_t *base, char *buf, size_t size) {
     const cpu_backend_t *be = (const cpu_backend_t *)base;
-    snprintf(buf, size, "cpu, %d thread%s, f32 (W8A8 emulation %s)", be->n_threads,
-             be->n_threads == 1 ? "" : "s", be->emulate_fp8 ? "on" : "off");
+    snprintf(buf, size, "cpu, %d thread%s, f32 (W8A8 emulation %s)%s", be->n_threads,
+             be->n_threads == 1 ? "" : "s", be->emulate_fp8 ? "on" : "off",
+             be->embed->dummy ? ", dummy weights generated as read (a copy would not fit)" : "");
 }
 
 const backend_ops_t cpu_backend_ops = {
@@ -726,6 +799,8 @@ const backend_ops_t cpu_backend_ops = {
     .kv_reserve = cpu_kv_reserve,
     .forward = cpu_forward,
     .describe = cpu_describe,
+    .expert_load = cpu_expert_load,
+    .trace_routing = cpu_trace_routing,
     .configure = cpu_configure,
     .state_bytes = cpu_state_bytes,
     .state_reserve = cpu_state_reserve,

@@ -18,6 +18,11 @@ static inline float e4m3_decode(uint8_t b) {
 
 void cpu_dequant_rows(const wtensor_t *w, int64_t row0, int n, float *dst) {
     int64_t cols = w->cols;
+    if (w->dummy) { /* lazy dummy weights: generated here (weights_open when a copy won't fit) */
+        for (int r = 0; r < n; r++)
+            wtensor_row_f32(w, row0 + r, dst + r * cols);
+        return;
+    }
     switch (w->dtype) {
         case DT_F32:
             memcpy(dst, (const float *)w->data + row0 * cols, (size_t)(n * cols) * sizeof(float));

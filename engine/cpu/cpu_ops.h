@@ -22,7 +22,8 @@
 #define CPU_MM_ROWS 4
 
 /* Dequantizes rows [row0, row0 + n) of w to f32: dst [n, w->cols]. BF16, F16, F32 are exact;
- * F8_E4M3 values are multiplied by their block's scale_inv in f32. The caller checks the range. */
+ * F8_E4M3 values are multiplied by their block's scale_inv in f32; lazy dummy tensors are
+ * generated (wtensor_row_f32). The caller checks the range. */
 void cpu_dequant_rows(const wtensor_t *w, int64_t row0, int n, float *dst);
 
 /* y[t][n] = sum_k x[t][k] * W[n][k] for t < T and n in [n0, n1): x [T, K] with K = w->cols,

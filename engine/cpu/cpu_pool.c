@@ -137,6 +137,14 @@ int cpu_pool_size(const cpu_pool_t *p) {
     return p->n_threads;
 }
 
+int64_t cpu_pool_grain(const cpu_pool_t *p, int64_t n, int64_t work, int per_thread,
+                       int64_t align) {
+    if (work < CPU_POOL_MIN_WORK || n < 1) return n > 0 ? n : 1;
+    int64_t chunks = (int64_t)per_thread * p->n_threads;
+    int64_t grain = (n + chunks - 1) / chunks;
+    return (grain + align - 1) / align * align;
+}
+
 void cpu_pool_run(cpu_pool_t *p, int64_t n, int64_t grain, cpu_pool_fn fn, void *ctx) {
     if (n <= 0) return;
     if (grain < 1) grain = 1;

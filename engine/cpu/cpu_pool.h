@@ -36,6 +36,16 @@ void cpu_pool_destroy(cpu_pool_t *pool);
 /* Threads that run a job, the caller included. */
 int cpu_pool_size(const cpu_pool_t *pool);
 
+/* Multiply-adds below which a job runs on the calling thread alone: waking workers costs a few
+ * microseconds (far more on a loaded machine), the time of ~1e5 multiply-adds. */
+#define CPU_POOL_MIN_WORK (1 << 19)
+
+/* A grain for a job of n items and `work` multiply-adds in all: about `per_thread` chunks per
+ * thread for balance, a multiple of `align` items; n (one chunk, run by the caller alone) when
+ * the work is below CPU_POOL_MIN_WORK. */
+int64_t cpu_pool_grain(const cpu_pool_t *pool, int64_t n, int64_t work, int per_thread,
+                       int64_t align);
+
 /* Runs fn over [0, n) in chunks of grain items (grain >= 1) on all threads and returns when all
  * are done. One job at a time: only the thread that owns the pool may call it. */
 void cpu_pool_run(cpu_pool_t *pool, int64_t n, int64_t grain, cpu_pool_fn fn, void *ctx);

@@ -1,9 +1,12 @@
 /* The CPU backend against Hugging Face transformers (scripts/make-fixtures): logits of every
  * fixture prompt, all prompts prefilled together in one varlen batch, and greedy continuations
- * generated with chunked prefill and the paged decode path. The Qwen3.5 fixtures
- * (scripts/make_fixtures_qwen35.py) too: each sequence with a recurrent-state slot, prompts of up
- * to 230 tokens, so the batched prefill runs the Gated DeltaNet's chunked form over several
- * 64-token chunks and the greedy runs continue the state chunk after chunk, then token by token.
+ * generated with chunked prefill and the paged decode path. Qwen3 dense (tiny-qwen3, -fp8) and
+ * Qwen3-MoE (tiny-qwen3-moe, -fp8), and the MoE FP8 model under W8A8 emulation against
+ * transformers with every FP8 linear's input quantized per token per 128 columns. The Qwen3.5
+ * fixtures (scripts/make_fixtures_qwen35.py) too: each sequence with a recurrent-state slot,
+ * prompts of up to 230 tokens, so the batched prefill runs the Gated DeltaNet's chunked form over
+ * several 64-token chunks and the greedy runs continue the state chunk after chunk, then token by
+ * token.
  *
  * Tolerance: transformers ran in float32 on the same weights (BF16 values, or FP8 dequantized
  * exactly), so the only differences are f32 summation order in GEMMs (K <= 384), RMSNorm and
@@ -37,9 +40,10 @@ typedef struct golden {
     int vocab;
 } golden_t;
 
-static void golden_load(const char *fixture, golden_t *g) {
+/* golden/<golden>.json and its logits (golden: the fixture's name, or a variant of it). */
+static void golden_load(const char *golden, golden_t *g) {
     char name[256];
-    snprintf(name, sizeof name, "golden/%s.json", fixture);
+    snprintf(name, sizeof name, "golden/%s.json", golden);
     char *text = tu_read(tu_fixture(name), NULL);
     assert_non_null(text);
     g->json = cJSON_Parse(text);
@@ -89,11 +93,11 @@ static int32_t *state_slots(backend_t *be, const model_weights_t *w, int n) {
     return slots;
 }
 
-/* Prefills every prompt in one batch and returns the largest |logit - golden| over all
- * golden rows. */
-static double batched_prefill_error(const char *fixture, bool emulate) {
+/* Prefills every prompt of golden/<golden>.json in one batch and returns the largest
+ * |logit - golden| over all its rows. */
+static double batched_prefill_error(const char *fixture, const char *golden, bool emulate) {
     golden_t g;
-    golden_load(fixture, &g);
+    golden_load(golden, &g);
     model_weights_t *w;
     backend_t *be;
     open_fixture(fixture, emulate, &w, &be);
@@ -238,12 +242,12 @@ static void greedy(backend_t *be, int vocab, const int32_t *prompt, int n_prompt
     free(logits);
 }
 
-static void check_greedy(const char *fixture) {
+static void check_greedy(const char *fixture, const char *golden, bool emulate) {
     golden_t g;
-    golden_load(fixture, &g);
+    golden_load(golden, &g);
     model_weights_t *w;
     backend_t *be;
-    open_fixture(fixture, false, &w, &be);
+    open_fixture(fixture, emulate, &w, &be);
     int32_t *sslots = state_slots(be, w, 1); /* each prompt starts at position 0: a zero state */
     const cJSON *p;
     cJSON_ArrayForEach(p, cJSON_GetObjectItem(g.json, "prompts")) {
@@ -258,7 +262,7 @@ static void check_greedy(const char *fixture) {
         for (int i = 0; i < n_want; i++)
             if (got[i] != want[i])
                 fail_msg("%s: prompt of %d tokens: greedy token %d is %d, transformers gave %d",
-                         fixture, n_prompt, i, got[i], want[i]);
+                         golden, n_prompt, i, got[i], want[i]);
         /* the Qwen3.5 goldens: the logits of the last greedy step, reached here by decoding
          * token by token (the recurrent form), by transformers in one forward */
         const cJSON *lr = cJSON_GetObjectItem(p, "greedy_last_logits_row");
@@ -272,7 +276,7 @@ static void check_greedy(const char *fixture) {
             }
             print_message("%s: prompt of %d tokens: last greedy step max |logit - transformers| = "
                           "%.3g\n",
-                          fixture, n_prompt, worst);
+                          golden, n_prompt, worst);
             assert_true(worst <= LOGIT_TOLERANCE);
         }
         free(last);
@@ -287,13 +291,13 @@ static void check_greedy(const char *fixture) {
 }
 
 static void test_bf16_logits(void **state) {
-    double e = batched_prefill_error("tiny-qwen3", false);
+    double e = batched_prefill_error("tiny-qwen3", "tiny-qwen3", false);
     print_message("tiny-qwen3: max |logit - transformers| = %.3g\n", e);
     assert_true(e <= LOGIT_TOLERANCE);
 }
 
 static void test_fp8_logits(void **state) {
-    double e = batched_prefill_error("tiny-qwen3-fp8", false);
+    double e = batched_prefill_error("tiny-qwen3-fp8", "tiny-qwen3-fp8", false);
     print_message("tiny-qwen3-fp8: max |logit - transformers| = %.3g\n", e);
     assert_true(e <= LOGIT_TOLERANCE);
 }
@@ -301,46 +305,84 @@ static void test_fp8_logits(void **state) {
 /* W8A8 emulation quantizes activations (e4m3 has 3 mantissa bits): logits move away from the
  * weight-only reference, but stay close. */
 static void test_fp8_w8a8_emulation(void **state) {
-    double e = batched_prefill_error("tiny-qwen3-fp8", true);
+    double e = batched_prefill_error("tiny-qwen3-fp8", "tiny-qwen3-fp8", true);
     print_message("tiny-qwen3-fp8 W8A8: max |logit - transformers| = %.3g\n", e);
     assert_true(e > LOGIT_TOLERANCE);
     assert_true(e < 1.0);
 }
 
 static void test_bf16_greedy(void **state) {
-    check_greedy("tiny-qwen3");
+    check_greedy("tiny-qwen3", "tiny-qwen3", false);
 }
 
 static void test_fp8_greedy(void **state) {
-    check_greedy("tiny-qwen3-fp8");
+    check_greedy("tiny-qwen3-fp8", "tiny-qwen3-fp8", false);
+}
+
+static void test_moe_bf16(void **state) {
+    double e = batched_prefill_error("tiny-qwen3-moe", "tiny-qwen3-moe", false);
+    print_message("tiny-qwen3-moe: max |logit - transformers| = %.3g\n", e);
+    assert_true(e <= LOGIT_TOLERANCE);
+    check_greedy("tiny-qwen3-moe", "tiny-qwen3-moe", false);
+}
+
+static void test_moe_fp8(void **state) {
+    double e = batched_prefill_error("tiny-qwen3-moe-fp8", "tiny-qwen3-moe-fp8", false);
+    print_message("tiny-qwen3-moe-fp8: max |logit - transformers| = %.3g\n", e);
+    assert_true(e <= LOGIT_TOLERANCE);
+    check_greedy("tiny-qwen3-moe-fp8", "tiny-qwen3-moe-fp8", false);
+    /* how far W8A8 alone moves this model's logits (the scale of the CUDA backend's FP8
+     * differences, tests/gpu/test_cuda_backend.c) */
+    e = batched_prefill_error("tiny-qwen3-moe-fp8", "tiny-qwen3-moe-fp8", true);
+    print_message("tiny-qwen3-moe-fp8 W8A8: max |logit - transformers weight-only| = %.3g\n", e);
+    assert_true(e > LOGIT_TOLERANCE && e < 2.0);
+}
+
+/* W8A8 emulation against transformers with the same quantization (per token, per 128 columns,
+ * e4m3), on the 1- and 7-token prompts: the quantizer is a step function, so a last-ulp
+ * difference in a GEMM input can move a value to the next e4m3 step (1/16 relative) and the
+ * logits by up to W8A8_TOLERANCE; the reference's greedy margins are >= 0.05, above that. */
+#define W8A8_TOLERANCE 0.02
+static void test_moe_fp8_w8a8(void **state) {
+    double e = batched_prefill_error("tiny-qwen3-moe-fp8", "tiny-qwen3-moe-fp8.w8a8", true);
+    print_message("tiny-qwen3-moe-fp8 W8A8: max |logit - transformers W8A8| = %.3g\n", e);
+    assert_true(e <= W8A8_TOLERANCE);
+    check_greedy("tiny-qwen3-moe-fp8", "tiny-qwen3-moe-fp8.w8a8", true);
 }
 
 static void test_qwen35_bf16_logits(void **state) {
-    double e = batched_prefill_error("tiny-qwen3.5", false);
+    double e = batched_prefill_error("tiny-qwen3.5", "tiny-qwen3.5", false);
     print_message("tiny-qwen3.5: max |logit - transformers| = %.3g\n", e);
     assert_true(e <= LOGIT_TOLERANCE);
 }
 
 static void test_qwen35_fp8_logits(void **state) {
-    double e = batched_prefill_error("tiny-qwen3.5-fp8", false);
+    double e = batched_prefill_error("tiny-qwen3.5-fp8", "tiny-qwen3.5-fp8", false);
     print_message("tiny-qwen3.5-fp8: max |logit - transformers| = %.3g\n", e);
     assert_true(e <= LOGIT_TOLERANCE);
 }
 
 static void test_qwen35_bf16_greedy(void **state) {
-    check_greedy("tiny-qwen3.5");
+    check_greedy("tiny-qwen3.5", "tiny-qwen3.5", false);
 }
 
 static void test_qwen35_fp8_greedy(void **state) {
-    check_greedy("tiny-qwen3.5-fp8");
+    check_greedy("tiny-qwen3.5-fp8", "tiny-qwen3.5-fp8", false);
 }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_bf16_logits),        cmocka_unit_test(test_fp8_logits),
-        cmocka_unit_test(test_fp8_w8a8_emulation), cmocka_unit_test(test_bf16_greedy),
-        cmocka_unit_test(test_fp8_greedy),         cmocka_unit_test(test_qwen35_bf16_logits),
-        cmocka_unit_test(test_qwen35_fp8_logits),  cmocka_unit_test(test_qwen35_bf16_greedy),
+        cmocka_unit_test(test_bf16_logits),
+        cmocka_unit_test(test_fp8_logits),
+        cmocka_unit_test(test_fp8_w8a8_emulation),
+        cmocka_unit_test(test_bf16_greedy),
+        cmocka_unit_test(test_fp8_greedy),
+        cmocka_unit_test(test_moe_bf16),
+        cmocka_unit_test(test_moe_fp8),
+        cmocka_unit_test(test_moe_fp8_w8a8),
+        cmocka_unit_test(test_qwen35_bf16_logits),
+        cmocka_unit_test(test_qwen35_fp8_logits),
+        cmocka_unit_test(test_qwen35_bf16_greedy),
         cmocka_unit_test(test_qwen35_fp8_greedy),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

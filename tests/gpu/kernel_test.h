@@ -1,8 +1,8 @@
 /*
- * kernel_test: what the kernel tests (test_kernels.cu, test_qwen35_kernels.cu) share: sizes for
- * the GPU and the host emulation, the seeded random inputs, device buffers (poisoned with 0xff
- * bytes, NaN in bf16, f32 and e4m3), and the tolerance checks that count and report failures.
- * Each test program includes it once.
+ * kernel_test: what the kernel tests (test_kernels.cu, test_moe_kernels.cu,
+ * test_qwen35_kernels.cu) share: sizes for the GPU and the host emulation, the seeded random
+ * inputs, device buffers (poisoned with 0xff bytes, NaN in bf16, f32 and e4m3), and the tolerance
+ * checks that count and report failures. Each test program includes it once.
  */
 #ifndef TACHYON_KERNEL_TEST_H
 #define TACHYON_KERNEL_TEST_H
@@ -143,6 +143,63 @@ static inline void frob(const char *what, const float *got, const float *ref, si
     }
     double rel = den > 0.0 ? sqrt(num / den) : sqrt(num);
     if (!(rel <= tol)) fail("%-60s FAIL: relative Frobenius error %.3g > %.1g\n", what, rel, tol);
+}
+
+/* An fp8 GEMM input against the f32 values it quantizes: codes [T_pad, K_pad], scales
+ * [ceil(K_pad / 128), T_pad]. exact: codes and scales must equal the CPU's bit for bit. */
+static inline void check_fp8(const char *what, const std::vector<uint8_t> &q,
+                             const std::vector<float> &sc, const std::vector<float> &x, int T,
+                             int K, int T_pad, int K_pad, bool exact) {
+    int G = (K_pad + 127) / 128;
+    std::vector<float> ref((size_t)T * K);
+    cpu_quant_fp8_rows(x.data(), T, K, 128, ref.data());
+    size_t bad = 0, differ = 0, n = 0;
+    char msg[256] = "";
+    for (int t = 0; t < T_pad; t++) {
+        for (int g = 0; g < G; g++) {
+            float s = sc[(size_t)g * T_pad + t];
+            if (t >= T) {
+                if (s != 0.0f && !bad++) snprintf(msg, sizeof msg, "pad row %d scale %g", t, s);
+                continue;
+            }
+            int k1 = (g + 1) * 128 < K ? (g + 1) * 128 : K;
+            float amax = 0.0f;
+            for (int k = g * 128; k < k1; k++)
+                amax = fmaxf(amax, fabsf(x[(size_t)t * K + k]));
+            float s_ref = fmaxf(amax, 1e-10f) / 448.0f;
+            bool s_ok = exact ? s == s_ref : fabs(s - s_ref) <= 1e-5 * s_ref;
+            if (!s_ok && !bad++)
+                snprintf(msg, sizeof msg, "row %d group %d scale %g, ref %g", t, g, s, s_ref);
+        }
+        for (int k = 0; k < K_pad; k++) {
+            uint8_t c = q[(size_t)t * K_pad + k];
+            if (t >= T || k >= K) {
+                if (c != 0 && !bad++) snprintf(msg, sizeof msg, "pad (%d, %d) = 0x%02x", t, k, c);
+                continue;
+            }
+            float s = sc[(size_t)(k / 128) * T_pad + t];
+            float got = dtype_e4m3_to_f32(c) * s, r = ref[(size_t)t * K + k];
+            /* The CPU's code, from the CPU's scale (a scale one ulp away would make every
+             * dequantized value differ while the codes agree). */
+            int g = k / 128, k1 = (g + 1) * 128 < K ? (g + 1) * 128 : K;
+            float amax = 0.0f;
+            for (int kk = g * 128; kk < k1; kk++)
+                amax = fmaxf(amax, fabsf(x[(size_t)t * K + kk]));
+            float s_ref = fmaxf(amax, 1e-10f) / 448.0f;
+            float qr = fminf(fmaxf(x[(size_t)t * K + k] / s_ref, -448.0f), 448.0f);
+            n++;
+            if (c != dtype_f32_to_e4m3(qr)) differ++;
+            double tol = exact ? 0.0 : 0.125 * fabs(r) + s * 0x1p-9 * 1.01;
+            if (!(fabs((double)got - (double)r) <= tol) && !bad++)
+                snprintf(msg, sizeof msg, "(%d, %d): %g, ref %g", t, k, (double)got, (double)r);
+        }
+    }
+    if (!exact && differ * 100 > n && !bad++)
+        snprintf(msg, sizeof msg, "%zu of %zu elements differ (> 1%%)", differ, n);
+    if (bad)
+        fail("%-60s FAIL: %zu bad: %s\n", what, bad, msg);
+    else
+        printf("%-60s ok (%zu of %zu codes differ)\n", what, differ, n);
 }
 
 static inline std::vector<float> bf16_vec(const std::vector<uint16_t> &b) {

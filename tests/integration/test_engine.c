@@ -2,7 +2,8 @@
  * and on the null backend for volume:
  * - batch invariance: each request's greedy output is the same alone and among 64 concurrent
  *   requests, for several token budgets, prefix caching on and off, and a pool small enough to
- *   force preemption (asserted);
+ *   force preemption (asserted); for Qwen3 dense (tiny-qwen3) and Qwen3-MoE (tiny-qwen3-moe);
+ * - the expert-load statistics of the MoE model count every token's k experts;
  * - every block is back in the pool after each run;
  * - a seeded sampled request gives the same tokens alone and in a batch;
  * - stop strings split across tokens stop generation and never leak into the output;
@@ -101,8 +102,8 @@ static outcome_t alone[N_BATCH], together[N_BATCH];
 static int32_t prompts[N_BATCH][96];
 static int prompt_len[N_BATCH];
 
-static void run_together(const char *const *flags, bool expect_preemption) {
-    engine_t *eng = open_tiny(flags);
+static void run_together(const char *fixture, const char *const *flags, bool expect_preemption) {
+    engine_t *eng = tu_open_engine(tu_fixture(fixture), "cpu", flags);
     sampling_params_t p = tu_greedy(GREEDY_TOKENS);
     engine_stream_t *streams[N_BATCH];
     for (int i = 0; i < N_BATCH; i++)
@@ -128,12 +129,13 @@ static void run_together(const char *const *flags, bool expect_preemption) {
     engine_close(eng);
 }
 
-static void test_batch_invariance(void **state) {
+/* fixture: 3 layers of 2 KV heads x 128, as the pool size below assumes */
+static void batch_invariance(const char *fixture) {
     for (int i = 0; i < N_BATCH; i++)
         prompt_len[i] = tu_prompt(i, prompts[i]);
     /* Alone: one request at a time on a fresh engine state. */
     const char *const base[] = {"max-model-len", "256", NULL};
-    engine_t *eng = open_tiny(base);
+    engine_t *eng = tu_open_engine(tu_fixture(fixture), "cpu", base);
     sampling_params_t p = tu_greedy(GREEDY_TOKENS);
     for (int i = 0; i < N_BATCH; i++)
         collect(tu_submit(eng, prompts[i], prompt_len[i], &p), &alone[i]);
@@ -150,10 +152,10 @@ static void test_batch_invariance(void **state) {
                                    "max-model-len",
                                    "256",
                                    NULL};
-            run_together(flags, false);
+            run_together(fixture, flags, false);
         }
-    /* A pool of 10 blocks of 16 tokens (tiny-qwen3: 3 layers x K,V x 2 heads x 128 x f32 =
-     * 96 KiB a block) holds one or two of these sequences at once. */
+    /* A pool of 10 blocks of 16 tokens (3 layers x K,V x 2 heads x 128 x f32 = 96 KiB a block)
+     * holds one or two of these sequences at once. */
     static char pool[32];
     snprintf(pool, sizeof pool, "%d", 10 * 16 * 3 * 2 * 2 * 128 * 4);
     for (int b = 0; b < 3; b++) {
@@ -164,8 +166,39 @@ static void test_batch_invariance(void **state) {
                                "max-model-len",
                                "128",
                                NULL};
-        run_together(flags, true);
+        run_together(fixture, flags, true);
     }
+}
+
+static void test_batch_invariance(void **state) {
+    batch_invariance("tiny-qwen3");
+}
+
+static void test_batch_invariance_moe(void **state) {
+    batch_invariance("tiny-qwen3-moe");
+}
+
+/* Every forwarded token is routed to k experts in each MoE layer: with prefix caching off and
+ * no preemption, a layer's counts sum to k x (prompt tokens + generated tokens - 1 per
+ * request, the last sampled token never being fed back). */
+static void test_expert_load(void **state) {
+    const char *const flags[] = {"enable-prefix-caching", "false", "max-model-len", "256", NULL};
+    engine_t *eng = tu_open_engine(tu_fixture("tiny-qwen3-moe"), "cpu", flags);
+    sampling_params_t p = tu_greedy(GREEDY_TOKENS);
+    uint64_t forwarded = 0;
+    engine_stream_t *streams[16];
+    for (int i = 0; i < 16; i++) {
+        prompt_len[i] = tu_prompt(300 + i, prompts[i]);
+        forwarded += (uint64_t)prompt_len[i] + GREEDY_TOKENS - 1;
+        streams[i] = tu_submit(eng, prompts[i], prompt_len[i], &p);
+    }
+    for (int i = 0; i < 16; i++)
+        collect(streams[i], &together[i]);
+    static stats_snapshot_t snap;
+    engine_stats(eng, &snap);
+    assert_int_equal(snap.experts.n_layers, 2); /* mlp_only_layers [1]: layers 0 and 2 */
+    tu_check_expert_load(eng, forwarded);
+    engine_close(eng);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -610,6 +643,8 @@ static void test_active_request_list(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_batch_invariance),
+        cmocka_unit_test(test_batch_invariance_moe),
+        cmocka_unit_test(test_expert_load),
         cmocka_unit_test(test_seeded_sampling_invariance),
         cmocka_unit_test(test_stop_strings_across_tokens),
         cmocka_unit_test(test_streamed_text_is_decoded_ids),

@@ -161,6 +161,87 @@ static void test_tiny_qwen3_fp8_loads(void **state) {
     weights_destroy(w);
 }
 
+/* Qwen3-MoE: tiny-qwen3-moe (BF16, layer 1 dense through mlp_only_layers, tied) and
+ * tiny-qwen3-moe-fp8 (decoder_sparse_step 2, block FP8 experts, BF16 routers, two shards). */
+static void test_tiny_qwen3_moe_loads(void **state) {
+    model_weights_t *w;
+    err_t err = {{0}};
+    if (open_dir(tu_fixture("tiny-qwen3-moe"), &w, &err) < 0) fail_msg("%s", err.msg);
+    const model_config_t *c = weights_config(w);
+    assert_string_equal(c->model_type, "qwen3_moe");
+    assert_int_equal(c->n_experts, 8); /* written as num_local_experts */
+    assert_int_equal(c->n_experts_per_tok, 2);
+    assert_false(c->norm_topk_prob);
+    assert_int_equal(c->layer[0].mlp, MLP_MOE);
+    assert_int_equal(c->layer[1].mlp, MLP_DENSE);
+    assert_int_equal(c->layer[2].mlp, MLP_MOE);
+    assert_int_equal(weights_layer(w, 0, L_ROUTER)->rows, 8);
+    assert_int_equal(weights_layer(w, 1, L_ROUTER)->rows, 0); /* a dense layer has none */
+    assert_int_equal(weights_layer(w, 1, L_GATE)->rows, c->intermediate_size);
+    assert_int_equal(weights_layer(w, 0, L_GATE)->rows, 0);
+    const wtensor_t *d = weights_expert(w, 2, 7, E_DOWN);
+    assert_int_equal(d->rows, c->hidden_size);
+    assert_int_equal(d->cols, c->moe_intermediate_size);
+    assert_int_equal(d->dtype, DT_BF16);
+    weights_destroy(w);
+
+    if (open_dir(tu_fixture("tiny-qwen3-moe-fp8"), &w, &err) < 0) fail_msg("%s", err.msg);
+    c = weights_config(w);
+    assert_int_equal(c->n_experts, 12);
+    assert_int_equal(c->n_experts_per_tok, 3);
+    assert_true(c->norm_topk_prob && c->fp8);
+    for (int l = 0; l < c->n_layers; l++)
+        assert_int_equal(c->layer[l].mlp, l % 2 ? MLP_MOE : MLP_DENSE);
+    assert_int_equal(weights_layer(w, 3, L_ROUTER)->dtype, DT_BF16);
+    const wtensor_t *u = weights_expert(w, 3, 11, E_UP);
+    assert_int_equal(u->dtype, DT_F8_E4M3);
+    assert_int_equal(u->scale_rows, 1);
+    assert_int_equal(u->scale_cols, (c->hidden_size + 127) / 128);
+    weights_destroy(w);
+}
+
+static void drop_expert(cJSON *h) {
+    cJSON *t =
+        cJSON_DetachItemFromObjectCaseSensitive(h, "model.layers.2.mlp.experts.5.up_proj.weight");
+    assert_non_null(t);
+    cJSON_AddItemToObject(h, "model.layers.2.mlp.experts.5.up_proj.unused", t);
+}
+
+static void router_to_fp8(cJSON *h) {
+    cJSON *t = cJSON_GetObjectItemCaseSensitive(h, "model.layers.1.mlp.gate.weight");
+    assert_non_null(t);
+    /* the same bytes as [E, 2H] e4m3, so that only the dtype is wrong */
+    cJSON *shape = cJSON_GetObjectItemCaseSensitive(t, "shape");
+    int cols = cJSON_GetArrayItem(shape, 1)->valueint;
+    cJSON_ReplaceItemInArray(shape, 1, cJSON_CreateNumber(2 * cols));
+    cJSON_ReplaceItemInObjectCaseSensitive(t, "dtype", cJSON_CreateString("F8_E4M3"));
+}
+
+static void shrink_moe_intermediate(cJSON *c) {
+    set_number(c, "moe_intermediate_size", 32);
+}
+
+/* A missing expert, a quantized router and experts of another shape are named with their file
+ * and tensor. */
+static void test_moe_broken(void **state) {
+    char *dir = fixture_copy("tiny-qwen3-moe");
+    edit_header(dir, "model.safetensors", drop_expert);
+    expect_failure(dir, "model.safetensors",
+                   "missing tensor 'model.layers.2.mlp.experts.5.up_proj.weight'",
+                   "8 experts in layer 2", NULL);
+    done(dir);
+    dir = fixture_copy("tiny-qwen3-moe-fp8");
+    edit_header(dir, FP8_SHARD1, router_to_fp8);
+    expect_failure(dir, FP8_SHARD1, "model.layers.1.mlp.gate.weight", "F8_E4M3",
+                   "router stays unquantized", NULL);
+    done(dir);
+    dir = fixture_copy("tiny-qwen3-moe");
+    edit_config(dir, shrink_moe_intermediate);
+    expect_failure(dir, "model.safetensors", "model.layers.0.mlp.experts.0.gate_proj.weight",
+                   "moe_intermediate_size 32", NULL);
+    done(dir);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Broken config.json
 
@@ -511,6 +592,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tiny_qwen3_loads),
         cmocka_unit_test(test_tiny_qwen3_fp8_loads),
+        cmocka_unit_test(test_tiny_qwen3_moe_loads),
+        cmocka_unit_test(test_moe_broken),
         cmocka_unit_test(test_missing_directory),
         cmocka_unit_test(test_missing_config),
         cmocka_unit_test(test_invalid_config),

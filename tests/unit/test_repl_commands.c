@@ -71,6 +71,8 @@ static void test_simple_commands(void **state) {
     bad("/new x", "/new takes no arguments");
     ok("/clear", REPL_CLEAR, 0);
     ok("/results", REPL_RESULTS, 0);
+    ok("/experts", REPL_EXPERTS, 0);
+    bad("/experts 3", "/experts takes no arguments");
     ok("/flags", REPL_FLAGS, 0);
     ok("/flags max", REPL_FLAGS, 1);
     ok("/flags diff", REPL_FLAGS, 1);
@@ -208,7 +210,7 @@ static void test_help(void **state) {
     assert_int_equal(n, (int)strlen(buf));
     int nc;
     const repl_command_t *cs = repl_commands(&nc);
-    assert_int_equal(nc, 14);
+    assert_int_equal(nc, 15); /* 13, /sweep (main) and /experts (MoE) */
     for (int i = 0; i < nc; i++) {
         assert_non_null(strstr(buf, cs[i].usage));
         assert_non_null(strstr(buf, cs[i].help));
@@ -281,8 +283,10 @@ static void test_complete_commands(void **state) {
     assert_int_equal(complete("/q", NULL), 1);
     assert_string_equal(comp.cand[0], "/quit");
     assert_false(comp.space_after);
-    assert_int_equal(complete("/e", NULL), 1);
+    assert_int_equal(complete("/e", NULL), 2);
     assert_string_equal(comp.cand[0], "/exit");
+    assert_string_equal(comp.cand[1], "/experts");
+    assert_int_equal(complete("/exi", NULL), 1);
     assert_int_equal(complete("/help se", NULL), 1);
     assert_string_equal(comp.cand[0], "set");
     assert_int_equal(comp.start, 6);

@@ -175,6 +175,32 @@ static void test_metrics(void **state) {
     snprintf(want, sizeof want, "tachyon:client_disconnects_total{%s} 2.0\n", l);
     assert_non_null(strstr(b.p, want));
     assert_non_null(strstr(b.p, "# TYPE vllm:generation_tokens_total counter\n"));
+    assert_null(strstr(b.p, "moe_expert")); /* a dense model has no expert series */
+    jb_free(&b);
+
+    /* an MoE model: a counter per (layer, expert) and each layer's imbalance in the window */
+    s->experts.n_layers = 2;
+    s->experts.n_experts = 4;
+    s->experts.layer[0] = 1;
+    s->experts.layer[1] = 3;
+    s->experts.window_s = 10;
+    static const uint32_t window[8] = {1, 1, 1, 1, 8, 0, 0, 0};
+    for (int c = 0; c < 8; c++) {
+        s->experts.total[c] = 100 + (uint64_t)c;
+        s->experts.window[c] = window[c];
+    }
+    jb_init(&b);
+    metrics_render(m, s, &info, &b);
+    snprintf(want, sizeof want,
+             "tachyon:moe_expert_tokens_total{%s,layer=\"3\",expert=\"2\"} 106.0\n", l);
+    assert_non_null(strstr(b.p, want));
+    snprintf(want, sizeof want,
+             "tachyon:moe_expert_load_imbalance{%s,layer=\"1\"} 1.0\n"
+             "tachyon:moe_expert_load_imbalance{%s,layer=\"3\"} 4.0\n",
+             l, l);
+    assert_non_null(strstr(b.p, want));
+    snprintf(want, sizeof want, "tachyon:moe_expert_window_seconds{%s} 10.0\n", l);
+    assert_non_null(strstr(b.p, want));
     jb_free(&b);
     free(s);
     metrics_destroy(m);

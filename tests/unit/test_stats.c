@@ -391,12 +391,56 @@ static void test_itl_batched(void **state) {
     stats_destroy(st);
 }
 
+/* Expert load: totals as recorded, the window the per-second buckets of the last
+ * STATS_EXPERT_WINDOW seconds; models too large to track are refused. */
+static void test_expert_load(void **state) {
+    stats_t *st = stats_create();
+    assert_non_null(st);
+    static stats_snapshot_t snap;
+    stats_snapshot(st, &snap);
+    assert_int_equal(snap.experts.n_layers, 0); /* dense until told otherwise */
+    const int layers[2] = {1, 3};
+    assert_int_equal(stats_experts_init(st, 200, 200, layers, 100.0), -1); /* 40000 cells */
+    assert_int_equal(stats_experts_init(st, 2, 3, layers, 100.0), 0);
+    /* one token per second to expert 0 of row 0, two per second to expert 2 of row 1 */
+    uint64_t total[6] = {0};
+    for (int i = 0; i < 25; i++) {
+        total[0] += 1;
+        total[5] += 2;
+        stats_record_experts(st, total, 100.5 + i);
+    }
+    stats_snapshot(st, &snap);
+    const stats_experts_t *x = &snap.experts;
+    assert_int_equal(x->n_layers, 2);
+    assert_int_equal(x->n_experts, 3);
+    assert_int_equal(x->layer[1], 3);
+    assert_int_equal(x->total[0], 25);
+    assert_int_equal(x->total[5], 50);
+    assert_int_equal(x->window[0], STATS_EXPERT_WINDOW); /* the records of the last 10 s */
+    assert_int_equal(x->window[5], 2 * STATS_EXPERT_WINDOW);
+    assert_int_equal(x->window[1] + x->window[2] + x->window[3] + x->window[4], 0);
+    assert_true(x->window_s == STATS_EXPERT_WINDOW);
+    assert_true(x->t == 124.5);
+    /* several records within one second share its bucket; a gap longer than the window
+     * empties it */
+    total[0] += 5;
+    stats_record_experts(st, total, 124.9);
+    stats_snapshot(st, &snap);
+    assert_int_equal(snap.experts.window[0], STATS_EXPERT_WINDOW + 5);
+    stats_record_experts(st, total, 200.0);
+    stats_snapshot(st, &snap);
+    assert_int_equal(snap.experts.window[0], 0);
+    assert_int_equal(snap.experts.total[0], 30);
+    stats_destroy(st);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_bounds),     cmocka_unit_test(test_bucket_placement),
-        cmocka_unit_test(test_quantile),   cmocka_unit_test(test_ring_order),
-        cmocka_unit_test(test_counters),   cmocka_unit_test(test_rates),
-        cmocka_unit_test(test_concurrent), cmocka_unit_test(test_itl_batched),
+        cmocka_unit_test(test_bounds),      cmocka_unit_test(test_bucket_placement),
+        cmocka_unit_test(test_quantile),    cmocka_unit_test(test_ring_order),
+        cmocka_unit_test(test_counters),    cmocka_unit_test(test_rates),
+        cmocka_unit_test(test_concurrent),  cmocka_unit_test(test_itl_batched),
+        cmocka_unit_test(test_expert_load),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

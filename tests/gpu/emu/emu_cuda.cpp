@@ -8,6 +8,9 @@
 #include <ucontext.h>
 #include <vector>
 
+extern "C" {
+#include "dtype.h"
+}
 #include "ops.h"
 
 uint3 emu_block_idx;
@@ -16,7 +19,7 @@ dim3 emu_block_dim, emu_grid_dim;
 namespace {
 
 constexpr size_t kStack = 64 * 1024;
-constexpr int kMmaWords = 6; /* a0..a3, b0, b1 */
+constexpr int kMmaRegs = 6; /* A's 4 and B's 2 registers of one lane */
 
 /* A counting barrier over fibers; a fiber that finishes leaves it (arrive-and-drop), as an
  * exited CUDA thread no longer takes part in __syncthreads. */
@@ -41,7 +44,7 @@ struct Block {
     std::vector<char> done;
     std::vector<Barrier> warps;
     std::vector<uint64_t> exchange; /* 32 slots per warp */
-    std::vector<uint32_t> mma;      /* kMmaWords per lane: an mma's fragments */
+    std::vector<uint32_t> mma;      /* per warp: each lane's fragment registers (emu_mma) */
     Barrier block;
     jmp_buf sched;
     ucontext_t sched_ctx;
@@ -112,6 +115,67 @@ void emu_syncwarp(void) {
     wait(blk->warps[blk->cur / 32]);
 }
 
+/* A tensor-core mma.sync over the warp (kernels/mma.cuh has the fragment layouts): each lane
+ * deposits its A and B registers, and every lane rebuilds the 16 x 32-byte A slice and the
+ * 8 x 32-byte B slice from all of them. The m16n8k32 e4m3, m16n8k16 bf16 and m16n8k8 tf32
+ * fragments share this byte layout (32 bytes of k per row, 4 in each register). */
+static void mma_gather(const uint32_t a[4], const uint32_t b[2], uint8_t A[16][32],
+                       uint8_t B[8][32]) {
+    uint32_t *slots = &blk->mma[(size_t)(blk->cur / 32) * 32 * kMmaRegs];
+    const int lane = emu_lane();
+    for (int i = 0; i < 4; i++)
+        slots[lane * kMmaRegs + i] = a[i];
+    slots[lane * kMmaRegs + 4] = b[0];
+    slots[lane * kMmaRegs + 5] = b[1];
+    emu_syncwarp();
+    for (int l = 0; l < 32; l++) {
+        const int g = l >> 2, t = l & 3;
+        const uint32_t *r = &slots[l * kMmaRegs];
+        memcpy(&A[g][4 * t], &r[0], 4);
+        memcpy(&A[g + 8][4 * t], &r[1], 4);
+        memcpy(&A[g][16 + 4 * t], &r[2], 4);
+        memcpy(&A[g + 8][16 + 4 * t], &r[3], 4);
+        memcpy(&B[g][4 * t], &r[4], 4);
+        memcpy(&B[g][16 + 4 * t], &r[5], 4);
+    }
+    emu_syncwarp(); /* every lane has read the slots before any lane's next mma writes them */
+}
+
+/* The 8-bit and 16-bit mmas: each lane computes its own four outputs, summing the products in
+ * k order in f32 and adding the sum to its accumulator. `esize` bytes an element, decoded by
+ * `decode`. */
+static void emu_mma(float d[4], const uint32_t a[4], const uint32_t b[2], int esize,
+                    float (*decode)(const uint8_t *)) {
+    uint8_t A[16][32], B[8][32];
+    mma_gather(a, b, A, B);
+    const int lane = emu_lane(), g = lane >> 2, t = lane & 3;
+    for (int i = 0; i < 4; i++) {
+        const int row = g + (i >= 2 ? 8 : 0), col = 2 * t + (i & 1);
+        float sum = 0.0f;
+        for (int k = 0; k < 32; k += esize)
+            sum += decode(&A[row][k]) * decode(&B[col][k]);
+        d[i] += sum;
+    }
+}
+
+static float decode_e4m3(const uint8_t *p) {
+    return dtype_e4m3_to_f32(*p);
+}
+
+static float decode_bf16(const uint8_t *p) {
+    uint16_t bits;
+    memcpy(&bits, p, 2);
+    return dtype_bf16_to_f32(bits);
+}
+
+void emu_mma_e4m3_16x8x32(float d[4], const uint32_t a[4], const uint32_t b[2]) {
+    emu_mma(d, a, b, 1, decode_e4m3);
+}
+
+void emu_mma_bf16_16x8x16(float d[4], const uint32_t a[4], const uint32_t b[2]) {
+    emu_mma(d, a, b, 2, decode_bf16);
+}
+
 uint32_t emu_cvt_rna_tf32(float x) {
     uint32_t u;
     memcpy(&u, &x, sizeof u);
@@ -119,36 +183,23 @@ uint32_t emu_cvt_rna_tf32(float x) {
     return (u + 0x1000u) & ~0x1fffu;                /* half an ulp of tf32 into the magnitude */
 }
 
+/* The tf32 mma: the products summed in double from the accumulator, rounded once. */
 void emu_mma_m16n8k8_tf32(float d[4], const uint32_t a[4], const uint32_t b[2]) {
-    const int lane = emu_lane();
-    uint32_t *ex = &blk->mma[(size_t)(blk->cur / 32) * 32 * kMmaWords];
-    for (int i = 0; i < 4; i++)
-        ex[lane * kMmaWords + i] = a[i];
-    ex[lane * kMmaWords + 4] = b[0];
-    ex[lane * kMmaWords + 5] = b[1];
-    emu_syncwarp();
-    auto f = [](uint32_t u) {
-        float x;
-        memcpy(&x, &u, sizeof x);
-        return (double)x;
-    };
-    const int g = lane >> 2, t = lane & 3;
-    float r[4];
+    uint8_t A[16][32], B[8][32];
+    mma_gather(a, b, A, B);
+    const int lane = emu_lane(), g = lane >> 2, t = lane & 3;
     for (int e = 0; e < 4; e++) {
         const int row = g + 8 * (e >> 1), col = 2 * t + (e & 1);
         double acc = d[e];
         for (int k = 0; k < 8; k++) {
-            const int la = (row % 8) * 4 + k % 4, ra = (row >= 8) + 2 * (k >= 4);
-            const int lb = col * 4 + k % 4, rb = 4 + (k >= 4);
-            acc += f(ex[la * kMmaWords + ra]) * f(ex[lb * kMmaWords + rb]);
+            float x, y;
+            memcpy(&x, &A[row][4 * k], 4);
+            memcpy(&y, &B[col][4 * k], 4);
+            acc += (double)x * (double)y;
         }
-        r[e] = (float)acc;
+        d[e] = (float)acc;
     }
-    emu_syncwarp(); /* every lane has read the fragments before any lane writes new ones */
-    for (int e = 0; e < 4; e++)
-        d[e] = r[e];
 }
-
 uint32_t *ops_dynamic_smem_u32(void) {
     return dyn_smem.data();
 }
@@ -187,7 +238,7 @@ void emu_run_grid(dim3 grid, dim3 block, size_t smem, const std::function<void()
                 for (auto &w : b.warps)
                     w.expected = 32;
                 b.exchange.assign((size_t)n, 0);
-                b.mma.assign((size_t)n * kMmaWords, 0);
+                b.mma.assign((size_t)n * kMmaRegs, 0);
                 b.block = Barrier{};
                 b.block.expected = n;
                 blk = &b;

@@ -5,7 +5,8 @@
  * compiled as plain C++ with this header forced in first (g++ -include emu_cuda.h
  * -DOPS_HOST_EMULATION). A launch (OPS_LAUNCH in ops_common.cuh) runs the grid block after block;
  * each CUDA thread of a block is a fiber (ucontext) on the calling thread, and __syncthreads and
- * the warp shuffles are barriers between the fibers, so the kernels' real indexing, shared
+ * the warp shuffles and tensor-core mma.sync (kernels/mma.cuh, per-lane fragment layouts of the
+ * PTX ISA) are barriers between the fibers, so the kernels' real indexing, shared
  * memory traffic and synchronization run as written: a barrier some threads skip, or a shuffle
  * only part of a warp reaches, deadlocks and is reported. Device memory is host memory; the
  * CUDA runtime calls the tests use are stubs in emu_cuda.cpp.
@@ -38,6 +39,10 @@ void emu_syncthreads(void);
 void emu_syncwarp(void);
 uint64_t *emu_warp_exchange(void); /* this warp's 32 exchange slots */
 int emu_lane(void);
+
+/* kernels/mma.cuh's tensor-core instructions, lane by lane (emu_cuda.cpp). */
+void emu_mma_e4m3_16x8x32(float d[4], const uint32_t a[4], const uint32_t b[2]);
+void emu_mma_bf16_16x8x16(float d[4], const uint32_t a[4], const uint32_t b[2]);
 
 /* Runs body() as grid x block fibers, block after block; smem bytes of dynamic shared memory. */
 void emu_run_grid(dim3 grid, dim3 block, size_t smem, const std::function<void()> &body);

@@ -1,0 +1,197 @@
+/*
+ * moe_gemm: the grouped GEMM of an MLP_MOE layer (moe.h): one launch computes every expert's
+ * rows, y[r, n] = sum_k A[r, k] W_e[n, k], over tensor cores with mma.sync (mma.cuh).
+ *
+ * A CTA takes one tile of MOE_TILE_M grouped rows (all of one expert, moe_permute's tile map) and
+ * MOE_TILE_N output columns; tiles past the routing's last return at once, so the grid depends
+ * only on T. Four warps of 32 rows x 64 columns each. K runs in chunks of 128 bytes (128 e4m3 or
+ * 64 bf16 elements) staged in shared memory, rows padded to 144 bytes so that the fragment
+ * loads (row g, 4-byte word t: bank 4g + t) are conflict-free. A rows are gathered through
+ * a_rows (the tokens of the grouped rows) straight from the activation matrix.
+ *
+ * FP8: a chunk is one 128-column scale block. Its four k32 MMAs accumulate into a zeroed
+ * partial that is then scaled by the weight block's scale_inv times the row's activation scale
+ * and added to the f32 accumulator (DeepGEMM's promotion, kernels.md 2.2): the per-block scales
+ * of both operands are applied exactly as the CPU reference and cuBLASLt's block-scaled GEMM
+ * define them, and the tensor core's reduced-precision accumulation spans 128 products only.
+ * BF16: the MMAs accumulate straight into the f32 accumulator.
+ *
+ * Loads are synchronous (global -> registers -> shared, then the MMAs): correct and simple; a
+ * cp.async / TMA pipeline and wgmma are the next step for speed, measured on the device.
+ */
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "cb_engine.h" /* first: C linkage for the engine headers */
+#include "cuda_check.h"
+#include "mma.cuh"
+#include "moe.h"
+#include "ops_common.cuh"
+
+namespace {
+
+constexpr int kThreads = 128;
+constexpr int kChunk = 128;              /* bytes of K per stage */
+constexpr int kRowBytes = kChunk + 16;   /* padded shared-memory row */
+constexpr int kRowWords = kRowBytes / 4; /* 36 */
+constexpr int kWarpM = 32, kWarpN = 64;  /* a warp's outputs */
+constexpr int kMT = kWarpM / 16;         /* m16 tiles per warp */
+constexpr int kNT = kWarpN / 8;          /* n8 tiles per warp */
+constexpr int kSlices = kChunk / 32;     /* 32-byte k-slices per chunk: one mma each */
+constexpr int kLoads = kChunk / 16;      /* 16-byte loads per row and chunk */
+
+/* The A fragment of k-slice s for the 16 rows at row0 and the B fragments of the 64 columns
+ * (weight rows) at n0 (mma.cuh's layouts). */
+__device__ __forceinline__ void load_a(const uint32_t *as, int row0, int s, uint32_t a[4]) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const uint32_t *r0 = as + (row0 + g) * kRowWords + s * 8 + t;
+    const uint32_t *r1 = r0 + 8 * kRowWords;
+    a[0] = r0[0];
+    a[1] = r1[0];
+    a[2] = r0[4];
+    a[3] = r1[4];
+}
+
+__device__ __forceinline__ void load_b(const uint32_t *bs, int n0, int s, uint32_t b[kNT][2]) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int ni = 0; ni < kNT; ni++) {
+        const uint32_t *r = bs + (n0 + ni * 8 + g) * kRowWords + s * 8 + t;
+        b[ni][0] = r[0];
+        b[ni][1] = r[4];
+    }
+}
+
+/* Stages K bytes [c0, c0 + kChunk) of the tile's A rows (gathered, zero for -1) and of the
+ * weight rows n0.. into shared memory. */
+__device__ __forceinline__ void stage(const uint8_t *a, int64_t a_row_bytes, const int *arow,
+                                      const uint8_t *w, int64_t w_row_bytes, int64_t c0,
+                                      uint8_t *as, uint8_t *bs) {
+    for (int i = threadIdx.x; i < MOE_TILE_M * kLoads; i += kThreads) {
+        const int r = i / kLoads, q = i % kLoads;
+        uint4 v = make_uint4(0, 0, 0, 0);
+        if (arow[r] >= 0)
+            v = *reinterpret_cast<const uint4 *>(a + arow[r] * a_row_bytes + c0 + q * 16);
+        *reinterpret_cast<uint4 *>(as + r * kRowBytes + q * 16) = v;
+    }
+    for (int i = threadIdx.x; i < MOE_TILE_N * kLoads; i += kThreads) {
+        const int r = i / kLoads, q = i % kLoads;
+        *reinterpret_cast<uint4 *>(bs + r * kRowBytes + q * 16) =
+            *reinterpret_cast<const uint4 *>(w + r * w_row_bytes + c0 + q * 16);
+    }
+}
+
+template <bool FP8>
+__global__ void __launch_bounds__(kThreads)
+    grouped_gemm_kernel(const uint8_t *__restrict__ wdata, const float *__restrict__ wscale, int N,
+                        int K, const uint8_t *__restrict__ a, int64_t lda,
+                        const float *__restrict__ a_scale, int ld_scale,
+                        const int32_t *__restrict__ a_rows, const int32_t *__restrict__ tile_expert,
+                        const int32_t *__restrict__ tile_row0, float *__restrict__ y) {
+    __shared__ __align__(16) uint8_t as[MOE_TILE_M * kRowBytes];
+    __shared__ __align__(16) uint8_t bs[MOE_TILE_N * kRowBytes];
+    __shared__ int arow[MOE_TILE_M];
+    const int e = tile_expert[blockIdx.x];
+    if (e < 0) return; /* block-uniform: past the routing's last tile */
+    const int row0 = tile_row0[blockIdx.x], n0 = blockIdx.y * MOE_TILE_N;
+    const int esize = FP8 ? 1 : 2;
+    const int64_t a_row_bytes = lda * esize, w_row_bytes = (int64_t)K * esize;
+    const uint8_t *w = wdata + ((int64_t)e * N + n0) * w_row_bytes;
+    for (int r = threadIdx.x; r < MOE_TILE_M; r += kThreads)
+        arow[r] = a_rows ? a_rows[row0 + r] : row0 + r;
+
+    const int warp = threadIdx.x >> 5, wm = warp & 1, wn = warp >> 1;
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    float acc[kMT][kNT][4] = {};
+    const int n_chunks = (int)(w_row_bytes / kChunk);
+    const int scale_cols = K / 128;
+    for (int c = 0; c < n_chunks; c++) {
+        __syncthreads(); /* the previous chunk's fragments are read */
+        stage(a, a_row_bytes, arow, w, w_row_bytes, (int64_t)c * kChunk, as, bs);
+        __syncthreads();
+        const uint32_t *as32 = reinterpret_cast<const uint32_t *>(as);
+        const uint32_t *bs32 = reinterpret_cast<const uint32_t *>(bs);
+        if constexpr (FP8) {
+            /* one m16 row block at a time: its partial sums fit the registers with the
+             * accumulators (both at once would spill) */
+            const float sw = wscale[((int64_t)e * (N / 128) + n0 / 128) * scale_cols + c];
+#pragma unroll
+            for (int mi = 0; mi < kMT; mi++) {
+                float part[kNT][4] = {};
+#pragma unroll 1
+                for (int s = 0; s < kSlices; s++) {
+                    uint32_t fa[4], fb[kNT][2];
+                    load_a(as32, wm * kWarpM + mi * 16, s, fa);
+                    load_b(bs32, wn * kWarpN, s, fb);
+#pragma unroll
+                    for (int ni = 0; ni < kNT; ni++)
+                        mma_e4m3_16x8x32(part[ni], fa, fb[ni]);
+                }
+                const int r = wm * kWarpM + mi * 16 + g;
+                const float s0 = arow[r] >= 0 ? a_scale[(int64_t)c * ld_scale + arow[r]] : 0.0f;
+                const float s1 =
+                    arow[r + 8] >= 0 ? a_scale[(int64_t)c * ld_scale + arow[r + 8]] : 0.0f;
+#pragma unroll
+                for (int ni = 0; ni < kNT; ni++) {
+                    acc[mi][ni][0] = fmaf(part[ni][0], __fmul_rn(sw, s0), acc[mi][ni][0]);
+                    acc[mi][ni][1] = fmaf(part[ni][1], __fmul_rn(sw, s0), acc[mi][ni][1]);
+                    acc[mi][ni][2] = fmaf(part[ni][2], __fmul_rn(sw, s1), acc[mi][ni][2]);
+                    acc[mi][ni][3] = fmaf(part[ni][3], __fmul_rn(sw, s1), acc[mi][ni][3]);
+                }
+            }
+        } else {
+#pragma unroll
+            for (int s = 0; s < kSlices; s++) {
+                uint32_t fb[kNT][2];
+                load_b(bs32, wn * kWarpN, s, fb);
+#pragma unroll
+                for (int mi = 0; mi < kMT; mi++) {
+                    uint32_t fa[4];
+                    load_a(as32, wm * kWarpM + mi * 16, s, fa);
+#pragma unroll
+                    for (int ni = 0; ni < kNT; ni++)
+                        mma_bf16_16x8x16(acc[mi][ni], fa, fb[ni]);
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int mi = 0; mi < kMT; mi++)
+#pragma unroll
+        for (int ni = 0; ni < kNT; ni++) {
+            const int64_t r = row0 + wm * kWarpM + mi * 16 + g;
+            const int col = n0 + wn * kWarpN + ni * 8 + 2 * t;
+            *reinterpret_cast<float2 *>(y + r * N + col) =
+                make_float2(acc[mi][ni][0], acc[mi][ni][1]);
+            *reinterpret_cast<float2 *>(y + (r + 8) * N + col) =
+                make_float2(acc[mi][ni][2], acc[mi][ni][3]);
+        }
+}
+
+} // namespace
+
+extern "C" int moe_gemm(const moe_gemm_args_t *g, cudaStream_t stream, err_t *err) {
+    const moe_weights_t *w = g->w;
+    const bool fp8 = w->scale != NULL;
+    const int kmul = fp8 ? 128 : 64;
+    if (w->n <= 0 || w->n % MOE_TILE_N || w->k <= 0 || w->k % kmul || g->lda < w->k ||
+        (fp8 && (!g->a_scale || g->ld_scale < 1)))
+        return err_set(err,
+                       "moe_gemm: unsupported shape (n %d, a multiple of %d; k %d, a multiple of "
+                       "%d; lda %lld)",
+                       w->n, MOE_TILE_N, w->k, kmul, (long long)g->lda);
+    if (g->T == 0) return 0;
+    const dim3 grid((unsigned)moe_max_tiles(g->T, g->k, w->n_experts),
+                    (unsigned)(w->n / MOE_TILE_N));
+    if (fp8)
+        OPS_LAUNCH((grouped_gemm_kernel<true>), grid, kThreads, 0, stream, (const uint8_t *)w->data,
+                   w->scale, w->n, w->k, (const uint8_t *)g->a, g->lda, g->a_scale, g->ld_scale,
+                   g->a_rows, g->perm->tile_expert, g->perm->tile_row0, g->y);
+    else
+        OPS_LAUNCH((grouped_gemm_kernel<false>), grid, kThreads, 0, stream,
+                   (const uint8_t *)w->data, (const float *)nullptr, w->n, w->k,
+                   (const uint8_t *)g->a, g->lda, (const float *)nullptr, 0, g->a_rows,
+                   g->perm->tile_expert, g->perm->tile_row0, g->y);
+    CUDA_CHECK(cudaGetLastError(), err);
+    return 0;
+}
