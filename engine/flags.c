@@ -254,6 +254,22 @@ const char *flag_apply_name(flag_apply_t a) {
     return "?";
 }
 
+const char *flag_type_name(flag_type_t t) {
+    switch (t) {
+        case FLAG_INT:
+            return "int";
+        case FLAG_FLOAT:
+            return "float";
+        case FLAG_BOOL:
+            return "bool";
+        case FLAG_ENUM:
+            return "enum";
+        case FLAG_SIZE:
+            return "size";
+    }
+    return "?";
+}
+
 /* Sizes in the largest binary unit that divides them exactly, so that they parse back. */
 static void format_size(uint64_t b, char *buf, size_t size) {
     static const char *const units[] = {"", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};

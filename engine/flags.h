@@ -130,6 +130,7 @@ int flags_parse_arg(const char *arg, const char *next, flag_values_t *v, int *us
 bool flags_differ(const flag_def_t *f, const flag_values_t *a, const flag_values_t *b);
 
 const char *flag_apply_name(flag_apply_t a); /* "live", "rebuild", "reload" */
+const char *flag_type_name(flag_type_t t);   /* "int", "float", "bool", "enum", "size" */
 
 /* Completion: names starting with prefix (table order), and the values of an enum (its
  * choices), a bool ("true", "false") or a flag with can_unset ("unset") starting with prefix;

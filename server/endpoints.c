@@ -67,22 +67,6 @@ enum MHD_Result srv_metrics(req_t *r) {
     return rc;
 }
 
-static const char *flag_type_name(flag_type_t t) {
-    switch (t) {
-        case FLAG_INT:
-            return "int";
-        case FLAG_FLOAT:
-            return "float";
-        case FLAG_BOOL:
-            return "bool";
-        case FLAG_ENUM:
-            return "enum";
-        case FLAG_SIZE:
-            return "size";
-    }
-    return "?";
-}
-
 static void flag_json(http_server_t *s, const flag_def_t *f, jbuf_t *b) {
     char value[MAX_FLAG_VALUE] = "";
     err_t err;

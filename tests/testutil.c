@@ -1,6 +1,7 @@
 #include "testutil.h"
 
 #include <dirent.h>
+#include <fnmatch.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -108,4 +109,21 @@ float tu_randf(void) {
 
 void tu_rand_seed(uint64_t seed) {
     rng_state = seed;
+}
+
+/* Whether name matches one of the comma-separated fnmatch patterns in list. */
+static bool matches_any(const char *name, const char *list) {
+    char pattern[128];
+    for (const char *p = list; *p;) {
+        size_t len = strcspn(p, ",");
+        snprintf(pattern, sizeof pattern, "%.*s", (int)len, p);
+        if (fnmatch(pattern, name, 0) == 0) return true;
+        p += len + (p[len] == ',');
+    }
+    return false;
+}
+
+bool tu_test_selected(const char *name) {
+    const char *only = getenv("TEST_FILTER"), *skip = getenv("TEST_SKIP");
+    return (!only || matches_any(name, only)) && !(skip && matches_any(name, skip));
 }

@@ -10,6 +10,7 @@
 #ifndef TACHYON_TESTUTIL_H
 #define TACHYON_TESTUTIL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -28,6 +29,11 @@ char *tu_copy_dir(const char *src);
 
 /* Removes a directory tree. */
 void tu_rmrf(const char *dir);
+
+/* Whether a test of this name runs: TEST_FILTER and TEST_SKIP are comma-separated fnmatch
+ * patterns of the tests to run (unset: all) and to leave out, e.g. TEST_FILTER='*moe*'. A test
+ * program keeps the selected entries of its CMUnitTest array and runs those. */
+bool tu_test_selected(const char *name);
 
 /* TACHYON_FIXTURES "/" name, in a static buffer. */
 const char *tu_fixture(const char *name);

@@ -5,22 +5,6 @@
 
 #include "cli.h"
 
-static const char *type_name(const flag_def_t *f) {
-    switch (f->type) {
-        case FLAG_INT:
-            return "int";
-        case FLAG_FLOAT:
-            return "float";
-        case FLAG_BOOL:
-            return "bool";
-        case FLAG_ENUM:
-            return "enum";
-        case FLAG_SIZE:
-            return "size";
-    }
-    return "?";
-}
-
 int cmd_flags(int argc, char **argv) {
     if (argc > 1 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
         printf("usage: tachyon flags\n\nLists every engine flag: name, type, how a change "
@@ -38,8 +22,8 @@ int cmd_flags(int argc, char **argv) {
         const flag_def_t *f = flags_at(i);
         char def[64];
         flags_format(f, &v, def, sizeof def);
-        printf("--%-26s %-6s %-8s %-10s %s", f->name, type_name(f), flag_apply_name(f->apply), def,
-               f->help);
+        printf("--%-26s %-6s %-8s %-10s %s", f->name, flag_type_name(f->type),
+               flag_apply_name(f->apply), def, f->help);
         if (f->type == FLAG_ENUM) {
             printf(" (");
             for (const char *const *c = f->choices; *c; c++)

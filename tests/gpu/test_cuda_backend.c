@@ -32,7 +32,6 @@
  * attention input).
  *
  * Exit 77 without a Hopper GPU. */
-#include <fnmatch.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -782,23 +781,6 @@ static void test_dummy_moe(void **state) {
     weights_destroy(w);
 }
 
-/* Whether `name` matches one of the comma-separated fnmatch patterns in `list`. */
-static bool matches_any(const char *name, const char *list) {
-    char pattern[128];
-    for (const char *p = list; *p;) {
-        size_t len = strcspn(p, ",");
-        snprintf(pattern, sizeof pattern, "%.*s", (int)len, p);
-        if (fnmatch(pattern, name, 0) == 0) return true;
-        p += len + (p[len] == ',');
-    }
-    return false;
-}
-
-static bool selected(const char *name) {
-    const char *only = getenv("TEST_FILTER"), *skip = getenv("TEST_SKIP");
-    return (!only || matches_any(name, only)) && !(skip && matches_any(name, skip));
-}
-
 int main(void) {
     if (!cuda_backend_available()) {
         printf("test_cuda_backend: no Hopper GPU, skipped\n");
@@ -825,6 +807,6 @@ int main(void) {
      * TEST_FILTER='*moe*' (the emulated run takes minutes; ctest runs it in three groups) */
     size_t n = 0;
     for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++)
-        if (selected(tests[i].name)) tests[n++] = tests[i];
+        if (tu_test_selected(tests[i].name)) tests[n++] = tests[i];
     return _cmocka_run_group_tests("test_cuda_backend", tests, n, NULL, NULL);
 }

@@ -641,7 +641,7 @@ static void test_active_request_list(void **state) {
 }
 
 int main(void) {
-    const struct CMUnitTest tests[] = {
+    struct CMUnitTest tests[] = {
         cmocka_unit_test(test_batch_invariance),
         cmocka_unit_test(test_batch_invariance_moe),
         cmocka_unit_test(test_expert_load),
@@ -652,7 +652,8 @@ int main(void) {
         cmocka_unit_test(test_stress_cpu_backend),
         cmocka_unit_test(test_active_request_list),
     };
-    const char *only = getenv("TEST_FILTER"); /* e.g. TEST_FILTER='test_stress_*' */
-    if (only) cmocka_set_test_filter(only);
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    size_t n = 0; /* TEST_FILTER / TEST_SKIP, e.g. TEST_FILTER='test_stress_*' (testutil.h) */
+    for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++)
+        if (tu_test_selected(tests[i].name)) tests[n++] = tests[i];
+    return _cmocka_run_group_tests("test_engine", tests, n, NULL, NULL);
 }
