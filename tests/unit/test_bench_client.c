@@ -294,14 +294,18 @@ static void test_stream_timing(void **state) {
         assert_int_equal(x->output_len, 9);  /* usage overrides the 5 events */
         assert_int_equal(x->prompt_len, 33); /* and the dataset's 100 + i */
         assert_int_equal(x->n_itl, 4);       /* one gap per event after the first */
+        /* The server naps EVENT_GAP_US before each event after the first, so the last event
+         * cannot arrive sooner than four naps after the request left. One gap alone has no such
+         * floor: a late event k-1 (a loaded machine) shortens the gap to event k. */
         double sum = 0;
         for (int k = 0; k < 4; k++) {
-            assert_true(x->itl[k] >= EVENT_GAP_US * 0.8e-6);
+            assert_true(x->itl[k] > 0);
             sum += x->itl[k];
         }
         assert_true(x->ttft > 0 && x->ttft < 1.0);
         /* latency ends at the last token event, not at the usage chunk or [DONE] */
         assert_true(fabs(x->latency - (x->ttft + sum)) < 1e-9);
+        assert_true(x->latency >= 4 * EVENT_GAP_US * 1e-6);
         assert_true(x->start_time >= 0 && x->start_time < 0.5);
         assert_true(x->client_queue_time < 0.5);
     }
