@@ -47,17 +47,6 @@ void tell_engine(engine_t *e) {
     pthread_cond_signal(&e->cv);
 }
 
-/* A reader cancelled an attached stream (stream_cancel_fn: the stream's lock is held; the
- * engine's is taken after it). */
-static void on_cancel(void *ctx, engine_stream_t *s) {
-    engine_t *e = ctx;
-    pthread_mutex_lock(&e->mu);
-    s->next_cancel = e->cancels;
-    e->cancels = s;
-    tell_engine(e);
-    pthread_mutex_unlock(&e->mu);
-}
-
 // ---------------------------------------------------------------------------------------------
 // Flags and defaults
 
@@ -260,15 +249,6 @@ static void take_inbox(engine_t *e, eng_req_t *list) {
             else
                 first->fork_pending = true;
         }
-    }
-}
-
-static void take_cancels(engine_t *e, engine_stream_t *list) {
-    while (list) {
-        engine_stream_t *s = list;
-        list = s->next_cancel;
-        if (s->req) output_end_request(e, s->req, ENGINE_FINISH_ABORT, NULL);
-        stream_unref(s);
     }
 }
 
@@ -553,11 +533,13 @@ static void shutdown_requests(engine_t *e) {
     /* Every stream is detached now, so no cancel notice can arrive any more. */
     pthread_mutex_lock(&e->mu);
     engine_stream_t *cancels = e->cancels;
+    id_cancel_t *ids = e->id_cancels;
     flag_change_t *changes = e->changes;
     e->cancels = NULL;
+    e->id_cancels = NULL;
     e->changes = e->changes_tail = NULL;
     pthread_mutex_unlock(&e->mu);
-    take_cancels(e, cancels);
+    engine_take_cancels(e, cancels, ids);
     while (changes) {
         flag_change_t *c = changes;
         changes = c->next;
@@ -605,19 +587,21 @@ static bool take_news(engine_t *e) {
     e->news_seen = atomic_load_explicit(&e->news, memory_order_relaxed);
     eng_req_t *inbox = e->inbox_head;
     engine_stream_t *cancels = e->cancels;
+    id_cancel_t *ids = e->id_cancels;
     bool live = e->flags_gen != e->applied_gen;
     flag_values_t f = e->flags;
     flag_change_t *changes = e->changes;
     e->inbox_head = e->inbox_tail = NULL;
     e->cancels = NULL;
+    e->id_cancels = NULL;
     e->changes = e->changes_tail = NULL;
     e->applied_gen = e->flags_gen;
     pthread_mutex_unlock(&e->mu);
 
-    if (inbox || cancels || live || changes) e->stalled = false;
+    if (inbox || cancels || ids || live || changes) e->stalled = false;
     if (live) apply_live(e, &f);
     take_inbox(e, inbox);
-    take_cancels(e, cancels);
+    engine_take_cancels(e, cancels, ids);
     while (changes) {
         flag_change_t *c = changes;
         changes = c->next;
@@ -758,7 +742,7 @@ int engine_submit(engine_t *e, const engine_request_t *r, engine_stream_t **out,
                       req->sp.skip_special_tokens);
     if (!s) goto oom;
     req->stream = s;
-    stream_attach(s, on_cancel, e);
+    stream_attach(s, engine_on_cancel, e);
 
     pthread_mutex_lock(&e->mu);
     if (e->closing) {

@@ -126,6 +126,12 @@ enum {
  * owns *out: engine_stream_release. */
 int engine_submit(engine_t *eng, const engine_request_t *req, engine_stream_t **out, err_t *err);
 
+/* Cancels every unfinished request whose id is `id` (as engine_stats() lists it: cut to
+ * STATS_ID_LEN - 1 bytes) from the engine thread's next look at its news: each ends with finish
+ * reason abort on its stream, as when its client cancels it. Returns 0 once queued (an id that
+ * matches nothing by then changes nothing), -1 for an empty id or out of memory. */
+int engine_cancel(engine_t *eng, const char *id);
+
 // ---------------------------------------------------------------------------------------------
 // Stats and flags
 

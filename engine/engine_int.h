@@ -27,6 +27,7 @@
 #include "stream_int.h"
 
 typedef struct eng_req eng_req_t;
+typedef struct id_cancel id_cancel_t; /* engine_cancel's queued id (engine_cancel.c) */
 
 /* A rebuild-flag change waiting for the engine thread (engine_flag_set_async). */
 typedef struct flag_change {
@@ -100,6 +101,7 @@ struct engine {
     uint64_t flags_gen;
     eng_req_t *inbox_head, *inbox_tail;
     engine_stream_t *cancels;
+    id_cancel_t *id_cancels;               /* engine_cancel: ids to cancel */
     flag_change_t *changes, *changes_tail; /* rebuild-flag changes, in order */
     bool closing;
     uint64_t n_submitted;
@@ -145,5 +147,12 @@ void tell_engine(engine_t *e);
 /* Checks the rebuild flags of f against the model and the pool, filling the automatic ones
  * (max_model_len 0). */
 int check_rebuild_flags(const engine_t *e, flag_values_t *f, err_t *err);
+
+/* engine_cancel.c. The stream_cancel_fn of every attached stream: queues its cancel notice. */
+void engine_on_cancel(void *ctx, engine_stream_t *s);
+
+/* Engine thread: ends the requests of the streams' notices and of the ids engine_cancel queued
+ * (abort), and frees both lists. */
+void engine_take_cancels(engine_t *e, engine_stream_t *list, id_cancel_t *ids);
 
 #endif

@@ -78,6 +78,8 @@ void output_finish_choice(engine_t *e, eng_choice_t *q, engine_finish_reason_t r
     if (n_out < 0) n_out = 0;
     const sched_seq_t *first = &req->choices[0].b.s;
     stats_request_t sr = {
+        .id = req->id,
+        .choice = q->b.choice,
         .finish_reason = (int)reason,
         .prompt_tokens = first->n_prompt,
         .generation_tokens = n_out,
@@ -86,6 +88,7 @@ void output_finish_choice(engine_t *e, eng_choice_t *q, engine_finish_reason_t r
         .ttft_s = q->t_first > 0 ? q->t_first - req->arrival : -1,
         .tpot_s = n_out > 1 ? (q->t_last - q->t_first) / (n_out - 1) : -1,
         .e2e_s = now - req->arrival,
+        .t = now,
     };
     stats_record_request(e->stats, &sr);
     evrec_t *rec = NULL;

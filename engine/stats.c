@@ -2,6 +2,7 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -135,6 +136,19 @@ void stats_record_request(stats_t *st, const stats_request_t *req) {
         hist_observe(&h->decode_time, req->e2e_s - req->ttft_s);
     if (req->e2e_s >= 0 && req->queue_s >= 0)
         hist_observe(&h->inference_time, req->e2e_s - req->queue_s);
+    if (h->n_recent == STATS_RECENT) /* full: the oldest goes */
+        memmove(h->recent, h->recent + 1, (STATS_RECENT - 1) * sizeof h->recent[0]);
+    else
+        h->n_recent++;
+    stats_finished_t *f = &h->recent[h->n_recent - 1];
+    snprintf(f->id, sizeof f->id, "%s", req->id ? req->id : "");
+    f->choice = req->choice;
+    f->finish_reason = req->finish_reason;
+    f->prompt_tokens = req->prompt_tokens;
+    f->generated = req->generation_tokens;
+    f->ttft_s = req->ttft_s;
+    f->e2e_s = req->e2e_s;
+    f->t = req->t;
     pthread_mutex_unlock(&st->mu);
 }
 

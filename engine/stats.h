@@ -40,12 +40,15 @@ typedef struct stats_step {
 /* One finished choice. Latencies in seconds; a value < 0 is not recorded (e.g. no TTFT for a
  * request aborted before its first token). */
 typedef struct stats_request {
+    const char *id; /* the request's id (NULL: none), for the list of recent ones */
+    int choice;
     int finish_reason; /* engine_finish_reason_t */
     int prompt_tokens, generation_tokens, cached_tokens;
     double queue_s; /* arrival to first scheduled */
     double ttft_s;  /* arrival to first token */
     double tpot_s;  /* mean time per output token after the first */
     double e2e_s;   /* arrival to finish */
+    double t;       /* engine_now() at the finish */
 } stats_request_t;
 
 /* One live choice, for the console's table of active requests. */
@@ -56,10 +59,12 @@ typedef enum stats_req_state {
     STATS_REQ_PREEMPTED, /* back in the queue after losing its blocks; recomputed later */
 } stats_req_state_t;
 
-#define STATS_MAX_ACTIVE 64 /* active choices listed in a snapshot (the oldest first) */
+#define STATS_MAX_ACTIVE 256 /* active choices listed in a snapshot (the oldest first) */
+#define STATS_ID_LEN     48  /* bytes of a listed request id, with its NUL (longer ones cut) */
+#define STATS_RECENT     64  /* finished choices listed in a snapshot (the newest) */
 
 typedef struct stats_active {
-    char id[48]; /* the request id, cut to fit */
+    char id[STATS_ID_LEN]; /* the request id, cut to fit */
     int choice;
     int prompt_tokens, generated, cached_tokens;
     double arrival;     /* engine_now() clock, s */
@@ -67,6 +72,17 @@ typedef struct stats_active {
     int preemptions;
     stats_req_state_t state;
 } stats_active_t;
+
+/* One finished choice, for the console's table (the newest STATS_RECENT). */
+typedef struct stats_finished {
+    char id[STATS_ID_LEN];
+    int choice;
+    int finish_reason; /* engine_finish_reason_t */
+    int prompt_tokens, generated;
+    double ttft_s; /* < 0: none (aborted before its first token) */
+    double e2e_s;
+    double t; /* engine_now() when it finished */
+} stats_finished_t;
 
 typedef struct stats_hist {
     int n_bounds;
@@ -124,6 +140,9 @@ typedef struct stats_snapshot {
     stats_active_t active[STATS_MAX_ACTIVE];
     int n_active, n_active_total;
     double active_t;
+    /* the last n_recent finished choices, oldest first */
+    stats_finished_t recent[STATS_RECENT];
+    int n_recent;
     /* the last n_steps steps, oldest first */
     stats_step_t steps_ring[STATS_RING];
     int n_steps;

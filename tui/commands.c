@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "bench.h"
+#include "ui_reqs.h"
 
 static const repl_command_t COMMANDS[] = {
     {"/help", NULL, "/help [COMMAND]", "list the commands, or explain one", REPL_HELP, true},
@@ -38,6 +39,12 @@ static const repl_command_t COMMANDS[] = {
     {"/experts", NULL, "/experts",
      "show the expert-load heat map of an MoE model (tokens per expert per layer, last ~10 s)",
      REPL_EXPERTS, false},
+    {"/requests", "/reqs", "/requests [sort KEY [asc|desc] | filter [WHAT]]",
+     "sort or filter the requests table (F6 focuses it: select, sort, filter, cancel)",
+     REPL_REQUESTS, true},
+    {"/cancel", NULL, "/cancel [ID]",
+     "cancel a request (none: the one selected in the requests table); it ends with abort",
+     REPL_CANCEL, true},
     {"/clear", NULL, "/clear", "clear the chat pane", REPL_CLEAR, false},
 };
 enum { N_COMMANDS = sizeof COMMANDS / sizeof COMMANDS[0] };
@@ -238,6 +245,21 @@ static int parse_args(const repl_command_t *c, const char *rest, repl_cmd_t *out
         case REPL_QUIT:
             out->on = argc == 1 && strcmp(argv[0], "--drain") == 0;
             return argc > 1 || (argc == 1 && !out->on) ? err_set(err, "usage: %s", c->usage) : 0;
+        case REPL_REQUESTS:
+            if (argc == 0) return 0;
+            if (!strcmp(argv[0], "sort")) {
+                if (argc < 2 || argc > 3) return usage(c, err);
+                if (ui_req_sort_parse(argv[1]) < 0)
+                    return err_set(err, "unknown sort key %s; keys: age ttft prompt gen state id",
+                                   argv[1]);
+                if (argc == 3 && strcmp(argv[2], "asc") && strcmp(argv[2], "desc"))
+                    return usage(c, err);
+                return 0;
+            }
+            if (!strcmp(argv[0], "filter")) return argc > 2 ? usage(c, err) : 0;
+            return usage(c, err);
+        case REPL_CANCEL:
+            return argc > 1 ? usage(c, err) : 0;
         default:
             return argc > 0 ? usage(c, err) : 0;
     }
@@ -363,6 +385,19 @@ int repl_help(const char *name, char *buf, size_t size, err_t *err) {
                     "are shown apart from the text, name and arguments, as the server's "
                     "tool_choice \"auto\" finds them (--tool-call-parser, or the parser the chat "
                     "template teaches). The console does not run the tools.\n");
+            break;
+        case REPL_REQUESTS:
+            put(&o, "Keys: age (secs), ttft, prompt, gen (or tokens), state, id; desc is largest "
+                    "(oldest) first. Filters: live (the default), running, waiting, finished, "
+                    "errors (abort or error), all; any other word keeps the ids holding it. The "
+                    "table lists the engine's live requests and its last 64 finished ones. F6 "
+                    "focuses it (over the charts and the chat): Up/Down/PgUp/PgDn select, s the "
+                    "next sort key, r reverses, f the next filter, c cancels the selected request "
+                    "(y confirms), Esc or F6 goes back; a click selects a row.\n");
+            break;
+        case REPL_CANCEL:
+            put(&o, "The engine cancels it as when its client does: each unfinished choice ends "
+                    "with finish reason abort, which the client sees on its stream.\n");
             break;
         case REPL_COMPARE:
             put(&o, "Runs are named by their number in /results or by a result file (a path, or a "
@@ -543,6 +578,24 @@ int repl_complete(void *user, const char *line, size_t cursor, le_completion_t *
             return finish(out, NULL);
         case REPL_TOOLS:
             if (nw == 0 && strncmp("off", prefix, pl) == 0) add_cand(out, "off");
+            return finish(out, NULL);
+        case REPL_REQUESTS:
+            if (nw == 0) {
+                static const char *const subs[] = {"filter", "sort"};
+                for (int i = 0; i < 2; i++)
+                    if (strncmp(subs[i], prefix, pl) == 0) add_cand(out, subs[i]);
+            } else if (nw == 1 && !strcmp(words[0], "sort")) {
+                for (int k = 0; k < UI_REQ_N_SORTS; k++)
+                    if (strncmp(ui_req_sort_name(k), prefix, pl) == 0)
+                        add_cand(out, ui_req_sort_name(k));
+            } else if (nw == 1 && !strcmp(words[0], "filter")) {
+                for (int k = 0; k < UI_REQ_N_FILTERS; k++)
+                    if (strncmp(ui_req_filter_name(k), prefix, pl) == 0)
+                        add_cand(out, ui_req_filter_name(k));
+            } else if (nw == 2 && !strcmp(words[0], "sort")) {
+                if (strncmp("asc", prefix, pl) == 0) add_cand(out, "asc");
+                if (strncmp("desc", prefix, pl) == 0) add_cand(out, "desc");
+            }
             return finish(out, NULL);
         case REPL_BENCH:
             if (nw != 0) return 0;

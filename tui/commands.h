@@ -38,6 +38,8 @@
  *     /tools off             (REPL_TOOLS_OFF: chat without tools again)
  *     /compare [A B [C...]]  (none: the last two complete runs of a profile; otherwise a base and
  *                             the runs to compare: numbers or result files)
+ *     /requests [sort KEY [asc|desc] | filter [WHAT]]   (KEY and the states checked: ui_reqs.h)
+ *     /cancel [ID]           (none: the requests table's selected request)
  */
 #ifndef TACHYON_COMMANDS_H
 #define TACHYON_COMMANDS_H
@@ -72,6 +74,10 @@ typedef enum repl_kind {
     REPL_EXPERTS,   /* the expert-load heat map of an MoE model */
     REPL_TOOLS,     /* argc 0: list the tools; 1: argv[0] the file to load */
     REPL_TOOLS_OFF, /* /tools off */
+    REPL_REQUESTS,  /* argc 0; or argv[0] "sort", argv[1] the key (ui_reqs.h), argv[2] asc|desc
+                       (optional); or argv[0] "filter", argv[1] a state or an id's part (none:
+                       live, no text) */
+    REPL_CANCEL,    /* argc 0: the selected request; 1: argv[0] its id */
 } repl_kind_t;
 
 typedef struct repl_cmd {
@@ -131,6 +137,7 @@ typedef struct repl_complete_ctx {
  *     "/quit xx"         --drain
  *     "/bench xx"        profile names and "stop"
  *     "/tools xx"        off
+ *     "/requests xx"     sort, filter; then the sort keys, asc/desc, or the filters
  * Candidates are sorted; best is the first, except for values, where it is the current value
  * when that is a candidate. Returns the number of candidates. */
 int repl_complete(void *user, const char *line, size_t cursor, le_completion_t *out);

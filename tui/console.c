@@ -349,11 +349,8 @@ static void frame(console_t *c) {
         .flag_changed = c->flag_changed,
         .stats = c->snap,
         .bench = c->bench_running ? &c->prog : NULL,
-        .reply_id = busy ? c->chat_rid : NULL,
-        .reply_prompt = c->req_prompt,
-        .reply_gen = c->req_gen,
-        .reply_secs = now - c->req_t0,
-        .reply_decoding = c->req_started,
+        .reqs = c->reqs,
+        .reqs_focus = c->reqs_focus,
         .text = c->show_log ? c->log_text : c->text,
         .scroll = c->scroll,
         .show_reasoning = c->show_reasoning,
@@ -370,9 +367,11 @@ static void frame(console_t *c) {
     };
     if (!c->lay.too_small && !c->help)
         le_render(c->le, con_draw_line_width(&c->lay, busy), &v.line);
+    con_reqs_build(c);
     con_drawn_t out;
     con_draw(c->drawer, &v, &out);
     c->scroll = out.scroll;
+    c->reqs->top = out.reqs_top;
     c->help_scroll = out.help_scroll;
     c->dirty = false;
     c->last_frame = now_s();
@@ -498,6 +497,7 @@ static void console_free(console_t *c) {
     jb_free(&c->reply_text);
     free(c->system);
     free(c->snap);
+    free(c->reqs);
     con_drawer_destroy(c->drawer);
     ui_gpu_destroy(c->gpu);
     free(c);
@@ -611,7 +611,9 @@ int cmd_console(int argc, char **argv) {
     setlocale(LC_ALL, "");
     if (strcmp(nl_langinfo(CODESET), "UTF-8")) c->ascii = true;
 
-    c->snap = malloc(sizeof *c->snap);
+    c->snap = calloc(1, sizeof *c->snap);
+    c->reqs = malloc(sizeof *c->reqs);
+    if (c->reqs) ui_reqs_init(c->reqs);
     c->drawer = con_drawer_create(&err);
     c->q = c->drawer ? ui_queue_create(1024, &err) : NULL;
     c->text = c->q ? ui_text_create(TEXT_LINES, &err) : NULL;
@@ -620,7 +622,7 @@ int cmd_console(int argc, char **argv) {
     c->le = c->help_text ? le_create(REPL_LINE_MAX - 1, 1000, &err) : NULL;
     c->in = c->le ? input_create(REPL_LINE_MAX - 1, &err) : NULL;
     c->gpu = ui_gpu_create(getenv("TACHYON_NVML_LIB"));
-    if (!c->snap || !c->in || !c->gpu) {
+    if (!c->snap || !c->reqs || !c->in || !c->gpu) {
         fprintf(stderr, "tachyon: %s\n", err.msg[0] ? err.msg : "out of memory");
         console_free(c);
         return 1;

@@ -24,9 +24,12 @@ static const char help_keys[] =
     "  Esc          stop the reply being generated\n"
     "  F2           show / hide the model's reasoning\n"
     "  F3 log (stderr, stats, /set)  F4 zoom charts one by one  F5 rerun /bench  F10 quit\n"
+    "  F6           the requests table: Up/Down select, s sort, r reverse, f filter,\n"
+    "               c cancel the selected request (y confirms), Esc back\n"
     "  + / -        (on an empty line) zoom the charts' time window in / out\n"
     "  F1 or ?      (on an empty line) this help        Ctrl-L  redraw\n"
-    "  Mouse        wheel scrolls; a click runs an F-key, zooms a chart (--no-mouse)\n"
+    "  Mouse        wheel scrolls; a click runs an F-key, zooms a chart, selects a\n"
+    "               request (--no-mouse)\n"
     "  Ctrl-C       stop the reply and the benchmark; then leave (asks first while\n"
     "               other clients' requests run: /quit --drain lets them finish)\n"
     "\n"
@@ -339,6 +342,12 @@ static bool run_line(console_t *c, const char *line) {
         case REPL_RESULTS:
             con_results(c);
             break;
+        case REPL_REQUESTS:
+            con_reqs_command(c, cmd);
+            break;
+        case REPL_CANCEL:
+            con_cancel_command(c, cmd);
+            break;
         case REPL_COMPARE:
             con_compare(c, cmd);
             break;
@@ -474,6 +483,9 @@ static bool fkey(console_t *c, int n) {
             else
                 return run_line(c, c->last_bench);
             break;
+        case 6:
+            con_reqs_focus(c, !c->reqs_focus);
+            break;
         case 10:
             return con_quit_command(c, false);
         default:
@@ -488,11 +500,19 @@ static bool fkey(console_t *c, int n) {
 static bool mouse_event(console_t *c) {
     MEVENT m;
     if (getmouse(&m) != OK) return false;
-    if (m.bstate & BUTTON4_PRESSED) {
+    bool wheel_up = m.bstate & BUTTON4_PRESSED, wheel_down = m.bstate & BUTTON5_PRESSED;
+    bool press = m.bstate & BUTTON1_PRESSED;
+    if ((wheel_up || wheel_down || (press && m.y != c->lay.status.y)) &&
+        con_reqs_mouse(c, m.y, m.x, press && !wheel_up && !wheel_down,
+                       wheel_up     ? -3
+                       : wheel_down ? 3
+                                    : 0))
+        return false;
+    if (wheel_up) {
         scroll_by(c, 3);
-    } else if (m.bstate & BUTTON5_PRESSED) {
+    } else if (wheel_down) {
         scroll_by(c, -3);
-    } else if (m.bstate & BUTTON1_PRESSED) { /* on the press: mouseinterval(0), no click wait */
+    } else if (press) { /* on the press: mouseinterval(0), no click wait */
         con_view_t v = {.lay = c->lay,
                         .zoom = c->zoom,
                         .log = c->show_log,
@@ -541,6 +561,7 @@ static bool console_key(console_t *c, const input_event_t *ev) {
         return false;
     }
     c->help = false;
+    if (con_reqs_key(c, ev)) return false;
     switch (ev->kind) {
         case INPUT_ESC:
             con_chat_stop(c);

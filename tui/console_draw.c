@@ -1,6 +1,6 @@
 /* console_draw: one frame of the console from a con_view_t (see console_draw.h). Everything here
  * reads the view and writes curses; the buffers a frame needs are the drawer's, sized once. */
-#include "console_draw.h"
+#include "console_draw_int.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -13,35 +13,6 @@
 #include "chart.h"
 #include "flags.h"
 #include "ui_header.h"
-
-#define MAX_COLS 512 /* chart buffers are sized for this; wider screens draw up to it */
-#define MAX_ROWS 128
-#define LINE_BUF (4 * MAX_COLS + 1)
-
-enum {
-    PAIR_TITLE = 1,
-    PAIR_CHART,
-    PAIR_ERROR,
-    PAIR_USER,
-    PAIR_CHANGED,
-    PAIR_BAR,
-    PAIR_OK,
-    PAIR_TOOL,
-    PAIR_S1, /* the charts' series */
-    PAIR_S2,
-    PAIR_S3,
-    PAIR_S4,
-};
-
-struct con_drawer {
-    char *chart_buf;     /* [CHART_BUF_SIZE(MAX_COLS, MAX_ROWS)] */
-    char *chart_buf2;    /* the same, for the overlaid second series */
-    double *points;      /* [2 * MAX_COLS] */
-    double *points2;     /* [2 * MAX_COLS] */
-    char *line_buf;      /* [LINE_BUF] one screen row */
-    ui_text_row_t *rows; /* [CON_MAX_TEXT_ROWS] */
-    ui_vseg_t vsegs[UI_VITALS_MAX_SEGS];
-};
 
 con_drawer_t *con_drawer_create(err_t *err) {
     con_drawer_t *d = calloc(1, sizeof *d);
@@ -104,12 +75,12 @@ int con_draw_line_width(const layout_t *lay, bool busy) {
 // ---------------------------------------------------------------------------------------------
 // Text
 
-static attr_t attr_of(const con_view_t *v, int pair, attr_t fallback) {
+attr_t cd_attr(const con_view_t *v, int pair, attr_t fallback) {
     return v->color ? (attr_t)COLOR_PAIR(pair) : fallback;
 }
 
 /* Text clipped to w columns at (y, x). */
-static void put(int y, int x, int w, const char *s, size_t len, attr_t a) {
+void cd_put(int y, int x, int w, const char *s, size_t len, attr_t a) {
     if (w <= 0 || !len) return;
     size_t n = ui_text_fit(s, len, w, false);
     if (n > len) n = len;
@@ -118,20 +89,18 @@ static void put(int y, int x, int w, const char *s, size_t len, attr_t a) {
     attrset(A_NORMAL);
 }
 
-static void putf(con_drawer_t *d, int y, int x, int w, attr_t a, const char *fmt, ...)
-    __attribute__((format(printf, 6, 7)));
-static void putf(con_drawer_t *d, int y, int x, int w, attr_t a, const char *fmt, ...) {
+void cd_putf(con_drawer_t *d, int y, int x, int w, attr_t a, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     int n = vsnprintf(d->line_buf, LINE_BUF, fmt, ap);
     va_end(ap);
     if (n < 0) return;
-    put(y, x, w, d->line_buf, strlen(d->line_buf), a);
+    cd_put(y, x, w, d->line_buf, strlen(d->line_buf), a);
 }
 
 /* A panel's title row: "── Title ─────" (or dashes in ASCII mode). */
-static void title_rule(con_drawer_t *d, const con_view_t *v, layout_rect_t r, const char *title) {
-    attr_t a = attr_of(v, PAIR_TITLE, A_BOLD);
+void cd_title_rule(con_drawer_t *d, const con_view_t *v, layout_rect_t r, const char *title) {
+    attr_t a = cd_attr(v, PAIR_TITLE, A_BOLD);
     attrset(a);
     for (int x = r.x; x < r.x + r.w; x++) {
         if (v->ascii)
@@ -140,7 +109,7 @@ static void title_rule(con_drawer_t *d, const con_view_t *v, layout_rect_t r, co
             mvaddstr(r.y, x, "\xe2\x94\x80");
     }
     attrset(A_NORMAL);
-    putf(d, r.y, r.x + 1, r.w - 2, a | A_BOLD, " %s ", title);
+    cd_putf(d, r.y, r.x + 1, r.w - 2, a | A_BOLD, " %s ", title);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -159,11 +128,11 @@ static void draw_header(con_drawer_t *d, const con_view_t *v) {
         {v->backend, 2, false, false},     {v->model_desc, 6, false, false},
     };
     ui_header_fit(f, (int)(sizeof f / sizeof f[0]), r.w - 1, v->ascii, d->line_buf, LINE_BUF);
-    attr_t a = attr_of(v, PAIR_BAR, A_REVERSE);
+    attr_t a = cd_attr(v, PAIR_BAR, A_REVERSE);
     attrset(a);
     mvhline(r.y, r.x, ' ', r.w);
     attrset(A_NORMAL);
-    put(r.y, r.x + 1, r.w - 1, d->line_buf, strlen(d->line_buf), a | A_BOLD);
+    cd_put(r.y, r.x + 1, r.w - 1, d->line_buf, strlen(d->line_buf), a | A_BOLD);
 }
 
 /* Dot bits of the braille cell at *p (a space is an empty cell); advances *p past it. */
@@ -184,13 +153,13 @@ static attr_t vitals_attr(const con_view_t *v, ui_vstyle_t st) {
         case UI_VS_LABEL:
             return A_DIM;
         case UI_VS_GOOD:
-            return attr_of(v, PAIR_OK, A_NORMAL);
+            return cd_attr(v, PAIR_OK, A_NORMAL);
         case UI_VS_WARN:
-            return attr_of(v, PAIR_USER, A_BOLD) | A_BOLD;
+            return cd_attr(v, PAIR_USER, A_BOLD) | A_BOLD;
         case UI_VS_BAD:
-            return attr_of(v, PAIR_ERROR, A_BOLD | A_UNDERLINE) | A_BOLD;
+            return cd_attr(v, PAIR_ERROR, A_BOLD | A_UNDERLINE) | A_BOLD;
         case UI_VS_TITLE:
-            return attr_of(v, PAIR_TITLE, A_BOLD) | A_BOLD;
+            return cd_attr(v, PAIR_TITLE, A_BOLD) | A_BOLD;
         default:
             return A_NORMAL;
     }
@@ -202,8 +171,8 @@ static void draw_vitals(con_drawer_t *d, const con_view_t *v) {
     int rows, n = ui_vitals_lay(v->gpu, v->ops, r.w - 1, r.h, d->vsegs, UI_VITALS_MAX_SEGS, &rows);
     for (int i = 0; i < n; i++) {
         const ui_vseg_t *sg = &d->vsegs[i];
-        put(r.y + sg->row, r.x + 1 + sg->col, r.w - 1 - sg->col, sg->text, (size_t)sg->len,
-            vitals_attr(v, sg->style));
+        cd_put(r.y + sg->row, r.x + 1 + sg->col, r.w - 1 - sg->col, sg->text, (size_t)sg->len,
+               vitals_attr(v, sg->style));
     }
 }
 
@@ -252,8 +221,8 @@ static void chart_title_draw(const con_view_t *v, const chart_spec_t *sp, int y,
         n = strlen(v2);
         snprintf(v2 + n, sizeof v2 - n, "%s%s", !strcmp(sp->unit, "%") ? "" : " ", sp->unit);
     }
-    attr_t ta = attr_of(v, PAIR_TITLE, A_BOLD) | A_BOLD;
-    attr_t a1 = attr_of(v, sp->pair, A_NORMAL), a2 = attr_of(v, sp->pair2, A_BOLD) | A_BOLD;
+    attr_t ta = cd_attr(v, PAIR_TITLE, A_BOLD) | A_BOLD;
+    attr_t a1 = cd_attr(v, sp->pair, A_NORMAL), a2 = cd_attr(v, sp->pair2, A_BOLD) | A_BOLD;
     for (int form = 0; form < 4; form++) {
         title_seg_t seg[12];
         int n = 0;
@@ -274,7 +243,7 @@ static void chart_title_draw(const con_view_t *v, const chart_spec_t *sp, int y,
         for (int i = 0; i < n && cx < x + tw; i++) {
             if (i) cx += form == 0 && (i == 1 || i == 2) ? 2 : 1;
             int len = (int)strlen(seg[i].text);
-            put(y, cx, x + tw - cx, seg[i].text, (size_t)len, seg[i].attr);
+            cd_put(y, cx, x + tw - cx, seg[i].text, (size_t)len, seg[i].attr);
             cx += len;
         }
         return;
@@ -297,7 +266,7 @@ static void time_axis(con_drawer_t *d, const con_view_t *v, int y, int x, int pw
     memcpy(d->line_buf, l, (size_t)ll);
     if (ml) memcpy(d->line_buf + pw / 2 - ml / 2, m, (size_t)ml);
     memcpy(d->line_buf + pw - 3, "now", 3);
-    put(y, x, pw, d->line_buf, (size_t)pw, A_DIM);
+    cd_put(y, x, pw, d->line_buf, (size_t)pw, A_DIM);
 }
 
 /* One plot row: the cells of the second series (a line) over the first (an area), each in its
@@ -401,9 +370,9 @@ static void draw_chart(con_drawer_t *d, const con_view_t *v, int i, layout_rect_
     char labels[MAX_ROWS * 8];
     chart_ylabels(0, ytop, ph, label_w, labels, 8);
     attr_t la = v->color ? A_NORMAL : A_DIM;
-    attr_t a1 = attr_of(v, sp->pair, A_NORMAL), a2 = attr_of(v, sp->pair2, A_BOLD) | A_BOLD;
+    attr_t a1 = cd_attr(v, sp->pair, A_NORMAL), a2 = cd_attr(v, sp->pair2, A_BOLD) | A_BOLD;
     for (int row = 0; row < ph; row++) {
-        put(r.y + 1 + row, r.x, label_w, labels + row * 8, strlen(labels + row * 8), la);
+        cd_put(r.y + 1 + row, r.x, label_w, labels + row * 8, strlen(labels + row * 8), la);
         if (sp->percent && sp->metric2 < 0 && v->color) { /* graded by the row's height */
             double top = ytop * (ph - row) / ph;
             a1 = COLOR_PAIR(top > 90 ? PAIR_ERROR : top > 70 ? PAIR_USER : PAIR_OK);
@@ -420,133 +389,25 @@ static void draw_chart(con_drawer_t *d, const con_view_t *v, int i, layout_rect_
 static void draw_flags(con_drawer_t *d, const con_view_t *v) {
     layout_rect_t r = v->lay.flags;
     if (layout_rect_empty(r)) return;
-    title_rule(d, v, r, v->applying ? "Flags (* changed, > applying)" : "Flags (* changed)");
+    cd_title_rule(d, v, r, v->applying ? "Flags (* changed, > applying)" : "Flags (* changed)");
     int y = r.y + 1, w = r.w - 1;
     /* changed flags first, so that a /set is always in view */
     for (int pass = 0; pass < 2; pass++)
         for (int i = 0; i < v->n_flags && y < r.y + r.h; i++) {
             if (v->flag_changed[i] != (pass == 0)) continue;
-            attr_t a = v->flag_changed[i] ? attr_of(v, PAIR_CHANGED, A_BOLD) | A_BOLD : A_NORMAL;
+            attr_t a = v->flag_changed[i] ? cd_attr(v, PAIR_CHANGED, A_BOLD) | A_BOLD : A_NORMAL;
             const char *name = flags_at(i)->name, *value = v->flag_text[i];
             char mark = v->flag_changed[i] ? '*' : ' ';
             if (v->applying && !strcmp(v->applying, name)) { /* a /set being applied: rebuild */
-                a = attr_of(v, PAIR_USER, A_BOLD) | A_BOLD;
+                a = cd_attr(v, PAIR_USER, A_BOLD) | A_BOLD;
                 value = "applying...";
                 mark = '>';
             }
             /* the value right-aligned and never cut; the name cut to what is left */
             int vw = (int)strlen(value), nw = w - 2 - vw;
             if (nw < 1) nw = 1;
-            putf(d, y++, r.x + 1, w, a, "%c%-*.*s %s", mark, nw, nw, name, value);
+            cd_putf(d, y++, r.x + 1, w, a, "%c%-*.*s %s", mark, nw, nw, name, value);
         }
-}
-
-/* The column of "N failed" in the requests table's benchmark line. */
-static int find_failed(const bench_progress_t *b) {
-    char head[96];
-    return snprintf(head, sizeof head, "bench   %d in flight, %d/%d done, ", b->in_flight, b->done,
-                    b->total);
-}
-
-static void progress_bar(const bench_progress_t *p, char *buf, size_t size, int width) {
-    int total = p->total > 0 ? p->total : 1;
-    int fill = (int)((long)width * p->done / total);
-    size_t k = 0;
-    buf[k++] = '[';
-    for (int i = 0; i < width && k + 2 < size; i++)
-        buf[k++] = i < fill ? '#' : '.';
-    buf[k++] = ']';
-    buf[k] = '\0';
-}
-
-/* tqdm's numbers: "25% 00:12<00:36 0.8 req/s ok 10 fail 0" (the ETA from the rate so far; ok
- * and fail only when wide, fail always when some failed), or "preparing 40 prompts" before the
- * first request has gone out. */
-static void bench_numbers(const bench_progress_t *p, bool wide, char *buf, size_t size) {
-    if (p->done == 0 && p->in_flight == 0 && p->elapsed <= 0) {
-        snprintf(buf, size, "preparing %d prompts", p->total);
-        return;
-    }
-    int total = p->total > 0 ? p->total : 1;
-    long el = lround(p->elapsed);
-    char eta[48] = "?", counts[64] = "";
-    if (p->done > 0) {
-        long left = lround(p->elapsed * (p->total - p->done) / p->done);
-        snprintf(eta, sizeof eta, "%02ld:%02ld", left / 60, left % 60);
-    }
-    if (wide)
-        snprintf(counts, sizeof counts, " ok %d fail %d", p->done - p->failed, p->failed);
-    else if (p->failed)
-        snprintf(counts, sizeof counts, " fail %d", p->failed);
-    snprintf(buf, size, "%d%% %02ld:%02ld<%s %.1f req/s%s", 100 * p->done / total, el / 60, el % 60,
-             eta, p->request_rate_observed, counts);
-}
-
-/* The engine's live requests (oldest first; the console's chat and the benchmark's requests
- * among them), the benchmark's progress and the engine's totals. */
-static void draw_requests(con_drawer_t *d, const con_view_t *v) {
-    static const char *const state_names[] = {"waiting", "prefill", "decode", "preempted"};
-    layout_rect_t r = v->lay.requests;
-    if (layout_rect_empty(r)) return;
-    title_rule(d, v, r, "Requests");
-    int y = r.y + 1, w = r.w - 1, end = r.y + r.h;
-    const stats_snapshot_t *s = v->stats;
-    if (y < end)
-        putf(d, y++, r.x + 1, w, A_BOLD, "engine: %d running, %d waiting", s->running, s->waiting);
-    /* the benchmark's own lines only when two request rows still fit (the status line shows
-     * its progress too) */
-    const bench_progress_t *b = v->bench;
-    if (b && end - y >= 8) {
-        putf(d, y++, r.x + 1, w, A_NORMAL, "bench   %d in flight, %d/%d done, %d failed",
-             b->in_flight, b->done, b->total, b->failed);
-        if (b->failed) /* failures stand out */
-            putf(d, y - 1, r.x + 1 + find_failed(b), w - find_failed(b),
-                 attr_of(v, PAIR_ERROR, A_BOLD) | A_BOLD, "%d failed", b->failed);
-        if (y < end) {
-            char bar[128], nums[96];
-            progress_bar(b, bar, sizeof bar, w - 12 > 60 ? 60 : w - 12);
-            putf(d, y++, r.x + 1, w, attr_of(v, PAIR_OK, A_BOLD), "%s", bar);
-            bench_numbers(b, true, nums, sizeof nums);
-            if (y < end) putf(d, y++, r.x + 1, w, A_NORMAL, "%s", nums);
-        }
-    }
-    /* the id takes what the numbers and the state (29 columns) leave */
-    int id_w = w - 29 < 6 ? 6 : w - 29 > 40 ? 40 : w - 29;
-    if (y < end)
-        putf(d, y++, r.x + 1, w, A_DIM, "%-*s %6s %5s %5s %s", id_w, "id", "prompt", "gen", "secs",
-             "state");
-    /* the console's own reply first: with a benchmark queued ahead it may be far down the list */
-    const char *reply_id = v->reply_id ? v->reply_id : "";
-    if (v->reply_id && y < end - 1)
-        putf(d, y++, r.x + 1, w, A_BOLD, "%-*s %6d %5d %5.1f %s", id_w, reply_id, v->reply_prompt,
-             v->reply_gen, v->reply_secs, v->reply_decoding ? "decode" : "prefill");
-    int shown = v->reply_id ? 1 : 0;
-    for (int i = 0; i < s->n_active && y < end - 2; i++) {
-        const stats_active_t *a = &s->active[i];
-        if (!strcmp(a->id, reply_id)) continue;
-        /* a long id (the API's chatcmpl-<hex>) shows its distinctive end, marked with '~' */
-        char id[sizeof a->id];
-        size_t n = strlen(a->id);
-        if (n == 0)
-            snprintf(id, sizeof id, "-");
-        else if ((int)n <= id_w)
-            snprintf(id, sizeof id, "%s", a->id);
-        else
-            snprintf(id, sizeof id, "~%s", a->id + n - (size_t)(id_w - 1));
-        putf(d, y++, r.x + 1, w, a->state == STATS_REQ_DECODE ? A_NORMAL : A_DIM,
-             "%-*s %6d %5d %5.1f %s", id_w, id, a->prompt_tokens, a->generated,
-             s->active_t - a->arrival, state_names[a->state]);
-        shown++;
-    }
-    if (s->n_active_total > shown && y < end - 1)
-        putf(d, y++, r.x + 1, w, A_DIM, "... and %d more", s->n_active_total - shown);
-    if (s->n_active_total == 0 && y < end - 1) put(y++, r.x + 1, w, "(no requests)", 13, A_DIM);
-    if (y < end)
-        putf(d, y++, r.x + 1, w, A_DIM, "%llu submitted, %llu done, %llu preempted",
-             (unsigned long long)s->requests_submitted,
-             (unsigned long long)(s->requests_finished[0] + s->requests_finished[1] +
-                                  s->requests_finished[2] + s->requests_finished[3]),
-             (unsigned long long)s->preemptions);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -555,15 +416,15 @@ static void draw_requests(con_drawer_t *d, const con_view_t *v) {
 static attr_t text_attr(const con_view_t *v, ui_txt_style_t st) {
     switch (st) {
         case UI_TXT_USER:
-            return attr_of(v, PAIR_USER, A_BOLD) | A_BOLD;
+            return cd_attr(v, PAIR_USER, A_BOLD) | A_BOLD;
         case UI_TXT_REASONING:
         case UI_TXT_FOLD:
         case UI_TXT_INFO:
             return A_DIM;
         case UI_TXT_ERROR:
-            return attr_of(v, PAIR_ERROR, A_BOLD) | A_BOLD;
+            return cd_attr(v, PAIR_ERROR, A_BOLD) | A_BOLD;
         case UI_TXT_TOOL: /* apart from the reply: coloured, or bold without colours */
-            return attr_of(v, PAIR_TOOL, A_BOLD);
+            return cd_attr(v, PAIR_TOOL, A_BOLD);
         default:
             return A_NORMAL;
     }
@@ -579,10 +440,10 @@ static int draw_chat(con_drawer_t *d, const con_view_t *v) {
     if (scroll)
         title = v->log ? "Log (scrolled up: PgDn goes back)"
                        : "Chat and output (scrolled up: PgDn goes back)";
-    title_rule(d, v, r, title);
+    cd_title_rule(d, v, r, title);
     int y0 = r.y + 1 + (h - n); /* bottom-aligned */
     for (int i = 0; i < n; i++)
-        put(y0 + i, r.x, r.w, d->rows[i].text, d->rows[i].len, text_attr(v, d->rows[i].style));
+        cd_put(y0 + i, r.x, r.w, d->rows[i].text, d->rows[i].len, text_attr(v, d->rows[i].style));
     return scroll;
 }
 
@@ -590,22 +451,23 @@ static void draw_repl(const con_view_t *v) {
     layout_rect_t r = v->lay.repl;
     const char *prompt = repl_prompt(v->busy);
     int pw = (int)strlen(prompt), fw = con_draw_line_width(&v->lay, v->busy);
-    attr_t pa = attr_of(v, PAIR_TITLE, A_BOLD) | A_BOLD;
-    put(r.y, r.x, r.w, prompt, strlen(prompt), pa);
+    attr_t pa = cd_attr(v, PAIR_TITLE, A_BOLD) | A_BOLD;
+    cd_put(r.y, r.x, r.w, prompt, strlen(prompt), pa);
     const le_view_t *lv = &v->line;
     /* a line break takes one column, drawn as a mark, so a pasted message reads as one */
     int x = r.x + pw;
     for (const char *p = lv->text, *end = lv->text + lv->len; p < end;) {
         const char *nl = memchr(p, '\n', (size_t)(end - p));
         size_t n = nl ? (size_t)(nl - p) : (size_t)(end - p);
-        put(r.y, x, r.x + pw + fw - x, p, n, A_NORMAL);
+        cd_put(r.y, x, r.x + pw + fw - x, p, n, A_NORMAL);
         x += le_text_width(p, n);
         if (!nl) break;
-        put(r.y, x++, 1, v->ascii ? "|" : "\xe2\x8f\x8e", v->ascii ? 1 : 3, A_DIM);
+        cd_put(r.y, x++, 1, v->ascii ? "|" : "\xe2\x8f\x8e", v->ascii ? 1 : 3, A_DIM);
         p = nl + 1;
     }
     if (lv->suggest_len)
-        put(r.y, r.x + pw + lv->text_cols, fw - lv->text_cols, lv->suggest, lv->suggest_len, A_DIM);
+        cd_put(r.y, r.x + pw + lv->text_cols, fw - lv->text_cols, lv->suggest, lv->suggest_len,
+               A_DIM);
     move(r.y, r.x + pw + lv->cursor_col);
 }
 
@@ -617,18 +479,20 @@ typedef struct fkey {
 } fkey_t;
 
 static const fkey_t fkeys[] = {
-    {1, "Help", NULL},   {2, "Think", NULL}, {3, "Log", "Chat"},
-    {4, "Zoom", "Grid"}, {5, "Rerun", NULL}, {10, "Quit", NULL},
+    {1, "Help", NULL},  {2, "Think", NULL},  {3, "Log", "Chat"}, {4, "Zoom", "Grid"},
+    {5, "Rerun", NULL}, {6, "Reqs", "Back"}, {10, "Quit", NULL},
 };
 #define N_FKEYS ((int)(sizeof fkeys / sizeof fkeys[0]))
 #define FBAR_X  8 /* after "ready | " */
 
 static bool fkey_shown(const con_view_t *v, int i) {
-    return v->lay.status.w >= 100 || fkeys[i].key == 1 || fkeys[i].key == 10;
+    /* F6 always: below 110 columns the requests table shows only when focused */
+    return v->lay.status.w >= 100 || fkeys[i].key == 1 || fkeys[i].key == 6 || fkeys[i].key == 10;
 }
 
 static const char *fkey_label(const con_view_t *v, int i) {
-    bool on = (fkeys[i].key == 3 && v->log) || (fkeys[i].key == 4 && v->zoom >= 0);
+    bool on = (fkeys[i].key == 3 && v->log) || (fkeys[i].key == 4 && v->zoom >= 0) ||
+              (fkeys[i].key == 6 && v->reqs_focus);
     return on ? fkeys[i].label_on : fkeys[i].label;
 }
 
@@ -660,14 +524,14 @@ int con_draw_fkey_at(const con_view_t *v, int x) {
 static void draw_status(const con_view_t *v) {
     layout_rect_t r = v->lay.status;
     char left[256], bar[64] = "", nums[96];
-    attr_t a = attr_of(v, PAIR_BAR, A_REVERSE);
+    attr_t a = cd_attr(v, PAIR_BAR, A_REVERSE);
     attrset(a);
     mvhline(r.y, r.x, ' ', r.w);
     attrset(A_NORMAL);
     int lw;
     if (v->bench) {
-        progress_bar(v->bench, bar, sizeof bar, r.w < 160 ? 10 : 20);
-        bench_numbers(v->bench, r.w >= 160, nums, sizeof nums);
+        cd_progress_bar(v->bench, bar, sizeof bar, r.w < 160 ? 10 : 20);
+        cd_bench_numbers(v->bench, r.w >= 160, nums, sizeof nums);
         snprintf(left, sizeof left, "ready | bench %s %d/%d %s |", bar, v->bench->done,
                  v->bench->total, nums);
     } else if (v->applying) {
@@ -678,7 +542,7 @@ static void draw_status(const con_view_t *v) {
         snprintf(left, sizeof left, "ready |");
     }
     lw = (int)strlen(left);
-    put(r.y, r.x, r.w, left, (size_t)lw, a | A_BOLD);
+    cd_put(r.y, r.x, r.w, left, (size_t)lw, a | A_BOLD);
     if (!v->bench && !v->applying) {
         char key[8];
         int end = FBAR_X;
@@ -687,16 +551,16 @@ static void draw_status(const con_view_t *v) {
             int x0;
             end = fkey_span(v, i, &x0);
             int kw = snprintf(key, sizeof key, "F%d", fkeys[i].key);
-            put(r.y, r.x + x0, r.w - x0, key, (size_t)kw, A_BOLD);
+            cd_put(r.y, r.x + x0, r.w - x0, key, (size_t)kw, A_BOLD);
             const char *label = fkey_label(v, i);
-            put(r.y, r.x + x0 + kw, r.w - x0 - kw, label, strlen(label), a);
+            cd_put(r.y, r.x + x0 + kw, r.w - x0 - kw, label, strlen(label), a);
         }
-        put(r.y, r.x + end + 1, r.w - end - 1, "|", 1, a | A_BOLD);
+        cd_put(r.y, r.x + end + 1, r.w - end - 1, "|", 1, a | A_BOLD);
         lw = end + 2;
     }
     if (r.w > lw + 1) {
-        attr_t sa = v->status_error ? (attr_of(v, PAIR_ERROR, A_REVERSE) | A_BOLD) : a;
-        put(r.y, r.x + lw + 1, r.w - lw - 1, v->status, strlen(v->status), sa);
+        attr_t sa = v->status_error ? (cd_attr(v, PAIR_ERROR, A_REVERSE) | A_BOLD) : a;
+        cd_put(r.y, r.x + lw + 1, r.w - lw - 1, v->status, strlen(v->status), sa);
     }
 }
 
@@ -715,16 +579,16 @@ static int draw_help(con_drawer_t *d, const con_view_t *v) {
     ui_text_rows(v->help_text, w - 2, rows, &top, true, d->rows);
     int scroll = v->help_scroll > top ? top : v->help_scroll;
     int n = ui_text_rows(v->help_text, w - 2, rows, &scroll, true, d->rows);
-    title_rule(d, v, (layout_rect_t){x, y, w, 1},
-               top ? "Help (Up/Down, PgUp/PgDn scroll; any other key closes)"
-                   : "Help (any key closes)");
+    cd_title_rule(d, v, (layout_rect_t){x, y, w, 1},
+                  top ? "Help (Up/Down, PgUp/PgDn scroll; any other key closes)"
+                      : "Help (any key closes)");
     for (int i = 0; i < n; i++)
-        put(y + 1 + i, x + 1, w - 2, d->rows[i].text, d->rows[i].len, A_NORMAL);
+        cd_put(y + 1 + i, x + 1, w - 2, d->rows[i].text, d->rows[i].len, A_NORMAL);
     if (top)
-        putf(d, y + h - 1, x + 1, w - 2, A_DIM, "%s",
-             scroll == top ? "-- PgDn: more below --"
-             : scroll      ? "-- PgUp / PgDn: more above and below --"
-                           : "-- end (PgUp: more above) --");
+        cd_putf(d, y + h - 1, x + 1, w - 2, A_DIM, "%s",
+                scroll == top ? "-- PgDn: more below --"
+                : scroll      ? "-- PgUp / PgDn: more above and below --"
+                              : "-- end (PgUp: more above) --");
     return scroll;
 }
 
@@ -736,13 +600,14 @@ static void draw_too_small(const con_view_t *v) {
     int y = LINES / 2 - 1 > 0 ? LINES / 2 - 1 : 0;
     for (int i = 0; i < 3 && y + i < LINES; i++) {
         int len = (int)strlen(msg[i]), x = COLS > len ? (COLS - len) / 2 : 0;
-        put(y + i, x, COLS - x, msg[i], (size_t)len, i == 0 ? A_BOLD : A_DIM);
+        cd_put(y + i, x, COLS - x, msg[i], (size_t)len, i == 0 ? A_BOLD : A_DIM);
     }
 }
 
 void con_draw(con_drawer_t *d, const con_view_t *v, con_drawn_t *out) {
     out->scroll = v->scroll;
     out->help_scroll = v->help_scroll;
+    out->reqs_top = v->reqs ? v->reqs->top : 0;
     werase(stdscr);
     if (v->lay.too_small) {
         curs_set(0);
@@ -755,14 +620,18 @@ void con_draw(con_drawer_t *d, const con_view_t *v, con_drawn_t *out) {
     } else {
         draw_header(d, v);
         draw_vitals(d, v);
-        if (v->zoom >= 0 && v->zoom < v->lay.n_charts)
-            draw_chart(d, v, v->zoom, chart_area(&v->lay));
-        else
-            for (int i = 0; i < v->lay.n_charts; i++)
-                draw_chart(d, v, i, v->lay.charts[i]);
-        draw_flags(d, v);
-        draw_requests(d, v);
-        out->scroll = draw_chat(d, v);
+        if (v->reqs_focus) { /* the table over the charts and the chat pane */
+            out->reqs_top = cd_draw_requests(d, v);
+        } else {
+            if (v->zoom >= 0 && v->zoom < v->lay.n_charts)
+                draw_chart(d, v, v->zoom, chart_area(&v->lay));
+            else
+                for (int i = 0; i < v->lay.n_charts; i++)
+                    draw_chart(d, v, i, v->lay.charts[i]);
+            draw_flags(d, v);
+            out->reqs_top = cd_draw_requests(d, v);
+            out->scroll = draw_chat(d, v);
+        }
         draw_status(v);
         curs_set(1);
         draw_repl(v); /* last: it leaves the cursor in the line */

@@ -31,6 +31,7 @@
 #include "layout.h"
 #include "lineedit.h"
 #include "ui_gpu.h"
+#include "ui_reqs.h"
 #include "ui_series.h"
 #include "ui_text.h"
 #include "ui_vitals.h"
@@ -73,13 +74,13 @@ typedef struct con_view {
     int n_flags;
     const char (*flag_text)[CON_FLAG_VALUE]; /* [n_flags], in flags_at() order */
     const bool *flag_changed;                /* [n_flags] */
-    /* requests table */
+    /* requests table: the engine's totals, the rows (ui_reqs_build'd: the console's own reply
+     * among them), its sort and filter; focused (F6): over the charts and the chat pane, the
+     * selected row shown */
     const stats_snapshot_t *stats;
     const bench_progress_t *bench; /* the benchmark's progress; NULL: none runs */
-    const char *reply_id;          /* the console's own reply in flight; NULL: none */
-    int reply_prompt, reply_gen;   /* its tokens */
-    double reply_secs;
-    bool reply_decoding; /* it has produced a token */
+    const ui_reqs_t *reqs;
+    bool reqs_focus;
     /* chat/output pane, or the log pane */
     const ui_text_t *text;
     int scroll; /* rows scrolled up from the newest */
@@ -103,6 +104,7 @@ typedef struct con_view {
 /* What drawing worked out: the scrolls clamped to the text there is. */
 typedef struct con_drawn {
     int scroll, help_scroll;
+    int reqs_top; /* the requests table's first row shown */
 } con_drawn_t;
 
 typedef struct con_drawer con_drawer_t;
@@ -121,6 +123,13 @@ int con_draw_line_width(const layout_t *lay, bool busy);
 
 /* The chart at (y, x) in a frame of v's layout (zoomed or not); -1 when none. */
 int con_draw_chart_at(const con_view_t *v, int y, int x);
+
+/* Where the requests table is in a frame of v (focused: over the charts and the chat pane). */
+layout_rect_t con_draw_reqs_rect(const con_view_t *v);
+
+/* The requests table's row (an index into v->reqs->rows, from the frame's first row shown,
+ * top) at (y, x); -1 when none. */
+int con_draw_req_at(const con_view_t *v, int top, int y, int x);
 
 /* The F-key bar's key under column x of the status line (1..10 for F1..F10); 0 when none. */
 int con_draw_fkey_at(const con_view_t *v, int x);

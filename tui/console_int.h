@@ -5,6 +5,7 @@
  *   console_cmd.c    keys, the REPL's commands and the flags (/set, /get, /flags)
  *   console_chat.c   the chat
  *   console_bench.c  benchmarks and results (/bench, /results, /compare)
+ *   console_reqs.c   the requests table: its rows, F6's focus and keys, /requests, /cancel
  *   console_draw.c   drawing a frame from a snapshot (console_draw.h: it never sees console_t)
  *
  * Internal to them: nothing else includes it. Everything here is touched by the UI thread only,
@@ -35,6 +36,7 @@
 #include "server.h"
 #include "ui_log.h"
 #include "ui_quit.h"
+#include "ui_reqs.h"
 #include "ui_queue.h"
 #include "ui_series.h"
 #include "ui_text.h"
@@ -99,6 +101,10 @@ typedef struct console {
     bool chat_idle;              /* the pane is shrunk: the charts have the rows */
     bool mouse;                  /* mouse events on (--no-mouse: off) */
     char last_bench[REPL_LINE_MAX]; /* the last /bench line: F5 runs it again */
+    /* the requests table (console_reqs.c) */
+    ui_reqs_t *reqs;   /* its settings and the rows built for the frame */
+    bool reqs_focus;   /* F6: over the charts and the chat pane, keys select, sort, cancel */
+    bool reqs_confirm; /* "cancel ID?" asked: the next key answers */
     /* REPL */
     le_t *le;
     char hist_path[4096];
@@ -217,6 +223,26 @@ void con_chat_tools(console_t *c, const repl_cmd_t *cmd);
 
 /* Teardown: drops a reply still in flight and the tools. */
 void con_chat_free(console_t *c);
+
+// ---------------------------------------------------------------------------------------------
+// console_reqs.c
+
+/* Builds the table's rows from the last snapshot (and the console's reply in flight). */
+void con_reqs_build(console_t *c);
+
+/* F6: focuses the table (on) or gives the keys back to the REPL line. */
+void con_reqs_focus(console_t *c, bool on);
+
+/* A key while the table is focused; false when it is not the table's (F-keys, the mouse...). */
+bool con_reqs_key(console_t *c, const input_event_t *ev);
+
+/* A mouse press or wheel (rows: +3 down, -3 up; 0: a press) at (y, x): false when not on the
+ * table. A press on a row selects it and focuses the table. */
+bool con_reqs_mouse(console_t *c, int y, int x, bool press, int wheel);
+
+/* /requests [sort KEY [asc|desc] | filter [WHAT]] and /cancel [ID]. */
+void con_reqs_command(console_t *c, const repl_cmd_t *cmd);
+void con_cancel_command(console_t *c, const repl_cmd_t *cmd);
 
 // ---------------------------------------------------------------------------------------------
 // console_bench.c

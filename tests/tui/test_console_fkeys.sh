@@ -23,9 +23,9 @@ for size in 80x24 120x40 200x50; do
     tui_wait '^ready \| F1Help'
     [ "$(tmux_ display -p -t t '#{mouse_standard_flag}')" = 1 ] || tui_fail "the mouse is off"
     if [ "$TUI_W" -ge 100 ]; then
-        tui_wait '^ready \| F1Help F2Think F3Log F4Zoom F5Rerun F10Quit \|'
+        tui_wait '^ready \| F1Help F2Think F3Log F4Zoom F5Rerun F6Reqs F10Quit \|'
     else
-        tui_wait '^ready \| F1Help F10Quit \|'
+        tui_wait '^ready \| F1Help F6Reqs F10Quit \|'
     fi
     tui_send '/set max-num-seqs 8' Enter
     tui_wait 'max-num-seqs = 8'
@@ -82,7 +82,7 @@ done
 
 TUI_W=120 TUI_H=40
 tui_start NO_COLOR=1 LANG=C LC_ALL=C -- --no-mouse
-tui_wait '^ready \| F1Help F2Think F3Log F4Zoom F5Rerun F10Quit \|'
+tui_wait '^ready \| F1Help F2Think F3Log F4Zoom F5Rerun F6Reqs F10Quit \|'
 tui_wait 'KV cache'
 [ "$(tmux_ display -p -t t '#{mouse_standard_flag}')" = 0 ] || tui_fail "--no-mouse: the mouse is on"
 tui_keys F4

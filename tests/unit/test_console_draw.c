@@ -36,6 +36,7 @@ typedef struct fixture {
     ui_text_t *text, *help;
     le_t *le;
     stats_snapshot_t stats;
+    ui_reqs_t reqs;
     bench_progress_t bench;
     ui_gpu_sample_t gpu;
     ui_ops_t ops;
@@ -110,6 +111,10 @@ static int setup(void **state) {
         a->state = i == 0 ? STATS_REQ_DECODE : STATS_REQ_PREFILL;
     }
     f->stats.requests_submitted = 7;
+    ui_reqs_init(&f->reqs); /* the console's reply, with its own numbers */
+    ui_req_row_t own = {
+        .id = "chat-1", .state = UI_REQ_DECODE, .prompt = 11, .gen = 4, .age_s = 1.5};
+    ui_reqs_build(&f->reqs, &f->stats, 100, &own);
     int n_flags = flags_count() < CON_MAX_FLAGS ? flags_count() : CON_MAX_FLAGS;
     for (int i = 0; i < n_flags; i++)
         snprintf(f->flag_text[i], CON_FLAG_VALUE, "%s", flags_at(i)->def);
@@ -134,11 +139,7 @@ static int setup(void **state) {
         .flag_text = (const char(*)[CON_FLAG_VALUE])f->flag_text,
         .flag_changed = f->flag_changed,
         .stats = &f->stats,
-        .reply_id = "chat-1",
-        .reply_prompt = 11,
-        .reply_gen = 4,
-        .reply_secs = 1.5,
-        .reply_decoding = true,
+        .reqs = &f->reqs,
         .text = f->text,
         .busy = true,
         .status = "generating (Esc stops)",
@@ -221,8 +222,9 @@ static attr_t attrs_at(int y, int x, short *pair) {
     cchar_t cc;
     wchar_t wc[CCHARW_MAX];
     attr_t a;
+    short p;
     assert_int_equal(mvin_wch(y, x, &cc), OK);
-    getcchar(&cc, wc, &a, pair, NULL);
+    getcchar(&cc, wc, &a, pair ? pair : &p, NULL);
     return a;
 }
 
@@ -273,7 +275,7 @@ static void test_panels(void **state) {
     assert_int_equal(out.scroll, 0);
     /* the status line */
     const char *st = row(l->status.y);
-    assert_non_null(strstr(st, "ready | F1Help F2Think F3Log F4Zoom F5Rerun F10Quit | "));
+    assert_non_null(strstr(st, "ready | F1Help F2Think F3Log F4Zoom F5Rerun F6Reqs F10Quit | "));
     assert_non_null(strstr(st, "generating (Esc stops)"));
     assert_true(find_row("Chat and output (reasoning hidden: F2)") == l->chat.y);
     /* the REPL line: the busy prompt, the line break as a mark, the cursor after the text */
@@ -573,8 +575,75 @@ static void test_zoom_log_fkeys(void **state) {
     f->v.log = false;
     draw(f);
     st = row(f->v.lay.status.y);
-    assert_non_null(strstr(st, "ready | F1Help F10Quit | generating"));
+    assert_non_null(strstr(st, "ready | F1Help F6Reqs F10Quit | generating"));
     assert_int_equal(con_draw_fkey_at(&f->v, find_col(f->v.lay.status.y, "F10Quit")), 10);
+}
+
+/* F6: the requests table over the charts and the chat pane (80x24 too, where it is hidden
+ * otherwise), with the TTFT column where wide, the sort key's head marked, the selected row in
+ * reverse, an error in the alarm colour, a click's row; scrolled to keep the selection in view. */
+static void test_requests_focus(void **state) {
+    fixture_t *f = *state;
+    reopen(f, 80, 24);
+    assert_true(layout_rect_empty(f->v.lay.requests)); /* hidden at 80x24 */
+    stats_snapshot_t *s = &f->stats;
+    s->n_active = s->n_active_total = 40;
+    for (int i = 0; i < 40; i++) {
+        stats_active_t *a = &s->active[i];
+        snprintf(a->id, sizeof a->id, "req-%02d", i);
+        a->state = STATS_REQ_DECODE;
+        a->prompt_tokens = 10;
+        a->arrival = i; /* req-00 the oldest */
+        a->first_token = i + 0.25;
+    }
+    s->n_recent = 1;
+    snprintf(s->recent[0].id, sizeof s->recent[0].id, "req-bad");
+    s->recent[0].finish_reason = 3; /* error */
+    s->recent[0].ttft_s = -1;
+    ui_reqs_t *t = &f->reqs;
+    ui_reqs_init(t);
+    t->filter = UI_REQ_ALL;
+    ui_reqs_set_sort(t, UI_REQ_SORT_TTFT, true);
+    ui_reqs_build(t, s, 100, NULL);
+    ui_reqs_select(t, 0);
+    f->v.reqs_focus = true;
+    con_drawn_t out = draw(f);
+    layout_rect_t r = con_draw_reqs_rect(&f->v);
+    assert_int_equal(r.w, 80);
+    int ty = find_row("Requests (all, by ttft ");
+    assert_int_equal(ty, r.y);
+    assert_int_equal(find_row("Chat and output"), -1);
+    int hy = find_row("ttft ms state");
+    assert_true(hy > ty);
+    assert_true(attrs_at(hy, find_col(hy, "ttft ms"), NULL) & A_UNDERLINE);
+    /* the error first (no TTFT: the slowest), in the alarm colour */
+    assert_true(strstr(row(hy + 1), "req-bad") && strstr(row(hy + 1), " error"));
+    short pair;
+    attrs_at(hy + 1, 2, &pair);
+    assert_true(pair != 0);
+    assert_true(attrs_at(hy + 1, 2, NULL) & A_REVERSE); /* selected */
+    assert_int_equal(out.reqs_top, 0);
+    /* the selection (row 30) scrolled into view, in reverse */
+    ui_reqs_select(t, 30);
+    out = draw(f);
+    int sy = find_row(t->rows[30].id);
+    assert_true(sy > hy && sy < r.y + r.h - 1);
+    assert_true(attrs_at(sy, 2, NULL) & A_REVERSE);
+    assert_true(out.reqs_top > 0);
+    assert_int_equal(con_draw_req_at(&f->v, out.reqs_top, sy, 5), 30);
+    assert_int_equal(con_draw_req_at(&f->v, out.reqs_top, hy, 5), -1);
+    assert_non_null(strstr(row(f->v.lay.status.y), "F6Back"));
+    /* unfocused at 200x50: its place beside the chat pane, the selection not shown (rows that
+     * share screen lines with braille charts do not read back whole here) */
+    reopen(f, 200, 50);
+    f->v.reqs_focus = false;
+    ui_reqs_select(t, 0);
+    draw(f);
+    assert_int_equal(con_draw_reqs_rect(&f->v).x, f->v.lay.requests.x);
+    assert_true(find_row("Chat and output") >= 0);
+    int y = find_row("req-bad");
+    assert_true(y > f->v.lay.requests.y);
+    assert_false(attrs_at(y, f->v.lay.requests.x + 2, NULL) & A_REVERSE);
 }
 
 int main(void) {
@@ -587,6 +656,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_bench_and_flag, setup, teardown),
         cmocka_unit_test_setup_teardown(test_vitals, setup, teardown),
         cmocka_unit_test_setup_teardown(test_zoom_log_fkeys, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_requests_focus, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -250,6 +250,66 @@ static void test_cancel(void **state) {
     engine_close(e);
 }
 
+static engine_stream_t *submit_id(engine_t *e, const int32_t *prompt, int n, int max_tokens,
+                                  const char *id) {
+    engine_request_t req = {.prompt = prompt, .n_prompt = n, .wake = throttle, .request_id = id};
+    sampling_params_init(&req.sampling);
+    req.sampling.max_tokens = max_tokens;
+    req.sampling.temperature = 0.0f;
+    engine_stream_t *s;
+    err_t err;
+    if (engine_submit(e, &req, &s, &err) < 0) fail_msg("engine_submit: %s", err.msg);
+    sampling_params_free(&req.sampling);
+    return s;
+}
+
+/* An operator's cancel by request id (the console's requests table): the request ends with
+ * abort on its stream, the one beside it runs to its end; both are in the snapshot's list of
+ * recent finished requests with their reasons; an unknown id changes nothing. */
+static void test_cancel_by_id(void **state) {
+    engine_t *e = open_null(300, 4096);
+    int32_t prompt[40];
+    prompt_of(prompt, 40, 9);
+    throttle_us = 500;
+    engine_stream_t *a = submit_id(e, prompt, 40, 4000, "op-a");
+    engine_stream_t *b = submit_id(e, prompt, 40, 30, "op-b");
+    got_t ga = {0}, gb = {0};
+    engine_event_t ev;
+    assert_int_equal(engine_stream_wait(a, &ev, WAIT_MS), 1);
+    got_event(&ga, &ev);
+    engine_event_clear(&ev);
+    assert_int_equal(engine_cancel(e, ""), -1);
+    assert_int_equal(engine_cancel(e, "op-nobody"), 0);
+    assert_int_equal(engine_cancel(e, "op-a"), 0);
+    collect(a, &ga);
+    collect(b, &gb);
+    assert_int_equal(ga.n_finish[0], 1);
+    assert_int_equal(ga.reason[0], ENGINE_FINISH_ABORT);
+    assert_true(ga.completion[0] >= 1 && ga.completion[0] < 4000);
+    assert_int_equal(gb.reason[0], ENGINE_FINISH_LENGTH);
+    assert_int_equal(gb.completion[0], 30);
+    stats_snapshot_t *snap = malloc(sizeof *snap);
+    wait_idle(e, snap);
+    assert_int_equal(snap->requests_finished[ENGINE_FINISH_ABORT], 1);
+    assert_int_equal(snap->n_recent, 2);
+    bool seen_a = false, seen_b = false;
+    for (int i = 0; i < snap->n_recent; i++) {
+        const stats_finished_t *f = &snap->recent[i];
+        if (!strcmp(f->id, "op-a")) seen_a = f->finish_reason == ENGINE_FINISH_ABORT;
+        if (!strcmp(f->id, "op-b"))
+            seen_b = f->finish_reason == ENGINE_FINISH_LENGTH && f->generated == 30 &&
+                     f->prompt_tokens == 40 && f->ttft_s >= 0 && f->e2e_s >= f->ttft_s;
+    }
+    assert_true(seen_a && seen_b);
+    free(snap);
+    throttle_us = 0;
+    engine_stream_release(a);
+    engine_stream_release(b);
+    got_free(&ga);
+    got_free(&gb);
+    engine_close(e);
+}
+
 static void test_n_choices(void **state) {
     engine_t *e = open_null(128, 512);
     int32_t prompt[37];
@@ -1019,14 +1079,15 @@ static void test_logprobs(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_single_stream),   cmocka_unit_test(test_cancel),
-        cmocka_unit_test(test_n_choices),       cmocka_unit_test(test_preemption),
-        cmocka_unit_test(test_chunked_prefill), cmocka_unit_test(test_prefix_cache_hit),
-        cmocka_unit_test(test_stop_token_ids),  cmocka_unit_test(test_rebuild_block_size),
-        cmocka_unit_test(test_close_aborts),    cmocka_unit_test(test_rejections),
-        cmocka_unit_test(test_wake_hook),       cmocka_unit_test(test_concurrent_readers),
-        cmocka_unit_test(test_forward_error),   cmocka_unit_test(test_stop_string),
-        cmocka_unit_test(test_logprobs),        cmocka_unit_test(test_tokenizer_option),
+        cmocka_unit_test(test_single_stream),      cmocka_unit_test(test_cancel),
+        cmocka_unit_test(test_cancel_by_id),       cmocka_unit_test(test_n_choices),
+        cmocka_unit_test(test_preemption),         cmocka_unit_test(test_chunked_prefill),
+        cmocka_unit_test(test_prefix_cache_hit),   cmocka_unit_test(test_stop_token_ids),
+        cmocka_unit_test(test_rebuild_block_size), cmocka_unit_test(test_close_aborts),
+        cmocka_unit_test(test_rejections),         cmocka_unit_test(test_wake_hook),
+        cmocka_unit_test(test_concurrent_readers), cmocka_unit_test(test_forward_error),
+        cmocka_unit_test(test_stop_string),        cmocka_unit_test(test_logprobs),
+        cmocka_unit_test(test_tokenizer_option),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

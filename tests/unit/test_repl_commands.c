@@ -91,6 +91,19 @@ static void test_simple_commands(void **state) {
     ok("/tools \"my tools.json\"", REPL_TOOLS, 1);
     assert_string_equal(cmd.argv[0], "my tools.json");
     ok("/tools off", REPL_TOOLS_OFF, 0);
+    ok("/requests", REPL_REQUESTS, 0);
+    ok("/reqs sort ttft", REPL_REQUESTS, 2);
+    ok("/requests sort tokens asc", REPL_REQUESTS, 3);
+    ok("/requests filter errors", REPL_REQUESTS, 2);
+    ok("/requests filter cmpl-12ab", REPL_REQUESTS, 2); /* an id's part */
+    ok("/requests filter", REPL_REQUESTS, 1);
+    bad("/requests sort speed", "unknown sort key speed; keys: age ttft prompt gen state id");
+    bad("/requests sort age up", "usage: /requests [sort KEY [asc|desc] | filter [WHAT]]");
+    bad("/requests shuffle", "usage: /requests");
+    bad("/requests filter a b", "usage: /requests");
+    ok("/cancel", REPL_CANCEL, 0);
+    ok("/cancel cmpl-12ab", REPL_CANCEL, 1);
+    bad("/cancel a b", "usage: /cancel [ID]");
     ok("/tools ./off", REPL_TOOLS, 1); /* a file named off */
     bad("/tools a b", "usage: /tools [FILE|off]");
     bad("/foo", "unknown command /foo; /help lists them");
@@ -210,7 +223,7 @@ static void test_help(void **state) {
     assert_int_equal(n, (int)strlen(buf));
     int nc;
     const repl_command_t *cs = repl_commands(&nc);
-    assert_int_equal(nc, 15); /* 13, /sweep (main) and /experts (MoE) */
+    assert_int_equal(nc, 17); /* 13, /sweep (main), /experts (MoE), /requests and /cancel */
     for (int i = 0; i < nc; i++) {
         assert_non_null(strstr(buf, cs[i].usage));
         assert_non_null(strstr(buf, cs[i].help));
@@ -264,13 +277,21 @@ static void test_complete_sweep(void **state) {
     assert_int_equal(complete("/sweep max-num-seqs 1", NULL), 0);
     assert_int_equal(complete("/flags di", NULL), 1);
     assert_string_equal(comp.cand[0], "diff");
+    assert_int_equal(complete("/requests ", NULL), 2);
+    assert_string_equal(comp.cand[0], "filter");
+    assert_int_equal(complete("/requests sort t", NULL), 1);
+    assert_string_equal(comp.cand[0], "ttft");
+    assert_int_equal(complete("/requests sort ttft a", NULL), 1);
+    assert_string_equal(comp.cand[0], "asc");
+    assert_int_equal(complete("/requests filter e", NULL), 1);
+    assert_string_equal(comp.cand[0], "errors");
 }
 
 static void test_complete_commands(void **state) {
     (void)state;
     int nc;
     repl_commands(&nc);
-    assert_int_equal(complete("/", NULL), nc + 1); /* and the /exit alias */
+    assert_int_equal(complete("/", NULL), nc + 2); /* and the /exit and /reqs aliases */
     assert_int_equal(comp.start, 0);
     assert_int_equal(complete("/s", NULL), 3);
     assert_string_equal(comp.cand[0], "/set");
