@@ -77,6 +77,14 @@ typedef struct backend_options {
 
 typedef struct backend backend_t;
 
+/* A device an instance runs on (backend_ops_t.devices). */
+typedef struct backend_device {
+    int ordinal;         /* CUDA: the device ordinal */
+    char pci_bus_id[32]; /* "0000:3b:00.0" (cudaDeviceGetPCIBusId): how NVML finds it */
+} backend_device_t;
+
+#define BACKEND_MAX_DEVICES 16
+
 typedef struct backend_ops {
     const char *name; /* "cpu", "cuda" */
     /* Creates an instance for the weights (which must outlive it). The caller owns *out. */
@@ -124,6 +132,9 @@ typedef struct backend_ops {
     int (*state_reserve)(backend_t *be, int n_slots, err_t *err);
     /* Copies slot src's state into slot dst, before the next forward reads dst (a fork). */
     int (*state_copy)(backend_t *be, int src, int dst, err_t *err);
+    /* Optional (NULL: none, as on the CPU). The devices the instance runs on, in rank order (one
+     * until tensor parallelism runs): fills out[0 .. max) and returns how many there are. */
+    int (*devices)(const backend_t *be, backend_device_t *out, int max);
 } backend_ops_t;
 
 /* Every backend instance starts with this header. */

@@ -806,6 +806,10 @@ void engine_describe_backend(const engine_t *e, char *buf, size_t size) {
     e->be->ops->describe(e->be, buf, size);
 }
 
+int engine_devices(const engine_t *e, backend_device_t *out, int max) {
+    return e->be->ops->devices ? e->be->ops->devices(e->be, out, max) : 0;
+}
+
 void engine_stats(engine_t *e, stats_snapshot_t *out) {
     stats_snapshot(e->stats, out);
 }

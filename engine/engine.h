@@ -94,6 +94,9 @@ const tokenizer_t *engine_tokenizer(const engine_t *eng); /* NULL for a preset *
 int engine_chat_format(const engine_t *eng);
 /* "cpu, 2 threads, f32" */
 void engine_describe_backend(const engine_t *eng, char *buf, size_t size);
+/* The devices the engine runs on, in rank order (backend.h: a CUDA ordinal and the PCI bus id
+ * NVML finds it by); returns how many (0 on the CPU backend), at most max filled. */
+int engine_devices(const engine_t *eng, backend_device_t *out, int max);
 
 // ---------------------------------------------------------------------------------------------
 // Requests and streams

@@ -140,6 +140,7 @@ typedef struct cuda_backend {
     const model_weights_t *w;
     int device;
     char device_name[256];
+    char pci_bus_id[32]; /* cudaDeviceGetPCIBusId: how the console's NVML panel finds it */
     int sm_major, sm_minor, num_sms;
     bool fp8;          /* linears in FP8 (else BF16) */
     char fp8_why[200]; /* why the BF16 fallback was taken for an FP8 checkpoint */

@@ -354,6 +354,8 @@ static int cb_create(const backend_options_t *opts, const model_weights_t *w, ba
     be->w = w;
     be->device = device;
     snprintf(be->device_name, sizeof be->device_name, "%s", prop.name);
+    if (cudaDeviceGetPCIBusId(be->pci_bus_id, (int)sizeof be->pci_bus_id, device) != cudaSuccess)
+        be->pci_bus_id[0] = '\0';
     be->sm_major = prop.major;
     be->sm_minor = prop.minor;
     be->num_sms = prop.multiProcessorCount;
@@ -543,9 +545,19 @@ extern "C" void cuda_backend_graph_stats(const backend_t *base, long *replays, i
 /* Positional: the fields of backend_ops_t in order (name, create, destroy, kv_block_bytes,
  * kv_reserve, forward, sample, describe, kv_pool_bytes, configure, makes_dummy_weights,
  * expert_load, trace_routing, state_bytes, state_reserve, state_copy). */
+/* One device until tensor parallelism runs: the one create chose. */
+static int cb_devices(const backend_t *base, backend_device_t *out, int max) {
+    const cuda_backend_t *be = (const cuda_backend_t *)base;
+    if (max > 0) {
+        out[0].ordinal = be->device;
+        snprintf(out[0].pci_bus_id, sizeof out[0].pci_bus_id, "%s", be->pci_bus_id);
+    }
+    return 1;
+}
+
 extern "C" const backend_ops_t cuda_backend_ops = {
     "cuda",        cb_create,      cb_destroy,       cb_kv_block_bytes, cb_kv_reserve,
     cb_forward,    cb_sample,      cb_describe,      cb_kv_pool_bytes,  cb_configure,
     true,          cb_expert_load, cb_trace_routing, cb_state_bytes,    cb_state_reserve,
-    cb_state_copy,
+    cb_state_copy, cb_devices,
 };

@@ -42,7 +42,7 @@
 #define TEXT_LINES    5000 /* lines the chat/output pane keeps */
 #define LATENCY_WIN_S 5.0  /* TTFT / TPOT charts: mean over the requests of the last 5 s */
 #define RATE_WIN      4    /* tokens/s over the last 4 samples (1 s) */
-#define GPU_PERIOD_S  1.0  /* NVML and /proc read once a second (on this thread) */
+#define GPU_PERIOD_S  1.0  /* NVML and /proc read once a second (on the sampler thread) */
 #define OPS_WIN_S     5.0  /* step time, tokens per step, preemptions/s: over the last 5 s */
 #define STATS_LINE_S  5.0  /* the log's stats line, as often as tachyon serve's by default */
 
@@ -212,10 +212,8 @@ bool con_quit_command(console_t *c, bool drain) {
 /* The GPUs (or the process) once a second, the operator's numbers every sample, and the band
  * grown when they need more rows than it has (o: the counters LATENCY_WIN_S ago). */
 static void sample_machine(console_t *c, double t, const counters_t *o) {
-    if (t >= c->next_gpu) {
-        ui_gpu_sample(c->gpu, &c->gpu_s);
-        c->next_gpu = t + GPU_PERIOD_S;
-    }
+    /* the sampler thread's latest (NVML's calls never run here); until its first, none */
+    if (c->gpu_sampler) ui_gpu_sampler_latest(c->gpu_sampler, &c->gpu_s, &c->gpu_seq);
     const ui_gpu_sample_t *g = &c->gpu_s;
     if (g->n) {
         ui_series_push(&c->series[M_DEV_UTIL], ui_gpu_mean_util(g));
@@ -499,6 +497,7 @@ static void console_free(console_t *c) {
     free(c->snap);
     free(c->reqs);
     con_drawer_destroy(c->drawer);
+    ui_gpu_sampler_stop(c->gpu_sampler);
     ui_gpu_destroy(c->gpu);
     free(c);
 }
@@ -645,6 +644,9 @@ int cmd_console(int argc, char **argv) {
     sigset_t old;
     block_ui_signals(&old);
     signal(SIGPIPE, SIG_IGN);
+    /* the machine's numbers from a thread of their own (it inherits the blocked signals) */
+    if (!(c->gpu_sampler = ui_gpu_sampler_start(c->gpu, GPU_PERIOD_S, &err)))
+        fprintf(stderr, "tachyon: %s: the GPU panel stays empty\n", err.msg);
     char busy[512];
     if (cli_server_check_port(&sv, busy, sizeof busy) < 0) {
         fprintf(stderr, "tachyon: %s\n", busy);
@@ -661,6 +663,15 @@ int cmd_console(int argc, char **argv) {
     }
     c->eng = ce.eng;
     cli_server_finish(&sv, &ce);
+    { /* the GPU rows: the engine's devices first, one per rank */
+        backend_device_t devs[BACKEND_MAX_DEVICES];
+        const char *ids[BACKEND_MAX_DEVICES];
+        int n = engine_devices(c->eng, devs, BACKEND_MAX_DEVICES);
+        if (n > BACKEND_MAX_DEVICES) n = BACKEND_MAX_DEVICES;
+        for (int i = 0; i < n; i++)
+            ids[i] = devs[i].pci_bus_id;
+        ui_gpu_set_devices(c->gpu, ids, n);
+    }
     /* the console's own benchmarks authenticate with the first key */
     c->api_key = sv.n_keys ? sv.keys[0] : NULL;
     /* reasoning split by default here: the console's operator reads replies as chat */

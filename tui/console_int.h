@@ -75,8 +75,9 @@ typedef struct console {
     double next_sample;
     /* the machine (ui_gpu: NVML or the process) and the numbers band (ui_vitals) */
     ui_gpu_t *gpu;
-    ui_gpu_sample_t gpu_s;
-    double next_gpu;
+    ui_gpu_sampler_t *gpu_sampler; /* the thread that samples gpu (NULL: it did not start) */
+    ui_gpu_sample_t gpu_s;         /* its latest sample */
+    unsigned gpu_seq;
     ui_ops_t ops;
     int band_rows, band_cols; /* rows the band needs at band_cols columns (con_relayout) */
     ui_vseg_t vsegs[UI_VITALS_MAX_SEGS]; /* scratch: how many rows the band needs */

@@ -123,9 +123,14 @@ static double gib(double bytes) {
     return bytes / (1024.0 * 1024 * 1024);
 }
 
-static void gpu_row(placer_t *p, int i, const ui_gpu_dev_t *d) {
+/* One GPU: "TP0 GPU2" for the engine's rank 0, "GPU1" for the machine's (dimmed beside the
+ * engine's own). */
+static void gpu_row(placer_t *p, const ui_gpu_dev_t *d, bool engine_has) {
     field_t f = {0};
-    add(&f, UI_VS_TITLE, "GPU%d", i);
+    if (engine_has && d->rank >= 0)
+        add(&f, UI_VS_TITLE, "TP%d GPU%d", d->rank, d->index);
+    else
+        add(&f, engine_has ? UI_VS_LABEL : UI_VS_TITLE, "GPU%d", d->index);
     place(p, &f, false);
     num(p, false, "util ", ui_vitals_grade(d->util), "%3.0f%%", d->util);
     f = (field_t){0};
@@ -245,7 +250,7 @@ int ui_vitals_lay(const ui_gpu_sample_t *gpu, const ui_ops_t *ops, int width, in
     placer_t p = {.segs = segs, .max = max_segs, .width = width, .max_rows = max_rows};
     if (gpu) {
         for (int i = 0; i < gpu->n && p.row < max_rows; i++)
-            gpu_row(&p, i, &gpu->dev[i]);
+            gpu_row(&p, &gpu->dev[i], gpu->n_engine > 0);
         if (gpu->n_total > gpu->n && p.row < max_rows) {
             field_t f = {0};
             add(&f, UI_VS_LABEL, "(+%d GPUs not shown)", gpu->n_total - gpu->n);

@@ -2,7 +2,8 @@
  * FAKE_NVML_GPUS (default 2) sets how many; FAKE_NVML_FAIL=1 makes nvmlInit_v2 fail as on a
  * machine whose driver is not loaded. GPU i reads: util (40 + 10 i + 5 k) % 100 at the k-th
  * utilisation query, 30 + i GiB used of 80 GiB, 350 + i W of 700 W, 61 + i C, SM 1980 MHz,
- * memory 2619 MHz, name "Fake H100 <i>". */
+ * memory 2619 MHz, name "Fake H100 <i>", PCI bus id 00000000:<10 + i, hex>:00.0 (found by
+ * nvmlDeviceGetHandleByPciBusId_v2 in that form or with a 4-digit domain, as CUDA writes it). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -83,4 +84,17 @@ int nvmlDeviceGetClockInfo(void *h, int type, unsigned int *mhz) {
     (void)h;
     *mhz = type == 2 ? 2619 : 1980;
     return 0;
+}
+
+int nvmlDeviceGetIndex(void *h, unsigned int *i) {
+    *i = idx(h);
+    return 0;
+}
+
+int nvmlDeviceGetHandleByPciBusId_v2(const char *bus_id, void **h) {
+    unsigned int domain, bus, dev, fn, n;
+    if (sscanf(bus_id, "%x:%x:%x.%x", &domain, &bus, &dev, &fn) != 4) return 2; /* invalid arg */
+    nvmlDeviceGetCount_v2(&n);
+    if (domain != 0 || bus < 0x10 || bus >= 0x10 + n || dev || fn) return 6; /* not found */
+    return nvmlDeviceGetHandleByIndex_v2(bus - 0x10, h);
 }

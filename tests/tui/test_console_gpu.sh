@@ -5,6 +5,9 @@
 # process's CPU % and RSS with a "CPU/RSS" chart; the engine's numbers (KV tokens and blocks,
 # max concurrency, prefix hit rate, step time, tokens per step, preemptions, queue time,
 # finishes by reason) in both, counting a chat reply; NO_COLOR with the C locale: ASCII only.
+# With four GPUs a row each at the three sizes (the CPU backend names no device of its own, so
+# every GPU is the machine's: "GPUn", not "TPr GPUn"), sampled by the tachyon-nvml thread and not
+# the UI thread (tachyon-ui).
 source "$(dirname "$0")/lib.sh"
 : "${TACHYON_FAKE_NVML:?TACHYON_FAKE_NVML must name the fake NVML library}"
 
@@ -28,6 +31,31 @@ for size in 80x24 120x40 200x50; do
     tui_wait 'step [0-9.]+ ms fwd [0-9.]+|step idle'
     tui_wait 'tok/step'
     tui_wait 'queue [0-9]+ ms'
+    tui_quit
+    tmux_ kill-server
+done
+
+# the console's process: a descendant of the pane's
+console_pid() {
+    local pids p
+    pids=$(tmux_ display -p -t t '#{pane_pid}')
+    for _ in 1 2 3 4; do
+        for p in $pids; do
+            case "$(ps -o comm= -p "$p")" in tachyon*) echo "$p" && return 0 ;; esac
+        done
+        pids=$(for p in $pids; do pgrep -P "$p" || true; done)
+    done
+}
+for size in 80x24 120x40 200x50; do
+    TUI_W=${size%x*} TUI_H=${size#*x}
+    tui_start TACHYON_NVML_LIB="$TACHYON_FAKE_NVML" FAKE_NVML_GPUS=4 --
+    tui_wait '^ready \|'
+    for i in 0 1 2 3; do tui_wait "^ GPU$i  util +[0-9]+%  mem 3$i\.0/80\.0 GiB  pwr 35$i/700 W"; done
+    tui_screen | grep -q 'TP[0-9] GPU' && tui_fail "a rank row without an engine device"
+    pid=$(console_pid)
+    [ -n "$pid" ] || tui_fail "no console process"
+    grep -qx tachyon-nvml /proc/"$pid"/task/*/comm || tui_fail "no tachyon-nvml sampler thread"
+    grep -qx tachyon-ui /proc/"$pid"/task/*/comm || tui_fail "no tachyon-ui thread"
     tui_quit
     tmux_ kill-server
 done

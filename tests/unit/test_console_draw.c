@@ -463,7 +463,9 @@ static void test_vitals(void **state) {
                                    .power_cap_w = 700,
                                    .temp_c = 61,
                                    .sm_mhz = 1980,
-                                   .mem_mhz = 2619};
+                                   .mem_mhz = 2619,
+                                   .index = i,
+                                   .rank = -1};
     snprintf(g->dev[0].name, sizeof g->dev[0].name, "Fake H100 0");
     g->cpu_pct = 150;
     g->n_cpus = 2;
@@ -533,6 +535,21 @@ static void test_vitals(void **state) {
     assert_non_null(strstr(row(1), "GPU0  util  45%  mem 30.0/80.0 GiB  pwr 350/700 W  temp 61 C"));
     assert_true(find_row("KV 1232/5680 tok") > 1);
     assert_true(find_row("error 1") > 1);
+
+    /* the engine on GPU1 as its rank 0: that row first, named by its rank; GPU0 the machine's,
+     * dimmed */
+    g->n = g->n_total = 2;
+    g->n_engine = 1;
+    ui_gpu_dev_t d0 = g->dev[0];
+    g->dev[0] = g->dev[1];
+    g->dev[0].rank = 0;
+    g->dev[1] = d0;
+    draw(f);
+    assert_non_null(strstr(row(1), "TP0 GPU1  util  95%"));
+    int oy = find_row("GPU0  util  45%");
+    assert_true(oy == 2);
+    assert_true(attrs_at(oy, find_col(oy, "GPU0"), NULL) & A_DIM);
+    assert_true(attrs_at(1, find_col(1, "TP0"), NULL) & A_BOLD);
 }
 
 /* F4's zoom: one chart over the whole chart area, found there by a click; F3's log in the pane;
