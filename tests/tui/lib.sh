@@ -130,6 +130,19 @@ tui_quit() {
         tui_fail "terminal modes not restored: $(cat "$TUI_DIR/stty.before") vs $(cat "$TUI_DIR/stty.after")"
 }
 
+# tui_console_pid: the console's process, a descendant of the pane's (its main thread names it
+# tachyon-ui)
+tui_console_pid() {
+    local pids p
+    pids=$(tmux_ display -p -t t '#{pane_pid}')
+    for _ in 1 2 3 4; do
+        for p in $pids; do
+            case "$(ps -o comm= -p "$p")" in tachyon*) echo "$p" && return 0 ;; esac
+        done
+        pids=$(for p in $pids; do pgrep -P "$p" || true; done)
+    done
+}
+
 # tui_sizes FN: FN against a fresh console at 80x24, 120x40 and 200x50, then at 120x40 with
 # NO_COLOR in the C locale, where the screen must hold only ASCII; each console is quit (exit
 # status 0, terminal restored) and its server removed.

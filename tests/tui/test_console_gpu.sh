@@ -35,24 +35,13 @@ for size in 80x24 120x40 200x50; do
     tmux_ kill-server
 done
 
-# the console's process: a descendant of the pane's
-console_pid() {
-    local pids p
-    pids=$(tmux_ display -p -t t '#{pane_pid}')
-    for _ in 1 2 3 4; do
-        for p in $pids; do
-            case "$(ps -o comm= -p "$p")" in tachyon*) echo "$p" && return 0 ;; esac
-        done
-        pids=$(for p in $pids; do pgrep -P "$p" || true; done)
-    done
-}
 for size in 80x24 120x40 200x50; do
     TUI_W=${size%x*} TUI_H=${size#*x}
     tui_start TACHYON_NVML_LIB="$TACHYON_FAKE_NVML" FAKE_NVML_GPUS=4 --
     tui_wait '^ready \|'
     for i in 0 1 2 3; do tui_wait "^ GPU$i  util +[0-9]+%  mem 3$i\.0/80\.0 GiB  pwr 35$i/700 W"; done
     tui_screen | grep -q 'TP[0-9] GPU' && tui_fail "a rank row without an engine device"
-    pid=$(console_pid)
+    pid=$(tui_console_pid)
     [ -n "$pid" ] || tui_fail "no console process"
     grep -qx tachyon-nvml /proc/"$pid"/task/*/comm || tui_fail "no tachyon-nvml sampler thread"
     grep -qx tachyon-ui /proc/"$pid"/task/*/comm || tui_fail "no tachyon-ui thread"

@@ -20,17 +20,6 @@ outside() {
             >"$TUI_DIR/out.$i" &
     done
 }
-# the console's process: a descendant of the pane's (its main thread names it tachyon-ui)
-console_pid() {
-    local pids p
-    pids=$(tmux_ display -p -t t '#{pane_pid}')
-    for _ in 1 2 3 4; do
-        for p in $pids; do
-            case "$(ps -o comm= -p "$p")" in tachyon*) echo "$p" && return 0 ;; esac
-        done
-        pids=$(for p in $pids; do pgrep -P "$p" || true; done)
-    done
-}
 # tokens_for SECONDS: how many tokens one request generates in about that long on this build and
 # machine (ASan and a busy machine are many times slower than Release), measured once with a
 # request of 100 tokens, so that requests are surely in flight during the steps below and the
@@ -103,7 +92,7 @@ for sig in TERM HUP; do
     tui_wait '^ready \|'
     outside 2 "$(tokens_for 3)"
     tui_wait 'engine: 1 running, 1 waiting'
-    pid=$(console_pid)
+    pid=$(tui_console_pid)
     [ -n "$pid" ] || tui_fail "no console process under the pane"
     kill -"$sig" "$pid"
     tui_wait '^draining: new requests are refused'
