@@ -237,6 +237,13 @@ int bench_result_save_json(const bench_result_t *r, const char *path, bench_err_
  * *out. */
 int bench_result_load_json(const char *path, bench_result_t **out, bench_err_t *err);
 
+/* The server flags that differ between two runs: fn(user, name, run's value, base's value) for
+ * each, values as JSON text ("unset" where a run lacks the flag). Returns how many differ, -1
+ * when either run has no server flags (not a Tachyon server) or they do not parse. */
+typedef void (*bench_flag_diff_fn)(void *user, const char *name, const char *run, const char *base);
+int bench_flags_diff(const bench_result_t *base, const bench_result_t *run, bench_flag_diff_fn fn,
+                     void *user);
+
 /* The seeds' comparison table: each metric, baseline vs every run, with +x % (and whether higher
  * is better for that metric). */
 void bench_compare_print(FILE *f, const bench_result_t *base, const bench_result_t *const *runs,

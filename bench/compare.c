@@ -46,32 +46,56 @@ static void value_str(const cJSON *v, char *buf, size_t cap) {
     free(s);
 }
 
+int bench_flags_diff(const bench_result_t *base, const bench_result_t *run, bench_flag_diff_fn fn,
+                     void *user) {
+    if (!base->server_flags_json[0] || !run->server_flags_json[0]) return -1;
+    cJSON *b = cJSON_Parse(base->server_flags_json);
+    cJSON *r = cJSON_Parse(run->server_flags_json);
+    int shown = -1;
+    if (b && r) {
+        shown = 0;
+        const cJSON *it;
+        char vr[128], vb[128];
+        cJSON_ArrayForEach(it, r) {
+            const cJSON *bv = cJSON_GetObjectItemCaseSensitive(b, it->string);
+            if (bv && cJSON_Compare(bv, it, true)) continue;
+            value_str(it, vr, sizeof vr);
+            value_str(bv, vb, sizeof vb);
+            fn(user, it->string, vr, vb);
+            shown++;
+        }
+        cJSON_ArrayForEach(it, b) {
+            if (cJSON_GetObjectItemCaseSensitive(r, it->string)) continue;
+            value_str(it, vb, sizeof vb);
+            fn(user, it->string, "unset", vb);
+            shown++;
+        }
+    }
+    cJSON_Delete(b);
+    cJSON_Delete(r);
+    return shown;
+}
+
+typedef struct flag_line {
+    FILE *f;
+    int n;
+} flag_line_t;
+
+static void print_flag(void *user, const char *name, const char *run, const char *base) {
+    flag_line_t *l = user;
+    fprintf(l->f, "%s%s%s%s (base %s)", l->n++ ? ", " : "         flags: ", name,
+            strcmp(run, "unset") ? "=" : " ", run, base);
+}
+
 /* "flags: a=1 (base 2), b unset (base true)" for the keys whose values differ. */
 static void flag_diff(FILE *f, const bench_result_t *base, const bench_result_t *run) {
     if (!base->server_flags_json[0] && !run->server_flags_json[0]) return;
-    cJSON *b = cJSON_Parse(base->server_flags_json);
-    cJSON *r = cJSON_Parse(run->server_flags_json);
-    int shown = 0;
-    const cJSON *it;
-    char vr[128], vb[128];
-    cJSON_ArrayForEach(it, r) {
-        const cJSON *bv = cJSON_GetObjectItemCaseSensitive(b, it->string);
-        if (bv && cJSON_Compare(bv, it, true)) continue;
-        value_str(it, vr, sizeof vr);
-        value_str(bv, vb, sizeof vb);
-        fprintf(f, "%s%s=%s (base %s)", shown++ ? ", " : "         flags: ", it->string, vr, vb);
-    }
-    cJSON_ArrayForEach(it, b) {
-        if (cJSON_GetObjectItemCaseSensitive(r, it->string)) continue;
-        value_str(it, vb, sizeof vb);
-        fprintf(f, "%s%s unset (base %s)", shown++ ? ", " : "         flags: ", it->string, vb);
-    }
-    if (shown)
+    flag_line_t l = {f, 0};
+    int n = bench_flags_diff(base, run, print_flag, &l);
+    if (n > 0)
         fputc('\n', f);
-    else if (b && r)
+    else if (n == 0)
         fputs("         flags: same as base\n", f);
-    cJSON_Delete(b);
-    cJSON_Delete(r);
 }
 
 static int add_row(cmp_row_t *rows, int n, const char *name, better_t better) {

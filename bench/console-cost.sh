@@ -5,9 +5,12 @@
 #
 #     bench/console-cost.sh                     # tiny fixture, CPU backend, short profile x 1000
 #     NUM_PROMPTS=2000 ROUNDS=5 bench/console-cost.sh
+#     NVML_LIB=build/release/tests/libfake_nvml.so FAKE_NVML_GPUS=4 bench/console-cost.sh
+#                                               # with a GPU panel (the tests' fake NVML)
 #
 # The UI thread is found by its name (tachyon-ui) under /proc/PID/task; its CPU is utime + stime
-# from /proc/PID/task/TID/stat over the window, as a percentage of one core. Both servers stay up
+# from /proc/PID/task/TID/stat over the window, as a percentage of one core; so is the GPU
+# sampler thread's (tachyon-nvml: NVML and /proc once a second, off the UI thread). Both servers stay up
 # for the whole script and the benchmark alternates between them ROUNDS times, so that they see
 # the same machine state (one untimed warm-up run each first: the first run after start-up pays
 # for page faults in the KV pool); an idle engine sleeps, so neither disturbs the other's run.
@@ -53,15 +56,18 @@ elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.2f", b - a }'; }
 # --- the console, in a 120x40 tmux pane
 unset TMUX
 tmux_ new-session -d -s cost -x 120 -y 40 \
-    env LANG=C.UTF-8 XDG_STATE_HOME="$work/state" "$bin" console --model "$model" --port 0 \
+    env LANG=C.UTF-8 XDG_STATE_HOME="$work/state" ${NVML_LIB:+TACHYON_NVML_LIB=$NVML_LIB} \
+    ${FAKE_NVML_GPUS:+FAKE_NVML_GPUS=$FAKE_NVML_GPUS} "$bin" console --model "$model" --port 0 \
     --results-dir "$work/results"
 wait_for '^ready \|' 60
 console_port=$(screen | grep -Eo 'http://127\.0\.0\.1:[0-9]+' | head -1 | sed 's/.*://')
 pane_pid=$(tmux_ display -p -t cost '#{pane_pid}')
 pid=
+ntid=
 for p in $pane_pid $(pgrep -P "$pane_pid" || true); do
     for t in /proc/$p/task/*; do
         if [ "$(cat "$t/comm" 2>/dev/null)" = tachyon-ui ]; then pid=$p; tid=${t##*/}; fi
+        if [ "$(cat "$t/comm" 2>/dev/null)" = tachyon-nvml ]; then ntid=${t##*/}; fi
     done
 done
 [ -n "$pid" ] || { echo "console-cost: no tachyon-ui thread found" >&2; exit 1; }
@@ -85,12 +91,16 @@ idle=$(pct "$t0" "$t1" "$idle_s")
 # --- UI thread during a /bench inside the console
 start=$(now)
 t0=$(ticks "$pid" "$tid")
+[ -n "$ntid" ] && n0=$(ticks "$pid" "$ntid")
 tmux_ send-keys -t cost -l "/bench $profile --num-prompts $num_prompts"
 tmux_ send-keys -t cost Enter
 wait_for 'run #1: ' 1200
 t1=$(ticks "$pid" "$tid")
+[ -n "$ntid" ] && n1=$(ticks "$pid" "$ntid")
 dur=$(elapsed "$start")
 in_console=$(pct "$t0" "$t1" "$dur")
+sampler=n/a
+[ -n "$ntid" ] && sampler=$(pct "$n0" "$n1" "$dur")
 
 # --- engine throughput: external benchmark against the console's server and the headless one
 run_bench() { # PORT NAME
@@ -118,6 +128,7 @@ echo "UI thread (tachyon-ui) CPU, % of one core:"
 echo "  idle (${idle_s} s):                              $idle"
 echo "  during /bench $profile x $num_prompts in the console (${dur} s): $in_console"
 echo "  during external benchmarks against the console: ${ext_ui[*]}"
+echo "GPU sampler thread (tachyon-nvml) CPU during the /bench in the console: $sampler"
 echo
 echo "engine throughput, tok/s (output / total), per round:"
 for i in $(seq 0 $((rounds - 1))); do

@@ -10,6 +10,7 @@
 
 #include "cli.h"
 #include "console_int.h"
+#include "ui_compare.h"
 #include "sweep.h"
 
 static void on_progress(const bench_progress_t *p, void *user) {
@@ -123,11 +124,6 @@ static int print_results(console_t *c, FILE *f, const void *arg, err_t *err) {
     return 0;
 }
 
-static int print_compare(console_t *c, FILE *f, const void *cmd, err_t *err) {
-    const repl_cmd_t *k = cmd;
-    return results_compare(c->results, k->argc, k->argv, f, err);
-}
-
 void con_bench_done(console_t *c, const ui_event_t *ev) {
     pthread_join(c->bench_thread, NULL);
     c->bench_running = false;
@@ -182,8 +178,26 @@ bool con_bench_stop(console_t *c) {
     return true;
 }
 
+static void add_compare_line(void *user, ui_txt_style_t style, const char *line) {
+    ui_text_add(((console_t *)user)->text, style, line);
+}
+
+/* /compare: the console's own view (ui_compare.h), its noise from the repeats among the runs. */
 void con_compare(console_t *c, const repl_cmd_t *cmd) {
-    pane_print(c, print_compare, cmd);
+    results_set_t set;
+    err_t err = {{0}};
+    if (results_pick(c->results, cmd->argc, cmd->argv, &set, &err) < 0) {
+        con_out_error(c, err.msg);
+        return;
+    }
+    int n = results_count(c->results);
+    const bench_result_t **store = calloc((size_t)(n ? n : 1), sizeof *store);
+    for (int i = 0; store && i < n; i++)
+        store[i] = results_get(c->results, i + 1);
+    ui_compare_lines(&set, store, store ? n : 0, c->ascii, add_compare_line, c);
+    free(store);
+    results_set_free(&set);
+    c->scroll = 0;
 }
 
 // ---------------------------------------------------------------------------------------------

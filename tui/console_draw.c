@@ -425,6 +425,10 @@ static attr_t text_attr(const con_view_t *v, ui_txt_style_t st) {
             return cd_attr(v, PAIR_ERROR, A_BOLD) | A_BOLD;
         case UI_TXT_TOOL: /* apart from the reply: coloured, or bold without colours */
             return cd_attr(v, PAIR_TOOL, A_BOLD);
+        case UI_TXT_BETTER: /* without colours the row's words say it */
+            return cd_attr(v, PAIR_OK, A_NORMAL);
+        case UI_TXT_WORSE:
+            return cd_attr(v, PAIR_ERROR, A_BOLD) | A_BOLD;
         default:
             return A_NORMAL;
     }

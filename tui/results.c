@@ -228,10 +228,9 @@ static bool complete(const bench_result_t *r) {
     return !r->stopped && r->metrics.completed > 0;
 }
 
-/* The default pair: the newest complete run and the newest complete run of its profile before
- * it. */
-static int default_pair(const results_t *rs, const bench_result_t **base,
-                        const bench_result_t **run, err_t *err) {
+/* The default pair: the newest complete run (*run, an index) and the newest complete run of its
+ * profile before it (*base). */
+static int default_pair(const results_t *rs, int *base, int *run, err_t *err) {
     int k = rs->n - 1;
     while (k >= 0 && !complete(rs->runs[k].r))
         k--;
@@ -241,8 +240,8 @@ static int default_pair(const results_t *rs, const bench_result_t **base,
     for (int j = k - 1; j >= 0; j--) {
         const bench_result_t *r = rs->runs[j].r;
         if (complete(r) && !strcmp(r->options.profile, profile)) {
-            *base = r;
-            *run = rs->runs[k].r;
+            *base = j;
+            *run = k;
             return 0;
         }
     }
@@ -255,11 +254,12 @@ static int default_pair(const results_t *rs, const bench_result_t **base,
 /* Run number ("3", "#3") or result file (a path, or a name in the directory) arg. A file is
  * loaded into *loaded (the caller frees it). */
 static const bench_result_t *resolve(const results_t *rs, const char *arg, bench_result_t **loaded,
-                                     err_t *err) {
+                                     char *label, size_t label_size, err_t *err) {
     const char *s = arg[0] == '#' ? arg + 1 : arg;
     char *end;
     long k = strtol(s, &end, 10);
     if (*s && !*end) {
+        snprintf(label, label_size, "#%ld", k);
         if (k >= 1 && k <= rs->n) return rs->runs[k - 1].r;
         err_set(err, "no run %s: /results lists runs 1..%d", arg, rs->n);
         return NULL;
@@ -275,6 +275,8 @@ static const bench_result_t *resolve(const results_t *rs, const char *arg, bench
                 arg, berr.msg);
         return NULL;
     }
+    const char *slash = strrchr(path, '/');
+    snprintf(label, label_size, "%.60s", slash ? slash + 1 : path);
     if ((*loaded)->metrics.completed == 0) {
         err_set(err, "%s has no successful request: nothing to compare", path);
         return NULL;
@@ -282,29 +284,52 @@ static const bench_result_t *resolve(const results_t *rs, const char *arg, bench
     return *loaded;
 }
 
-int results_compare(const results_t *rs, int argc, char *const *argv, FILE *f, err_t *err) {
+void results_set_free(results_set_t *set) {
+    for (int i = 0; set->loaded && i < set->n; i++)
+        bench_result_destroy(set->loaded[i]);
+    free(set->loaded);
+    free(set->r);
+    free(set->label);
+    memset(set, 0, sizeof *set);
+}
+
+int results_pick(const results_t *rs, int argc, char *const *argv, results_set_t *set, err_t *err) {
+    memset(set, 0, sizeof *set);
     if (argc == 1) return err_set(err, "usage: /compare [A B...] (run numbers or result files)");
+    int n = argc ? argc : 2;
+    set->r = calloc((size_t)n, sizeof *set->r);
+    set->loaded = calloc((size_t)n, sizeof *set->loaded);
+    set->label = calloc((size_t)n, sizeof *set->label);
+    if (!set->r || !set->loaded || !set->label) {
+        results_set_free(set);
+        return err_set(err, "results: out of memory");
+    }
+    set->n = n;
     if (argc == 0) {
-        const bench_result_t *base = NULL, *run = NULL;
-        if (default_pair(rs, &base, &run, err) < 0) return -1;
-        bench_compare_print(f, base, &run, 1);
+        int k[2] = {0, 0};
+        if (default_pair(rs, &k[0], &k[1], err) < 0) {
+            results_set_free(set);
+            return -1;
+        }
+        for (int i = 0; i < 2; i++) {
+            set->r[i] = rs->runs[k[i]].r;
+            snprintf(set->label[i], sizeof set->label[i], "#%d", k[i] + 1);
+        }
         return 0;
     }
-    const bench_result_t **picked = calloc((size_t)argc, sizeof *picked);
-    bench_result_t **loaded = calloc((size_t)argc, sizeof *loaded);
-    int rc = -1;
-    if (!picked || !loaded) {
-        err_set(err, "results: out of memory");
-        goto done;
-    }
     for (int i = 0; i < argc; i++)
-        if (!(picked[i] = resolve(rs, argv[i], &loaded[i], err))) goto done;
-    bench_compare_print(f, picked[0], picked + 1, argc - 1);
-    rc = 0;
-done:
-    for (int i = 0; loaded && i < argc; i++)
-        bench_result_destroy(loaded[i]);
-    free(loaded);
-    free(picked);
-    return rc;
+        if (!(set->r[i] = resolve(rs, argv[i], &set->loaded[i], set->label[i], sizeof set->label[i],
+                                  err))) {
+            results_set_free(set);
+            return -1;
+        }
+    return 0;
+}
+
+int results_compare(const results_t *rs, int argc, char *const *argv, FILE *f, err_t *err) {
+    results_set_t set;
+    if (results_pick(rs, argc, argv, &set, err) < 0) return -1;
+    bench_compare_print(f, set.r[0], set.r + 1, set.n - 1);
+    results_set_free(&set);
+    return 0;
 }

@@ -76,6 +76,21 @@ void results_flags_text(const bench_result_t *r, const flag_values_t *baseline, 
  * tokens/s, median TTFT, the flags against baseline and whether it was stopped early. */
 void results_list(const results_t *rs, const flag_values_t *baseline, FILE *f);
 
+/* The runs /compare compares: r[0] the base, then the others; each labelled "#3" (a run of the
+ * store) or by its file's name (a file, loaded for the set). */
+typedef struct results_set {
+    int n;                    /* the base and the runs compared with it (>= 2) */
+    const bench_result_t **r; /* [n] */
+    char (*label)[64];        /* [n] */
+    bench_result_t **loaded;  /* [n] the files loaded for it, else NULL */
+} results_set_t;
+
+/* argv[0] the base and the others compared with it (argc >= 2), or with argc == 0 the default
+ * pair (see above). -1 with err set (and nothing to free) for an unknown run or unreadable file,
+ * a file without a successful request, one argument, or no default pair. */
+int results_pick(const results_t *rs, int argc, char *const *argv, results_set_t *set, err_t *err);
+void results_set_free(results_set_t *set);
+
 /* /compare: argv[0] the base and the others compared with it (argc >= 2), or with argc == 0 the
  * default pair (see above); prints bench_compare_print's table to f. -1 with err set, printing
  * nothing, for an unknown run or unreadable file, a file without a successful request, one

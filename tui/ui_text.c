@@ -149,6 +149,11 @@ static int char_width(const char *s, size_t len, size_t *n) {
     return utf8proc_charwidth(cp);
 }
 
+/* Tables (a style of their own) wrap at any character, text at spaces. */
+static bool wraps_words(ui_txt_style_t st) {
+    return st != UI_TXT_PRE && st != UI_TXT_BETTER && st != UI_TXT_WORSE;
+}
+
 size_t ui_text_fit(const char *s, size_t len, int width, bool wrap_words) {
     size_t i = 0, last_space = 0;
     int cols = 0;
@@ -178,7 +183,7 @@ static bool visible(const line_t *l, bool show_reasoning) {
 /* Rows a line takes at this width. */
 static int line_rows(const line_t *l, int width) {
     if (l->len == 0) return 1;
-    bool words = l->style != UI_TXT_PRE;
+    bool words = wraps_words(l->style);
     int rows = 0;
     for (size_t i = 0; i < l->len; rows++)
         i += ui_text_fit(l->s + i, l->len - i, width, words);
@@ -206,7 +211,7 @@ int ui_text_rows(const ui_text_t *t, int width, int max_rows, int *scroll, bool 
         const line_t *l = line_at(t, i);
         if (!visible(l, show_reasoning)) continue;
         size_t pos = 0;
-        bool words = l->style != UI_TXT_PRE;
+        bool words = wraps_words(l->style);
         do {
             size_t n = l->len ? ui_text_fit(l->s + pos, l->len - pos, width, words) : 0;
             if (skip_top > 0) {

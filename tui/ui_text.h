@@ -31,6 +31,8 @@ typedef enum ui_txt_style {
     UI_TXT_ERROR,     /* problems */
     UI_TXT_PRE,       /* tables: wrapped at any character (not at spaces) when too wide */
     UI_TXT_TOOL,      /* a tool call the model made: its name and arguments */
+    UI_TXT_BETTER,    /* a table row that is better (/compare): wrapped as UI_TXT_PRE */
+    UI_TXT_WORSE,     /* a table row that is worse: wrapped as UI_TXT_PRE */
 } ui_txt_style_t;
 
 typedef struct ui_text ui_text_t;

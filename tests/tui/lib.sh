@@ -143,6 +143,31 @@ tui_console_pid() {
     done
 }
 
+# tui_pane: the chat pane's rows on the screen (from its title to the REPL line, exclusive).
+tui_pane() { tui_screen | sed -n '/Chat and output/,$p' | head -n -2; }
+
+# tui_find_up REGEX...: each REGEX must match a row of the chat pane as it is or once paged up
+# (PgUp, waiting for the pane to change each time: a small terminal shows a long output a page at
+# a time); then pages back down to the newest rows.
+tui_find_up() {
+    local re prev end i
+    for re in "$@"; do
+        for i in $(seq 30); do
+            prev=$(tui_pane)
+            grep -Eq -- "$re" <<<"$prev" && continue 2
+            tui_keys PPage
+            end=$((SECONDS + TUI_TIMEOUT))
+            until [ "$(tui_pane)" != "$prev" ]; do
+                [ $SECONDS -lt $end ] || tui_fail "/$re/ not in the pane, paged up to its top"
+                sleep 0.1
+            done
+        done
+        tui_fail "/$re/ not in the pane after 30 pages"
+    done
+    for i in $(seq 30); do tui_keys NPage; done
+    tui_wait_gone 'scrolled up'
+}
+
 # tui_sizes FN: FN against a fresh console at 80x24, 120x40 and 200x50, then at 120x40 with
 # NO_COLOR in the C locale, where the screen must hold only ASCII; each console is quit (exit
 # status 0, terminal restored) and its server removed.

@@ -27,15 +27,15 @@ tui_wait '^ +1 +[0-9]{8}-[0-9]{6} +short +10 +10 .* defaults$'
 tui_send "/bench short ${opts[*]}" Enter
 tui_wait 'run #2: 10 ok, 0 failed, flags: max-num-seqs=4, saved to' 120
 tui_send '/compare' Enter
-tui_wait '^\| Mean TTFT \(ms\) +\| lower +\| +[0-9.]+ \| +[0-9.]+ \| [+-][0-9.]+%'
-tui_wait '^run1: Total TPS = '
-tui_keys PPage
-tui_wait 'flags: max-num-seqs="4" \(base "256"\)'
+tui_wait '^  TTFT mean ms +[0-9.]+ +[0-9.]+ +[+-][0-9.]+%'
+tui_wait '^  #2: [0-9]+ better, [0-9]+ worse, [0-9]+ the same'
+tui_wait '^  flags: max-num-seqs 256 -> 4$'
 tui_keys NPage NPage
 tui_send '/clear' Enter
 first=$(ls "$TUI_DIR"/results/*.json | head -1)
 tui_send "/compare $(basename "$first") 2" Enter
-tui_wait '^run1: Total TPS = '
+tui_wait "^/compare: base $(basename "$first")"
+tui_wait '^  #2: [0-9]+ better, [0-9]+ worse, [0-9]+ the same'
 tui_send "/compare 1 $TUI_DIR/results/none.json" Enter
 tui_wait 'is neither a run number'
 tui_quit
