@@ -73,6 +73,11 @@ typedef struct backend_options {
                                       pool */
     bool ssm_state_bf16;           /* models with state: SSM state in bf16, not f32 (the
                                       mamba-ssm-cache-dtype flag; applies at state_reserve) */
+    /* Optional: create calls it (on its own thread) as it reads or uploads the weights: bytes
+     * done of total (weights_bytes). A backend that maps the weights as they are (the CPU's)
+     * does not call it. */
+    void (*load_progress)(void *user, uint64_t done, uint64_t total);
+    void *load_progress_user;
 } backend_options_t;
 
 typedef struct backend backend_t;

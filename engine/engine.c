@@ -874,6 +874,9 @@ int engine_open(const engine_opts_t *o, engine_t **out, err_t *err) {
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
     atomic_init(&e->n_queued, 0);
+    load_report_t lr;
+    load_report_init(&lr, o);
+    load_report(&lr, ENGINE_LOAD_OPEN, NULL);
     const char *backend = o->backend ? o->backend : "cpu";
     e->ops = backend_find(backend);
     if (!e->ops) {
@@ -893,13 +896,17 @@ int engine_open(const engine_opts_t *o, engine_t **out, err_t *err) {
     }
     if (weights_open(&src, &e->w, err) < 0) goto fail;
     e->cfg = weights_config(e->w);
+    load_report(&lr, ENGINE_LOAD_TOKENIZER, e->w);
     if (load_text(e, o->tokenizer, err) < 0) goto fail;
+    load_report(&lr, ENGINE_LOAD_WEIGHTS, NULL);
 
     if (weights_note(e->w)[0]) fprintf(stderr, "tachyon: %s\n", weights_note(e->w));
 
     flag_values_t f = o->flags;
     backend_options_t bo = o->backend_opts;
     backend_options_from_flags(&bo, &f, e->cfg);
+    bo.load_progress = load_report_bytes;
+    bo.load_progress_user = &lr;
     if (e->ops->create(&bo, e->w, &e->be, err) < 0) {
         err_prefix(err, "%s backend", e->ops->name);
         goto fail;
@@ -916,9 +923,14 @@ int engine_open(const engine_opts_t *o, engine_t **out, err_t *err) {
                     ENGINE_NO_PREFIX_CACHING_WHY);
         f.enable_prefix_caching = false;
     }
+    load_report(&lr, ENGINE_LOAD_KV, NULL);
     if (check_rebuild_flags(e, &f, err) < 0) goto fail;
     batch_init(&e->batch, f.block_size, e->stop_ids, e->n_stop_ids, on_first_scheduled, e);
     if (make_pool(e, &f, err) < 0) goto fail;
+    lr.l.kv_blocks = e->num_blocks;
+    lr.l.block_size = f.block_size;
+    lr.l.kv_bytes = (uint64_t)e->num_blocks * e->be->ops->kv_block_bytes(e->be, f.block_size);
+    load_report(&lr, ENGINE_LOAD_READY, NULL);
     if (!e->be->ops->sample && !(e->smp = sampler_create(e->cfg->vocab_size))) {
         err_set(err, "out of memory");
         goto fail;

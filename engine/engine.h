@@ -60,6 +60,29 @@ typedef struct engine engine_t;
 /* A rebuild-flag change answered (engine_flag_set_async): rc 0, or -1 and msg says why. */
 typedef void (*engine_flag_done_fn)(void *ctx, int rc, const char *msg);
 
+/* How far engine_open is (engine_opts_t.on_load), for a loading screen: each phase as it starts
+ * (and ENGINE_LOAD_WEIGHTS again as the backend reads or uploads the weights' bytes). */
+typedef enum engine_load_phase {
+    ENGINE_LOAD_OPEN,      /* the model's files: config, safetensors headers (mapped) */
+    ENGINE_LOAD_TOKENIZER, /* the weights are mapped (shards, bytes_total known) */
+    ENGINE_LOAD_WEIGHTS,   /* the backend takes the weights: bytes of bytes_total so far */
+    ENGINE_LOAD_KV,        /* the weights are in; the KV cache is being sized and reserved */
+    ENGINE_LOAD_READY,     /* the KV cache is reserved (kv_* known); the engine thread starts */
+} engine_load_phase_t;
+
+typedef struct engine_load {
+    engine_load_phase_t phase;
+    double t;                    /* s since engine_open began */
+    const char *model_type;      /* "qwen3" once the config is read, else NULL */
+    int n_layers;                /* 0 until then */
+    int shards;                  /* safetensors files (0: embedded weights, a preset, dummy) */
+    uint64_t bytes, bytes_total; /* the weights taken by the backend so far / all of them */
+    int kv_blocks, block_size;   /* from ENGINE_LOAD_READY */
+    uint64_t kv_bytes;           /* the KV pool's bytes */
+} engine_load_t;
+
+typedef void (*engine_load_fn)(void *user, const engine_load_t *load);
+
 typedef struct engine_opts {
     model_source_t model; /* which model (default: the embedded one) */
     const char *backend;  /* "cpu" (default) or "cuda" */
@@ -69,6 +92,9 @@ typedef struct engine_opts {
      * model's own, as vLLM's --tokenizer (NULL: the model's). Its ids must fit the model's
      * vocabulary; generation_config.json stays the model's. */
     const char *tokenizer;
+    /* Optional: called on engine_open's thread as it goes (engine_load_t); must not block. */
+    engine_load_fn on_load;
+    void *load_user;
 } engine_opts_t;
 
 void engine_opts_init(engine_opts_t *o);

@@ -148,6 +148,20 @@ void tell_engine(engine_t *e);
  * (max_model_len 0). */
 int check_rebuild_flags(const engine_t *e, flag_values_t *f, err_t *err);
 
+/* engine_load.c: engine_open's reports to engine_opts_t.on_load (a no-op without one). */
+typedef struct load_report {
+    engine_load_fn fn;
+    void *user;
+    double t0;
+    engine_load_t l;
+} load_report_t;
+
+void load_report_init(load_report_t *r, const engine_opts_t *o);
+/* The phase (and what w, e, the pool know by then: NULL where not yet), reported. */
+void load_report(load_report_t *r, engine_load_phase_t phase, const model_weights_t *w);
+/* backend_options_t.load_progress: user is the load_report_t. */
+void load_report_bytes(void *user, uint64_t done, uint64_t total);
+
 /* engine_cancel.c. The stream_cancel_fn of every attached stream: queues its cancel notice. */
 void engine_on_cancel(void *ctx, engine_stream_t *s);
 

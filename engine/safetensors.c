@@ -24,6 +24,10 @@ struct st_set {
     int n_files, cap_files;
 };
 
+int st_files(const st_set_t *set) {
+    return set->n_files;
+}
+
 st_set_t *st_create(void) {
     return calloc(1, sizeof(st_set_t));
 }

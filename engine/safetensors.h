@@ -62,6 +62,8 @@ const st_tensor_t *st_find(const st_set_t *set, const char *name);
 /* Tensors in the order added (shards by file name, then header order); st_at gives NULL
  * outside [0, st_count). */
 int st_count(const st_set_t *set);
+/* Files added (st_add_file), for a loading screen's shard count. */
+int st_files(const st_set_t *set);
 const st_tensor_t *st_at(const st_set_t *set, int i);
 
 /* Number of elements of a tensor (product of its shape; 1 for a scalar). */

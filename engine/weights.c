@@ -145,7 +145,7 @@ const wtensor_t *weights_expert(const model_weights_t *w, int layer, int expert,
     return expert_of(w, layer, expert, slot);
 }
 
-static uint64_t wtensor_bytes(const wtensor_t *t) {
+uint64_t wtensor_bytes(const wtensor_t *t) {
     uint64_t n = (uint64_t)t->rows * t->cols * dtype_size(t->dtype);
     if (t->scale_inv) n += (uint64_t)t->scale_rows * t->scale_cols * sizeof(float);
     return n;
@@ -161,6 +161,10 @@ uint64_t weights_bytes(const model_weights_t *w) {
          i++)
         n += wtensor_bytes(&w->experts[i]);
     return n;
+}
+
+int weights_shards(const model_weights_t *w) {
+    return w->st ? st_files(w->st) : 0;
 }
 
 void wtensor_row_f32(const wtensor_t *t, int64_t row, float *dst) {

@@ -174,6 +174,10 @@ const wtensor_t *weights_expert(const model_weights_t *w, int layer, int expert,
 
 /* Bytes of weight data (what a GPU copy would take), scales included. */
 uint64_t weights_bytes(const model_weights_t *w);
+/* One tensor's bytes as stored (its scales included), as weights_bytes counts them. */
+uint64_t wtensor_bytes(const wtensor_t *t);
+/* The safetensors files the weights come from (0: embedded, a preset, dummy). */
+int weights_shards(const model_weights_t *w);
 
 /* Dequantizes row `row` of a weight to f32: dst[cols]. Exact for BF16/F16/F32; FP8 rows are
  * multiplied by their block's scale_inv. Lazy dummy tensors are generated on the fly. */

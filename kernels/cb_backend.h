@@ -141,6 +141,10 @@ typedef struct cuda_backend {
     int device;
     char device_name[256];
     char pci_bus_id[32]; /* cudaDeviceGetPCIBusId: how the console's NVML panel finds it */
+    /* the weights' upload, reported to the loading screen (backend_options_t.load_progress) */
+    void (*load_progress)(void *user, uint64_t done, uint64_t total);
+    void *load_progress_user;
+    uint64_t load_done, load_total; /* bytes */
     int sm_major, sm_minor, num_sms;
     bool fp8;          /* linears in FP8 (else BF16) */
     char fp8_why[200]; /* why the BF16 fallback was taken for an FP8 checkpoint */

@@ -259,8 +259,24 @@ size_t cb_layout_weights(cuda_backend_t *be, char *base) {
 /* Copies rows [0, t->rows) of t to dst (row stride ld elements) as kind; columns cols..ld-1 are
  * left as they are (zero: the arena is cleared first). FP8 to FP8 and BF16 to BF16 copy bytes
  * (or generate dummy values on the device); any other pair converts on the host through f32. */
+/* The weights' bytes uploaded so far, for the loading screen (backend_options_t.load_progress). */
+static void loaded(cuda_backend_t *be, const wtensor_t *t) {
+    be->load_done += wtensor_bytes(t);
+    if (be->load_progress) be->load_progress(be->load_progress_user, be->load_done, be->load_total);
+}
+
+static int upload_rows(cuda_backend_t *be, void *dst, int64_t ld, up_kind_t kind,
+                       const wtensor_t *t, void *stage, err_t *err);
+
 int cb_upload_rows(cuda_backend_t *be, void *dst, int64_t ld, up_kind_t kind, const wtensor_t *t,
                    void *stage, err_t *err) {
+    int rc = upload_rows(be, dst, ld, kind, t, stage, err);
+    if (rc == 0) loaded(be, t);
+    return rc;
+}
+
+static int upload_rows(cuda_backend_t *be, void *dst, int64_t ld, up_kind_t kind,
+                       const wtensor_t *t, void *stage, err_t *err) {
     size_t esize = kind == UP_FP8 ? 1 : 2;
     bool same =
         (kind == UP_FP8 && t->dtype == DT_F8_E4M3) || (kind == UP_BF16 && t->dtype == DT_BF16);

@@ -356,6 +356,9 @@ static int cb_create(const backend_options_t *opts, const model_weights_t *w, ba
     snprintf(be->device_name, sizeof be->device_name, "%s", prop.name);
     if (cudaDeviceGetPCIBusId(be->pci_bus_id, (int)sizeof be->pci_bus_id, device) != cudaSuccess)
         be->pci_bus_id[0] = '\0';
+    be->load_progress = opts ? opts->load_progress : NULL;
+    be->load_progress_user = opts ? opts->load_progress_user : NULL;
+    be->load_total = weights_bytes(w);
     be->sm_major = prop.major;
     be->sm_minor = prop.minor;
     be->num_sms = prop.multiProcessorCount;

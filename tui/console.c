@@ -481,6 +481,60 @@ static void on_log_line(void *user, const char *line) {
     ui_queue_push(c->q, &ev);
 }
 
+/* The terminal back: paste mode off, curses ended, stderr restored (what follows goes to it);
+ * with flush_log, the log lines still queued are written there (a failure's message). */
+static void end_curses(console_t *c, bool flush_log) {
+    input_stop(c->in, stdout);
+    endwin();
+    ui_log_stop(c->log);
+    c->log = NULL;
+    delscreen(c->screen);
+    c->screen = NULL;
+    ui_event_t ev;
+    while (flush_log && !c->log_echo && ui_queue_pop(c->q, &ev))
+        if (ev.type == UI_EV_LOG) fprintf(stderr, "tachyon: %s\n", ev.text);
+}
+
+/* The loading screen from what engine_open reported so far. */
+static void draw_loading(console_t *c) {
+    con_loading_t v = {.color = c->color,
+                       .ascii = c->ascii,
+                       .model = c->model_arg,
+                       .load = c->load.t > 0 || c->load.model_type ? &c->load : NULL,
+                       .log = c->log_text};
+    con_draw_loading(c->drawer, &v);
+    c->load_drawn = now_s();
+}
+
+/* engine_opts_t.on_load (engine_open runs on this thread): the log's new lines taken, the
+ * loading screen drawn at most ten times a second and at each new phase. */
+static void on_load(void *user, const engine_load_t *l) {
+    console_t *c = user;
+    bool phase = l->phase != c->load.phase;
+    c->load = *l;
+    ui_event_t ev;
+    while (ui_queue_pop(c->q, &ev))
+        if (ev.type == UI_EV_LOG) handle_event(c, &ev);
+    if (phase || now_s() - c->load_drawn >= 0.1) draw_loading(c);
+}
+
+/* What loading took, once, in the log and the pane. */
+static void load_summary(console_t *c) {
+    const engine_load_t *l = &c->load;
+    char w[32], kv[32];
+    con_bytes_text(l->bytes_total, w, sizeof w);
+    con_bytes_text(l->kv_bytes, kv, sizeof kv);
+    char line[320];
+    snprintf(line, sizeof line,
+             "loaded %s (%d layers) in %.2f s: %d shard%s, %s of weights; KV pool %d blocks x "
+             "%d tokens = %d tokens, %s",
+             l->model_type ? l->model_type : "the model", l->n_layers, l->t, l->shards,
+             l->shards == 1 ? "" : "s", w, l->kv_blocks, l->block_size,
+             l->kv_blocks * l->block_size, kv);
+    con_log(c, "%s", line);
+    ui_text_add(c->text, UI_TXT_INFO, line);
+}
+
 static void console_free(console_t *c) {
     ui_log_stop(c->log); /* first: its thread posts to the queue */
     con_chat_free(c);
@@ -657,10 +711,31 @@ int cmd_console(int argc, char **argv) {
     /* what the engine says from here on (the KV-cache size) shows in the output pane too */
     if (!(c->log = ui_log_start(on_log_line, c, &err)))
         fprintf(stderr, "tachyon: %s: messages go to the terminal\n", err.msg);
-    if (cli_engine_open(&ce) < 0) {
+    pthread_setname_np(pthread_self(), "tachyon-ui");
+    /* the screen from here on: the loading screen, then the dashboard */
+    if (init_curses(c) < 0) {
+        fprintf(stderr,
+                "tachyon: cannot start curses on this terminal (TERM=%s); "
+                "`tachyon serve` and `tachyon chat` work without one\n",
+                getenv("TERM") ? getenv("TERM") : "");
         console_free(c);
         return 1;
     }
+    /* a terminal's stderr is the screen now; a file keeps every line */
+    c->log_echo = c->log && !isatty(ui_log_fd(c->log));
+    if (c->log) ui_log_echo(c->log, c->log_echo);
+    c->t_start = now_s(); /* the log's times count from here, loading included */
+    ce.opts.on_load = on_load;
+    ce.opts.load_user = c;
+    if (strcmp(ce.opts.model.model, MDIR_EMBEDDED))
+        snprintf(c->model_arg, sizeof c->model_arg, "%s", ce.opts.model.model);
+    draw_loading(c);
+    if (cli_engine_open(&ce) < 0) {
+        end_curses(c, true);
+        console_free(c);
+        return 1;
+    }
+    load_summary(c);
     c->eng = ce.eng;
     cli_server_finish(&sv, &ce);
     { /* the GPU rows: the engine's devices first, one per rank */
@@ -678,6 +753,7 @@ int cmd_console(int argc, char **argv) {
     if (!sv.reasoning_given) sv.ho.reasoning_qwen3 = true;
     const http_opts_t *ho = &sv.ho;
     if (http_start(c->eng, ho, &c->srv, &err) < 0) {
+        end_curses(c, true);
         fprintf(stderr, "tachyon: %s\n", err.msg);
         cli_engine_close(&ce);
         console_free(c);
@@ -697,23 +773,13 @@ int cmd_console(int argc, char **argv) {
     c->tool_format = fmt >= 0 ? tc_format_for_chat((chat_format_t)fmt) : TC_HERMES;
     if (ho->tool_parser) tc_format_parse(ho->tool_parser, &c->tool_format);
     describe(c, &ce, &sv);
-    c->t_start = now_s();
-    c->stats_line.t = c->t_start;
-    c->last_activity = c->t_start;
+    c->stats_line.t = now_s();
+    c->last_activity = c->stats_line.t;
     con_read_flags(c);
     con_flags_baseline(c, &ce.opts.flags);
 
-    pthread_setname_np(pthread_self(), "tachyon-ui");
     int rc = 0;
-    if (init_curses(c) < 0) {
-        fprintf(stderr,
-                "tachyon: cannot start curses on this terminal (TERM=%s); "
-                "`tachyon serve` and `tachyon chat` work without one\n",
-                getenv("TERM") ? getenv("TERM") : "");
-        rc = 1;
-    } else {
-        /* a terminal's stderr is the screen now; a file keeps every line */
-        if (c->log) ui_log_echo(c->log, !isatty(ui_log_fd(c->log)));
+    {
         signal_queue = c->q;
         struct sigaction sa = {.sa_handler = on_signal};
         sigemptyset(&sa.sa_mask);
@@ -736,11 +802,7 @@ int cmd_console(int argc, char **argv) {
         else
             con_set_status(c, false, "server listening");
         ui_loop(c);
-        input_stop(c->in, stdout);
-        endwin();
-        ui_log_stop(c->log); /* the terminal's again: what follows goes to stderr */
-        c->log = NULL;
-        delscreen(c->screen);
+        end_curses(c, false);
         signal_queue = NULL;
     }
     fprintf(stderr, "tachyon: stopping\n");

@@ -608,6 +608,78 @@ static void draw_too_small(const con_view_t *v) {
     }
 }
 
+// ---------------------------------------------------------------------------------------------
+// The loading screen
+
+void con_bytes_text(uint64_t bytes, char *buf, size_t size) {
+    double b = (double)bytes;
+    if (b >= 1024.0 * 1024 * 1024)
+        snprintf(buf, size, "%.2f GiB", b / (1024.0 * 1024 * 1024));
+    else
+        snprintf(buf, size, "%.1f MiB", b / (1024.0 * 1024));
+}
+
+void con_draw_loading(con_drawer_t *d, const con_loading_t *v) {
+    con_view_t cv = {.color = v->color, .ascii = v->ascii}; /* for the helpers' styles */
+    const engine_load_t *l = v->load;
+    werase(stdscr);
+    curs_set(0);
+    int w = COLS - 2, y = 0;
+    const char *model = v->model && v->model[0] ? v->model : "the embedded demo model";
+    cd_putf(d, y++, 1, w, cd_attr(&cv, PAIR_TITLE, A_BOLD) | A_BOLD, "Tachyon: loading %s", model);
+    y++;
+    char a[64], b[64];
+    if (!l || !l->model_type)
+        cd_putf(d, y++, 3, w - 2, A_NORMAL, "%-9s reading its config and weights' headers...",
+                "model");
+    else
+        cd_putf(d, y++, 3, w - 2, A_NORMAL, "%-9s %s, %d layers", "model", l->model_type,
+                l->n_layers);
+    if (l && l->model_type) {
+        con_bytes_text(l->bytes_total, a, sizeof a);
+        if (l->shards)
+            cd_putf(d, y++, 3, w - 2, A_NORMAL, "%-9s %d safetensors file%s mapped, %s", "shards",
+                    l->shards, l->shards == 1 ? "" : "s", a);
+        else
+            cd_putf(d, y++, 3, w - 2, A_NORMAL, "%-9s none: embedded or made-up weights, %s",
+                    "shards", a);
+    }
+    if (l && l->phase >= ENGINE_LOAD_WEIGHTS) {
+        int bw = w - 40 > 40 ? 40 : w - 40 < 10 ? 10 : w - 40;
+        uint64_t total = l->bytes_total ? l->bytes_total : 1;
+        int pct = (int)(100.0 * (double)l->bytes / (double)total);
+        char bar[64];
+        int fill = bw * pct / 100, k = 0;
+        bar[k++] = '[';
+        for (int i = 0; i < bw && k < (int)sizeof bar - 2; i++)
+            bar[k++] = i < fill ? '#' : '.';
+        bar[k++] = ']';
+        bar[k] = '\0';
+        con_bytes_text(l->bytes, a, sizeof a);
+        con_bytes_text(l->bytes_total, b, sizeof b);
+        cd_putf(d, y++, 3, w - 2, cd_attr(&cv, PAIR_OK, A_NORMAL), "%-9s %s %3d%%  %s of %s",
+                "weights", bar, pct, a, b);
+    }
+    if (l && l->phase == ENGINE_LOAD_KV)
+        cd_putf(d, y++, 3, w - 2, A_NORMAL, "%-9s sizing and reserving the pool...", "KV cache");
+    if (l && l->phase == ENGINE_LOAD_READY) {
+        con_bytes_text(l->kv_bytes, a, sizeof a);
+        cd_putf(d, y++, 3, w - 2, A_NORMAL, "%-9s %d blocks x %d tokens = %d tokens, %s",
+                "KV cache", l->kv_blocks, l->block_size, l->kv_blocks * l->block_size, a);
+    }
+    cd_putf(d, y++, 3, w - 2, A_DIM, "%-9s %.1f s", "elapsed", l ? l->t : 0.0);
+    y++;
+    if (v->log && y < LINES - 2) {
+        cd_title_rule(d, &cv, (layout_rect_t){0, y++, COLS, 1}, "Log");
+        int rows = LINES - y < CON_MAX_TEXT_ROWS ? LINES - y : CON_MAX_TEXT_ROWS, scroll = 0;
+        int n = ui_text_rows(v->log, COLS - 2, rows, &scroll, true, d->rows);
+        for (int i = 0; i < n; i++)
+            cd_put(y + i, 1, COLS - 2, d->rows[i].text, d->rows[i].len, A_DIM);
+    }
+    wnoutrefresh(stdscr);
+    doupdate();
+}
+
 void con_draw(con_drawer_t *d, const con_view_t *v, con_drawn_t *out) {
     out->scroll = v->scroll;
     out->help_scroll = v->help_scroll;

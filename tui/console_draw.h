@@ -134,6 +134,20 @@ int con_draw_req_at(const con_view_t *v, int top, int y, int x);
 /* The F-key bar's key under column x of the status line (1..10 for F1..F10); 0 when none. */
 int con_draw_fkey_at(const con_view_t *v, int x);
 
+/* The loading screen, before the dashboard: what engine_open has reported (engine_load_t) and
+ * the log's last lines. */
+typedef struct con_loading {
+    bool color, ascii;
+    const char *model;         /* as given ("" or NULL: the embedded demo model) */
+    const engine_load_t *load; /* NULL: nothing reported yet */
+    const ui_text_t *log;      /* the log so far; NULL: none */
+} con_loading_t;
+
+void con_draw_loading(con_drawer_t *d, const con_loading_t *v);
+
+/* "4.2 MiB", "1.50 GiB": bytes for people. */
+void con_bytes_text(uint64_t bytes, char *buf, size_t size);
+
 /* Draws the frame: werase, every panel, one wnoutrefresh and one doupdate; the cursor is left
  * in the REPL line (hidden under the help and the "too small" screen). */
 void con_draw(con_drawer_t *d, const con_view_t *v, con_drawn_t *out);

@@ -63,8 +63,11 @@ typedef struct console {
     char url[128], model_name[256], model_note[64], model_desc[256], backend[256], layout_desc[64];
     const char *api_key;
     double t_start;
+    engine_load_t load; /* what engine_open reported last (the loading screen) */
+    double load_drawn;  /* when the loading screen was drawn last */
     ui_queue_t *q;
     ui_log_t *log; /* stderr, shown in the output pane while the console runs */
+    bool log_echo; /* ...and also written to stderr itself (a file: every line kept) */
     /* metrics */
     stats_snapshot_t *snap;
     ui_series_t series[N_METRICS];

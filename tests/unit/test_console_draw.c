@@ -663,6 +663,42 @@ static void test_requests_focus(void **state) {
     assert_false(attrs_at(y, f->v.lay.requests.x + 2, NULL) & A_REVERSE);
 }
 
+/* The loading screen: the model, its shape and shards, the weights' bar as the backend takes
+ * them, the KV cache once sized, the log under it; ASCII where asked. */
+static void test_loading(void **state) {
+    fixture_t *f = *state;
+    engine_load_t l = {.phase = ENGINE_LOAD_OPEN, .t = 0.25};
+    con_loading_t v = {.color = true, .model = "/models/Qwen3-8B", .load = &l, .log = f->help};
+    con_draw_loading(f->d, &v);
+    assert_int_equal(find_row("Tachyon: loading /models/Qwen3-8B"), 0);
+    assert_true(find_row("model     reading its config") > 0);
+    assert_int_equal(find_row("weights "), -1);
+    l = (engine_load_t){.phase = ENGINE_LOAD_WEIGHTS,
+                        .t = 2.5,
+                        .model_type = "qwen3",
+                        .n_layers = 36,
+                        .shards = 5,
+                        .bytes = 8ull << 30,
+                        .bytes_total = 16ull << 30};
+    con_draw_loading(f->d, &v);
+    assert_true(find_row("model     qwen3, 36 layers") > 0);
+    assert_true(find_row("shards    5 safetensors files mapped, 16.00 GiB") > 0);
+    int y = find_row("weights   [");
+    assert_true(y > 0 && strstr(row(y), "]  50%  8.00 GiB of 16.00 GiB"));
+    assert_true(find_row("elapsed   2.5 s") > y);
+    assert_true(find_row("help row 39") > y); /* the log's last lines */
+    l.phase = ENGINE_LOAD_READY;
+    l.bytes = l.bytes_total;
+    l.kv_blocks = 1000;
+    l.block_size = 16;
+    l.kv_bytes = 3ull << 30;
+    v.ascii = true;
+    con_draw_loading(f->d, &v);
+    assert_true(strstr(row(find_row("weights   [")), "100%") != NULL);
+    assert_true(find_row("KV cache  1000 blocks x 16 tokens = 16000 tokens, 3.00 GiB") > 0);
+    assert_true(find_row("- Log ---") >= 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_panels, setup, teardown),
@@ -674,6 +710,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_vitals, setup, teardown),
         cmocka_unit_test_setup_teardown(test_zoom_log_fkeys, setup, teardown),
         cmocka_unit_test_setup_teardown(test_requests_focus, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_loading, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
