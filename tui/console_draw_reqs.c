@@ -2,7 +2,6 @@
  * benchmark's progress, and the rows ui_reqs built (sorted, filtered, the selection kept in
  * view). */
 #include <math.h>
-#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -63,7 +62,9 @@ typedef struct table_geom {
     bool more; /* a "... and N more" line under them */
 } table_geom_t;
 
-static table_geom_t geometry(const con_view_t *v, layout_rect_t r) {
+/* The geometry in r for the view's table, its first row shown `top` and the selection `sel`
+ * (-1: none) kept in view. */
+static table_geom_t geometry(const con_view_t *v, layout_rect_t r, int top, int sel) {
     table_geom_t g = {0};
     int y = r.y + 2; /* title, engine line */
     const bench_progress_t *b = v->bench;
@@ -77,10 +78,9 @@ static table_geom_t geometry(const con_view_t *v, layout_rect_t r) {
     g.vis = n + (unlisted ? 1 : 0) <= avail ? n : avail - 1;
     if (g.vis < 0) g.vis = 0;
     g.more = g.vis < n || unlisted;
-    int top = t ? t->top : 0;
-    if (t && t->sel >= 0 && g.vis > 0) { /* the selection in view */
-        if (t->sel < top) top = t->sel;
-        if (t->sel >= top + g.vis) top = t->sel - g.vis + 1;
+    if (sel >= 0 && g.vis > 0) { /* the selection in view */
+        if (sel < top) top = sel;
+        if (sel >= top + g.vis) top = sel - g.vis + 1;
     }
     if (top > n - g.vis) top = n - g.vis;
     if (top < 0) top = 0;
@@ -91,15 +91,7 @@ static table_geom_t geometry(const con_view_t *v, layout_rect_t r) {
 int con_draw_req_at(const con_view_t *v, int top, int y, int x) {
     layout_rect_t r = con_draw_reqs_rect(v);
     if (layout_rect_empty(r) || !v->reqs || v->help || x < r.x || x >= r.x + r.w) return -1;
-    con_view_t w = *v;
-    ui_reqs_t t;
-    memcpy(&t, v->reqs, offsetof(ui_reqs_t, rows)); /* the settings; n from the rows' count */
-    t.top = top;
-    t.sel = -1;
-    t.n = v->reqs->n;
-    t.n_unlisted = v->reqs->n_unlisted;
-    w.reqs = &t;
-    table_geom_t g = geometry(&w, r);
+    table_geom_t g = geometry(v, r, top, -1);
     int i = y - (g.y0 + 1);
     return i >= 0 && i < g.vis ? g.top + i : -1;
 }
@@ -167,7 +159,7 @@ int cd_draw_requests(con_drawer_t *d, const con_view_t *v) {
     if (r.y + 1 < end)
         cd_putf(d, r.y + 1, r.x + 1, w, A_BOLD, "engine: %d running, %d waiting", s->running,
                 s->waiting);
-    table_geom_t g = geometry(v, r);
+    table_geom_t g = geometry(v, r, t ? t->top : 0, t && v->reqs_focus ? t->sel : -1);
     if (v->bench && g.y0 == r.y + 5) bench_lines(d, v, r, r.y + 2);
     int y = g.y0;
     /* the id takes what the numbers and the state leave; the TTFT column where there is room */

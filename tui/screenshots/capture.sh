@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Renders the README's screenshots: the console on the tiny fixture with the tests' fake NVML
 # (two made-up GPUs) in a tmux pane, during a /bench run, captured with colours
-# (capture-pane -e: dashboard-WxH.ansi, `cat` shows it in a terminal) and as text (.txt).
+# (capture-pane -e: dashboard-WxH.ansi, `cat` shows it in a terminal) and as text (.txt); then
+# the requests table focused (F6, sorted by TTFT): requests-WxH.
 #
 #     cmake --build build/release && tui/screenshots/capture.sh [build/release]
 set -euo pipefail
@@ -26,9 +27,15 @@ for size in 120x40 200x50; do
     sleep 12
     tmux_ capture-pane -p -e -t s >"$out/dashboard-$size.ansi"
     tmux_ capture-pane -p -t s | sed 's/ *$//' >"$out/dashboard-$size.txt"
+    tmux_ send-keys -t s -l '/requests sort ttft' && tmux_ send-keys -t s Enter
+    tmux_ send-keys -t s F6
+    sleep 2
+    tmux_ capture-pane -p -e -t s >"$out/requests-$size.ansi"
+    tmux_ capture-pane -p -t s | sed 's/ *$//' >"$out/requests-$size.txt"
+    tmux_ send-keys -t s Escape
     tmux_ send-keys -t s -l '/bench stop' && tmux_ send-keys -t s Enter
     sleep 2
     tmux_ send-keys -t s -l '/quit' && tmux_ send-keys -t s Enter
     sleep 1
 done
-echo "written: $out/dashboard-{120x40,200x50}.{ansi,txt}"
+echo "written: $out/{dashboard,requests}-{120x40,200x50}.{ansi,txt}"
