@@ -623,6 +623,11 @@ static void test_engine_fp8_kv(void **state) {
     engine_describe_backend(eng, desc, sizeof desc);
     print_message("%s\n", desc);
     assert_non_null(strstr(desc, "kv fp8"));
+    /* the device list the console's GPU rows follow: one device until tensor parallelism runs,
+     * with the PCI bus id NVML finds it by ("0000:3b:00.0") */
+    backend_device_t dev[4];
+    assert_int_equal(engine_devices(eng, dev, 4), 1);
+    assert_true(dev[0].ordinal >= 0 && strlen(dev[0].pci_bus_id) >= 12);
     for (int i = 0; i < N; i++)
         assert_int_equal(collect(tu_submit(eng, prompts[i], len[i], &p), alone[i], N_GEN), N_GEN);
     engine_stream_t *st[N];

@@ -25,6 +25,10 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int) {
     p->totalGlobalMem = EMU_DEVICE_BYTES;
     return cudaSuccess;
 }
+cudaError_t cudaDeviceGetPCIBusId(char *id, int len, int) {
+    snprintf(id, (size_t)len, "0000:00:00.0");
+    return cudaSuccess;
+}
 cudaError_t cudaSetDevice(int) {
     return cudaSuccess;
 }
