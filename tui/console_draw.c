@@ -490,8 +490,9 @@ static const fkey_t fkeys[] = {
 #define FBAR_X  8 /* after "ready | " */
 
 static bool fkey_shown(const con_view_t *v, int i) {
-    /* F6 always: below 110 columns the requests table shows only when focused */
-    return v->lay.status.w >= 100 || fkeys[i].key == 1 || fkeys[i].key == 6 || fkeys[i].key == 10;
+    /* narrow: help and quit, and F6 to leave the requests table while it is focused */
+    return v->lay.status.w >= 100 || fkeys[i].key == 1 || fkeys[i].key == 10 ||
+           (fkeys[i].key == 6 && v->reqs_focus);
 }
 
 static const char *fkey_label(const con_view_t *v, int i) {

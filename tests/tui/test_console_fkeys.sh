@@ -25,7 +25,7 @@ for size in 80x24 120x40 200x50; do
     if [ "$TUI_W" -ge 100 ]; then
         tui_wait '^ready \| F1Help F2Think F3Log F4Zoom F5Rerun F6Reqs F10Quit \|'
     else
-        tui_wait '^ready \| F1Help F6Reqs F10Quit \|'
+        tui_wait '^ready \| F1Help F10Quit \|'
     fi
     tui_send '/set max-num-seqs 8' Enter
     tui_wait 'max-num-seqs = 8'

@@ -17,7 +17,8 @@ run() {
         tui_fail "the dashboard under the loading screen"
     fi
     tui_wait '^ready \|' 600
-    tui_wait '^loaded qwen3 \(28 layers\) in [0-9.]+ s: 0 shards, 1\.11 GiB of weights; KV pool [0-9]+ blocks x [0-9]+ tokens'
+    tui_wait '^loaded qwen3 \(28 layers\) in [0-9.]+ s: 0 shards, 1\.11 GiB of weights; KV pool'
+    tui_wait '[0-9]+ blocks x 16 tokens = [0-9]+ tokens' # the line wraps where narrow
     tui_keys F3
     tui_wait '^\[00:00:[0-9]{2}\] loaded qwen3 \(28 layers\)|^\[00:[0-9]{2}:[0-9]{2}\] loaded qwen3'
     tui_keys F3

@@ -26,7 +26,6 @@ finished() { # OUT REASON COUNT: the response came, with COUNT choices ending so
 
 run() {
     tui_wait '^ready \|'
-    tui_wait 'F6Reqs'
     rm -f "$TUI_DIR"/long.out "$TUI_DIR"/short.out "$TUI_DIR"/other.out
     complete long.out 16 3000 Hello # runs a choice at a time: a long while in flight
     tui_keys F6
@@ -34,7 +33,7 @@ run() {
     tui_wait 'F6Back'
     tui_wait 'engine: 1 running, [1-9][0-9]* waiting' # the choices queue behind the first
     tui_keys Escape
-    tui_wait 'F6Reqs'
+    tui_wait_gone 'F6Back'
     # two more, queued behind every choice of the long one (prompts of 10 tokens or more: they
     # tell them apart from the long one's choices of 3 in the table)
     complete short.out 1 5 "one two three four five six seven eight nine ten"
@@ -79,7 +78,7 @@ run() {
     finished long.out abort 16
     finished "$kept" length 1 # left alone: it runs once the long one is gone
     tui_keys Escape
-    tui_wait 'F6Reqs'
+    tui_wait_gone 'F6Back'
     tui_send '/requests filter' Enter # back to the live ones
     tui_wait 'requests table: live, by age'
 }

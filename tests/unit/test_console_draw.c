@@ -592,7 +592,7 @@ static void test_zoom_log_fkeys(void **state) {
     f->v.log = false;
     draw(f);
     st = row(f->v.lay.status.y);
-    assert_non_null(strstr(st, "ready | F1Help F6Reqs F10Quit | generating"));
+    assert_non_null(strstr(st, "ready | F1Help F10Quit | generating"));
     assert_int_equal(con_draw_fkey_at(&f->v, find_col(f->v.lay.status.y, "F10Quit")), 10);
 }
 
