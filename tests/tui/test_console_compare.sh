@@ -46,13 +46,21 @@ run() {
     colored=$(tmux_ capture-pane -p -e -t t)
     if [ "${size%-plain}" != "$size" ]; then
         grep -q $'\e\\[[0-9;]*3[0-7]m' <<<"$colored" && tui_fail "a colour with NO_COLOR"
-    else
-        if grep -Eq ' better( |$)' <<<"$screen"; then
-            grep -Eq $'\e\\[[0-9;]*32m[^\e]*better' <<<"$colored" || tui_fail "better, not green"
-        fi
-        if grep -Eq ' worse( |$)' <<<"$screen"; then
-            grep -Eq $'\e\\[[0-9;]*31m[^\e]*worse' <<<"$colored" || tui_fail "worse, not red"
-        fi
+    else # the foreground colour in force at each verdict (tmux repeats no SGR a row inherits)
+        python3 - "$colored" <<'PY' || tui_fail "a verdict not in its colour"
+import re, sys
+fg, bad = None, []
+for m in re.finditer(r"\x1b\[([0-9;]*)m|(better|worse)( |$)", sys.argv[1], re.M):
+    if m.group(2) is None:
+        for p in (m.group(1) or "0").split(";"):
+            if p in ("", "0", "39"):
+                fg = None
+            elif p.isdigit() and 30 <= int(p) <= 37:
+                fg = int(p)
+    elif fg != (32 if m.group(2) == "better" else 31):
+        bad.append((m.group(2), fg))
+sys.exit(1 if bad else 0)
+PY
     fi
     # two repeats: no flag changed, the noise shown
     tui_send '/clear' Enter
