@@ -327,22 +327,17 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
 }
 
-/* Raises the kernel's dynamic shared memory limit above the default 48 KiB (once). */
+/* Raises the kernel's dynamic shared memory limit above the default 48 KiB. */
 template <int D, typename KV, bool DECODE> int set_smem(err_t *err) {
-    static bool done;
-    if (!done) {
-        CUDA_CHECK(cudaFuncSetAttribute((const void *)attn_mma_kernel<D, KV, DECODE>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        (int)Tile<D, KV>::smem),
-                   err);
-        done = true;
-    }
+    CUDA_CHECK(cudaFuncSetAttribute((const void *)attn_mma_kernel<D, KV, DECODE>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    (int)Tile<D, KV>::smem),
+               err);
     return 0;
 }
 
 template <int D, typename KV>
 int launch_prefill(const ops_attn_args_t *a, int max_q_len, cudaStream_t stream, err_t *err) {
-    if (set_smem<D, KV, false>(err) < 0) return -1;
     const int64_t tiles = prefill_tiles(a, max_q_len, kRows, err);
     if (tiles < 0) return -1;
     const dim3 grid((unsigned)tiles, 1, a->n_kv_heads);
@@ -356,7 +351,6 @@ int launch_prefill(const ops_attn_args_t *a, int max_q_len, cudaStream_t stream,
 template <int D, typename KV>
 int launch_decode(const ops_attn_args_t *a, int num_splits, float *ws_o, float *ws_lse,
                   cudaStream_t stream, err_t *err) {
-    if (set_smem<D, KV, true>(err) < 0) return -1;
     const dim3 grid(num_splits, a->n_seqs, a->n_kv_heads);
     constexpr size_t smem = Tile<D, KV>::smem;
     OPS_LAUNCH((attn_mma_kernel<D, KV, true>), grid, kWarps * 32, smem, stream, make_params(a),
@@ -366,6 +360,15 @@ int launch_decode(const ops_attn_args_t *a, int num_splits, float *ws_o, float *
 }
 
 } // namespace
+
+int attn_mma_init(err_t *err) {
+    if (set_smem<128, __nv_bfloat16, false>(err) < 0 || set_smem<128, uint8_t, false>(err) < 0 ||
+        set_smem<256, __nv_bfloat16, false>(err) < 0 || set_smem<256, uint8_t, false>(err) < 0 ||
+        set_smem<128, __nv_bfloat16, true>(err) < 0 || set_smem<128, uint8_t, true>(err) < 0 ||
+        set_smem<256, __nv_bfloat16, true>(err) < 0 || set_smem<256, uint8_t, true>(err) < 0)
+        return -1;
+    return 0;
+}
 
 bool attn_mma_applies(const ops_attn_args_t *a) {
     return a->head_dim == 128 || a->head_dim == 256;
