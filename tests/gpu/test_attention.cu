@@ -348,8 +348,8 @@ static void test_prefill_edges(void) {
                       fp8 != 0,
                       false,
                       0,
-                      {SIZE(32000, 3000), 0},
-                      {SIZE(300, 20), 7},
+                      {SIZE(24000, 3000), 0},
+                      {SIZE(80, 20), 7},
                       false,
                       "long context"};
         run_attention(l);
@@ -360,8 +360,8 @@ static void test_prefill_edges(void) {
                        fp8 != 0,
                        false,
                        0,
-                       {SIZE(16000, 1500), 3},
-                       {SIZE(200, 10), 40},
+                       {SIZE(12000, 1500), 3},
+                       {SIZE(48, 10), 40},
                        false,
                        "long context"};
         run_attention(l2);
