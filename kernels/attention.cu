@@ -420,8 +420,10 @@ extern "C" int ops_attention_prefill_simt(const ops_attn_args_t *a, int max_q_le
 
 extern "C" int ops_attention_decode_splits(int n_seqs, int n_kv_heads, int max_context, int num_sms,
                                            int max_splits) {
-    /* About 4 decode CTAs (128 threads, ~25 KiB shared) stay resident per SM: aim for two such
-     * waves, and never split below 256 keys per split. */
+    /* About 4 CUDA-core decode CTAs (128 threads, ~25 KiB shared) stay resident per SM, 2 of
+     * the tensor-core kernel's (head_dim 128 / 256: 128 threads, 83-99 KiB): aim for 8 CTAs an
+     * SM (two or four waves), and never split below 256 keys per split. Untuned on the GPU for
+     * the tensor-core decode. */
     const int64_t ctas = (int64_t)(n_seqs > 0 ? n_seqs : 1) * (n_kv_heads > 0 ? n_kv_heads : 1);
     const int64_t target = 8 * (int64_t)(num_sms > 0 ? num_sms : 1);
     if (ctas >= target || max_splits <= 1) return 1;
