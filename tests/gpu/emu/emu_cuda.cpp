@@ -104,8 +104,25 @@ emu_fiber_swap:
 #error "the CUDA emulator's fiber switch is written for x86-64"
 #endif
 
+/* The fiber of the next thread index after `t` that has not finished, or -1. */
+int next_runnable(int t) {
+    const int n = (int)blk->idx.size();
+    for (t++; t < n; t++)
+        if (!blk->done[t]) return t;
+    return -1;
+}
+
+/* A round runs every unfinished thread once, in index order, each until it waits or finishes:
+ * a fiber hands over straight to the next one (one switch, not two through the scheduler), and
+ * the last one of the round back to the scheduler. */
 void yield_to_scheduler() {
-    emu_fiber_swap(&fibers[blk->cur].sp, blk->sched_sp);
+    const int me = blk->cur, next = next_runnable(me);
+    if (next < 0) {
+        emu_fiber_swap(&fibers[me].sp, blk->sched_sp);
+        return;
+    }
+    blk->cur = next;
+    emu_fiber_swap(&fibers[me].sp, fibers[next].sp);
 }
 
 void wait(Barrier &b) {
@@ -207,14 +224,20 @@ static const float *e4m3_table(void) {
 /* The 8-bit and 16-bit mmas: each lane computes its own four outputs (rows g, g + 8 by columns
  * 2t, 2t + 1), summing the products in k order in f32 and adding the sum to its accumulator.
  * X[k] holds the k-th element of a 32-byte row, already decoded to f32. */
-static void mma_f32_sums(float d[4], const float X[2][32], const float Y[2][32], int k_count) {
-    for (int i = 0; i < 4; i++) {
-        const float *x = X[i >> 1], *y = Y[i & 1];
-        float sum = 0.0f;
-        for (int k = 0; k < k_count; k++)
-            sum += x[k] * y[k];
-        d[i] += sum;
+template <int K>
+static inline void mma_f32_sums(float d[4], const float X[2][32], const float Y[2][32]) {
+    /* the four sums side by side, each in k order */
+    float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
+    for (int k = 0; k < K; k++) {
+        s0 += X[0][k] * Y[0][k];
+        s1 += X[0][k] * Y[1][k];
+        s2 += X[1][k] * Y[0][k];
+        s3 += X[1][k] * Y[1][k];
     }
+    d[0] += s0;
+    d[1] += s1;
+    d[2] += s2;
+    d[3] += s3;
 }
 
 void emu_mma_e4m3_16x8x32(float d[4], const uint32_t a[4], const uint32_t b[2]) {
@@ -227,7 +250,7 @@ void emu_mma_e4m3_16x8x32(float d[4], const uint32_t a[4], const uint32_t b[2]) 
             X[r][k] = lut[A[r][k]];
             Y[r][k] = lut[B[r][k]];
         }
-    mma_f32_sums(d, X, Y, 32);
+    mma_f32_sums<32>(d, X, Y);
 }
 
 void emu_mma_bf16_16x8x16(float d[4], const uint32_t a[4], const uint32_t b[2]) {
@@ -243,7 +266,7 @@ void emu_mma_bf16_16x8x16(float d[4], const uint32_t a[4], const uint32_t b[2]) 
             memcpy(&X[r][k], &xu, 4);
             memcpy(&Y[r][k], &yu, 4);
         }
-    mma_f32_sums(d, X, Y, 16);
+    mma_f32_sums<16>(d, X, Y);
 }
 
 uint32_t emu_cvt_rna_tf32(float x) {
@@ -361,8 +384,8 @@ void emu_run_grid(dim3 grid, dim3 block, size_t smem, const std::function<void()
                 b.warps.assign((size_t)n / 32, Barrier{});
                 for (auto &w : b.warps)
                     w.expected = 32;
-                b.exchange.assign(2 * (size_t)n, 0);
-                b.mma.assign(2 * (size_t)n * kMmaRegs, 0);
+                b.exchange.resize(2 * (size_t)n); /* written before read: no need to clear */
+                b.mma.resize(2 * (size_t)n * kMmaRegs);
                 b.exchange_set.assign((size_t)n, 0);
                 b.mma_set.assign((size_t)n, 0);
                 b.cp.assign((size_t)n, CpQueue{});
@@ -371,16 +394,15 @@ void emu_run_grid(dim3 grid, dim3 block, size_t smem, const std::function<void()
                 blk = &b;
                 emu_block_idx = make_uint3(x, y, z);
                 for (;;) {
-                    int alive = 0;
                     const unsigned long long before = events;
-                    for (int t = 0; t < n; t++) {
-                        if (b.done[t]) continue;
-                        alive++;
-                        b.cur = t;
-                        emu_fiber_swap(&b.sched_sp, fibers[t].sp);
-                    }
-                    if (!alive) break;
+                    const int first = next_runnable(-1);
+                    if (first < 0) break;
+                    b.cur = first;
+                    emu_fiber_swap(&b.sched_sp, fibers[first].sp); /* one round */
                     if (events == before) {
+                        int alive = 0;
+                        for (int t = 0; t < n; t++)
+                            alive += !b.done[t];
                         fprintf(stderr,
                                 "emu: deadlock in block (%u, %u, %u): %d of %d threads at "
                                 "__syncthreads, %d alive\n",
