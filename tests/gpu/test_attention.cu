@@ -21,6 +21,9 @@
  *   that; 2^-8 |ref| is the bf16 output rounding. A masking
  *   off-by-one moves an output by ~|v| / n_keys, above the bound on the rows with few keys
  *   that every case has (each sequence's first tokens).
+ * - prefill and decode of the same token (tensor cores, one decode split): bit for bit, the
+ *   property the engine's batch-invariance tests rest on (the kernel is shared, and each output
+ *   element of an mma depends only on its own row and column).
  * - every case: the relative Frobenius error of the whole output under 3e-3 (bf16 rounding of
  *   P alone gives ~1.5e-3: independent relative errors of rms ~2^-8 / sqrt(3) x 0.7).
  * Exit 77 without a Hopper GPU. */
@@ -48,8 +51,12 @@ struct AttnCase {
     std::vector<int> prefix, q_len;
     bool simt;        /* prefill through ops_attention_prefill_simt */
     const char *what; /* what the case covers, in its name */
-    bool mixed =
-        false; /* prefill, then decode of the one-token sequences (ops_attn_args_t.mixed) */
+    /* prefill, then decode of the one-token sequences (ops_attn_args_t.mixed) */
+    bool mixed = false;
+    /* prefill, then each sequence's last token again as a decode (one split): the two must
+     * agree bit for bit, which batch invariance rests on (a token's attention must not depend
+     * on whether a prefill chunk, a decode or a mixed step computes it) */
+    bool decode_again = false;
 };
 
 /* Whether this case runs on tensor cores (attention_mma.cu: prefill and decode of head_dim 128
@@ -205,6 +212,40 @@ static void run_attention(const AttnCase &c) {
                  c.splits ? "" : "heuristic ", splits);
     }
     std::vector<float> out = bf16_vec(get(d_o, qb.size()));
+    if (c.decode_again) {
+        /* the last token of each sequence, alone, as a decode of one split */
+        const size_t row = (size_t)c.Hq * D;
+        std::vector<int32_t> qs1(S + 1);
+        std::vector<uint16_t> q1((size_t)S * row);
+        for (int s = 0; s <= S; s++)
+            qs1[s] = s;
+        for (int s = 0; s < S; s++)
+            memcpy(&q1[s * row], &qb[(size_t)(qs[s + 1] - 1) * row], row * 2);
+        uint16_t *d_q1 = dev<uint16_t>(q1.size()), *d_o1 = dev<uint16_t>(q1.size());
+        int32_t *d_qs1 = dev<int32_t>(S + 1);
+        put(d_q1, q1);
+        put(d_qs1, qs1);
+        ops_attn_args_t a1 = a;
+        a1.q = d_q1;
+        a1.out = d_o1;
+        a1.query_start = d_qs1;
+        a1.n_tokens = S;
+        a1.mixed = 0;
+        OPS(ops_attention_decode(&a1, 1, nullptr, 0, ERR));
+        const std::vector<uint16_t> o1 = get(d_o1, q1.size()), o = get(d_o, qb.size());
+        int differ = 0;
+        for (int s = 0; s < S; s++)
+            differ += memcmp(&o1[s * row], &o[(size_t)(qs[s + 1] - 1) * row], row * 2) != 0;
+        char what[240];
+        snprintf(what, sizeof what, "%s: decode = prefill", name);
+        if (differ)
+            fail("%-60s FAIL: %d of %d sequences' last tokens differ\n", what, differ, S);
+        else
+            printf("%-60s ok (bit for bit)\n", what);
+        cudaFree(d_q1);
+        cudaFree(d_o1);
+        cudaFree(d_qs1);
+    }
 
     std::vector<float> ref(qb.size()), scores(max_ctx + 1);
     cpu_attn_t ca = {};
@@ -330,6 +371,7 @@ static void test_prefill_edges(void) {
             const int G = sh.Hq / sh.Hkv, BN = sh.D == 256 ? 32 : 64, R = 64 / G;
             AttnCase c = {sh.D, sh.Hq, sh.Hkv, fp8 ? 32 : 16, fp8 != 0,    false,
                           0,    {},    {},     false,         "tile edges"};
+            c.decode_again = true;
             const int pre[] = {0, 0, 0, BN - 1, BN, BN - 2, 2 * BN - R, BN + 3, 0};
             const int ql[] = {R, R + 1, R > 1 ? R - 1 : 1, 1, 1, 1, R, 2 * R + 5, 1};
             for (int i = 0; i < 9; i++) {
