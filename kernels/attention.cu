@@ -14,10 +14,15 @@
  * Prefill: rows are token-major over the sequence's new tokens, 32 rows per CTA; row (i, g)
  * sees keys [0, context_len - n_new + i]. Decode: the G rows of the sequence's last token; with
  * num_splits > 1, split k covers keys [k c, (k+1) c) with c = roundup(ceil(ctx / splits), 32),
- * writes o / l and m + log2 l to the workspace, and merge_kernel combines the splits.
+ * writes o / l and m + log2 l to the workspace, and merge_kernel combines the splits. A mixed
+ * batch (ops_attn_args_t.mixed) runs its one-token sequences here as decode (one launch and one
+ * merge for all of them; the other sequences' CTAs return at once) and the rest as prefill.
  *
- * CUDA cores only (no tensor cores): correct first; decode is bandwidth-bound, and a
- * WGMMA prefill kernel is the next step for long prompts.
+ * CUDA cores only (no tensor cores). ops_attention_prefill and ops_attention_decode run the
+ * tensor-core kernel (attention_mma.cu) for head_dim 128 and 256 (decode included, so that a
+ * row's numerics are the same whichever path computes it: batch invariance), and this one for
+ * head_dim 64; ops_attention_prefill_simt and ops_attention_decode_simt run this one for any
+ * head_dim (comparisons, benchmarks). merge_kernel combines either kernel's decode splits.
  */
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
@@ -28,6 +33,7 @@
 #include "cb_engine.h" /* first: C linkage for the engine headers */
 #include "cuda_check.h"
 #include "ops.h"
+#include "attention.cuh"
 #include "ops_common.cuh"
 
 namespace {
@@ -36,24 +42,12 @@ constexpr int kBK = 32;          /* keys per shared-memory tile: one per lane */
 constexpr int kPrefillWarps = 8; /* prefill CTA: 8 warps x 4 rows = 32 rows */
 constexpr int kPrefillRpw = 4;
 constexpr int kDecodeWarps = 4; /* decode CTA: 4 warps x ceil(G / 4) rows */
-constexpr float kLog2e = 1.4426950408889634f;
 
 /* Prefill rows per warp: head_dim 256 (Qwen3.5) takes one, so that its q rows and K / V tiles
  * stay within the 48 KiB of static shared memory. */
 template <int D> constexpr int prefill_rpw() {
     return D == 256 ? 1 : kPrefillRpw;
 }
-
-struct AttnParams {
-    const __nv_bfloat16 *q;
-    __nv_bfloat16 *out;
-    const void *k_cache, *v_cache;
-    float kv_scale;
-    int n_seqs, n_heads, n_kv_heads, block_size;
-    const int32_t *query_start, *context_len, *block_tables;
-    int block_table_stride;
-    float scale_log2; /* softmax scale * log2(e) */
-};
 
 /* Converts one 16-byte chunk of a cache row into bf16 pairs in shared memory: chunk c of a
  * bf16 row is elements 8c..8c+7 (words 4c..4c+3); of an fp8 row, elements 16c..16c+15. */
@@ -71,55 +65,6 @@ __device__ __forceinline__ void store_chunk(__nv_bfloat162 *row, int c, uint4 ra
     for (int i = 0; i < 8; i++)
         row[8 * c + i] = __floats2bfloat162_rn(ops_e4m3_to_f32(b[2 * i]) * kv_scale,
                                                ops_e4m3_to_f32(b[2 * i + 1]) * kv_scale);
-}
-
-/* Prefill grids are flat over the tiles of all sequences (sequence s has ceil(n_q * G / rows)
- * tiles), so a mixed batch of one long prompt and many decodes launches about T * G / rows + S
- * CTAs, not S * max_q * G / rows. The CTA finds its sequence with a block-wide scan of the tile
- * counts, 32 * NW sequences at a time. Returns the sequence (-1: past the last tile) and sets
- * *tile to the tile within it. Uniform over the CTA; every thread must call. */
-template <int NW>
-__device__ int find_tile(const int32_t *__restrict__ query_start, int n_seqs, int G, int rows,
-                         int *tile) {
-    __shared__ int warp_sum[NW];
-    __shared__ int found_seq, found_tile;
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int b = blockIdx.x;
-    if (tid == 0) found_seq = -1;
-    __syncthreads(); /* the reset is seen before anyone reads found_seq (n_seqs may be 0) */
-    int before = 0;  /* tiles of the sequences of earlier chunks */
-    for (int c0 = 0; c0 < n_seqs; c0 += NW * 32) {
-        const int si = c0 + tid;
-        int t = 0;
-        if (si < n_seqs) {
-            const int n_q = query_start[si + 1] - query_start[si];
-            t = n_q > 0 ? (n_q * G + rows - 1) / rows : 0;
-        }
-        int incl = t; /* inclusive scan: warp, then the warps before */
-#pragma unroll
-        for (int o = 1; o < 32; o <<= 1) {
-            const int v = __shfl_up_sync(OPS_FULL_MASK, incl, o);
-            if (lane >= o) incl += v;
-        }
-        if (lane == 31) warp_sum[warp] = incl;
-        __syncthreads();
-        int total = 0;
-#pragma unroll
-        for (int w = 0; w < NW; w++) {
-            if (w < warp) incl += warp_sum[w];
-            total += warp_sum[w];
-        }
-        const int start = before + incl - t;
-        if (t > 0 && b >= start && b < start + t) {
-            found_seq = si;
-            found_tile = b - start;
-        }
-        before += total;
-        __syncthreads(); /* found_* written; warp_sum free for the next chunk */
-        if (found_seq >= 0 || before > b) break;
-    }
-    *tile = found_tile;
-    return found_seq;
 }
 
 /* ---- kernels -------------------------------------------------------------------------------- */
@@ -143,15 +88,10 @@ __global__ void __launch_bounds__(NW * 32)
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int kvh = blockIdx.z;
     const int G = p.n_heads / p.n_kv_heads;
-    int s = blockIdx.y, tile = 0;
-    if (!DECODE) {
-        s = find_tile<NW>(p.query_start, p.n_seqs, G, ROWS, &tile);
-        if (s < 0) return; /* uniform: past the last tile of the batch */
-    }
-    const int q0 = p.query_start[s], n_q = p.query_start[s + 1] - q0;
-    const int ctx = p.context_len[s];
-    if (n_q <= 0 || ctx <= 0) return; /* uniform over the CTA */
-    const int base = ctx - n_q;       /* keys cached before this step's tokens */
+    int tile, q0, n_q, ctx;
+    const int s = cta_sequence<NW, DECODE>(p, G, ROWS, &tile, &q0, &n_q, &ctx);
+    if (s < 0) return;          /* uniform over the CTA */
+    const int base = ctx - n_q; /* keys cached before this step's tokens */
 
     /* Rows of this CTA and the key range. */
     int row0 = 0, total = G, split = 0, kv_lo = 0, kv_hi;
@@ -354,12 +294,12 @@ __global__ void __launch_bounds__(NW * 32)
  * (sequence, head). Grid (n_seqs, n_heads), D / 2 threads, two dims each. */
 template <int D>
 __global__ void __launch_bounds__(D / 2)
-    merge_kernel(const int32_t *__restrict__ query_start, int n_heads, int num_splits,
+    merge_kernel(const int32_t *__restrict__ query_start, int n_heads, int num_splits, int mixed,
                  const float *__restrict__ ws_o, const float *__restrict__ ws_lse,
                  __nv_bfloat16 *__restrict__ out) {
     const int s = blockIdx.x, h = blockIdx.y, t = threadIdx.x;
     const int n_q = query_start[s + 1] - query_start[s];
-    if (n_q <= 0) return;
+    if (n_q <= 0 || (mixed && n_q != 1)) return;
     const int tok = query_start[s + 1] - 1;
     const int64_t base = ((int64_t)s * n_heads + h) * num_splits;
     float mx = -INFINITY;
@@ -385,25 +325,6 @@ __global__ void __launch_bounds__(D / 2)
 
 /* ---- launchers ------------------------------------------------------------------------------ */
 
-AttnParams make_params(const ops_attn_args_t *a) {
-    AttnParams p;
-    p.q = static_cast<const __nv_bfloat16 *>(a->q);
-    p.out = static_cast<__nv_bfloat16 *>(a->out);
-    p.k_cache = a->k_cache;
-    p.v_cache = a->v_cache;
-    p.kv_scale = a->kv_scale;
-    p.n_seqs = a->n_seqs;
-    p.n_heads = a->n_heads;
-    p.n_kv_heads = a->n_kv_heads;
-    p.block_size = a->block_size;
-    p.query_start = a->query_start;
-    p.context_len = a->context_len;
-    p.block_tables = a->block_tables;
-    p.block_table_stride = a->block_table_stride;
-    p.scale_log2 = a->scale * kLog2e;
-    return p;
-}
-
 int check_args(const char *what, const ops_attn_args_t *a, err_t *err) {
     if (a->head_dim != 64 && a->head_dim != 128 && a->head_dim != 256)
         return err_set(err, "%s: head_dim %d not supported (64, 128, 256)", what, a->head_dim);
@@ -425,15 +346,8 @@ int check_args(const char *what, const ops_attn_args_t *a, err_t *err) {
 template <int D, typename KV>
 int launch_prefill(const ops_attn_args_t *a, int max_q_len, cudaStream_t stream, err_t *err) {
     constexpr int rpw = prefill_rpw<D>(), rows = kPrefillWarps * rpw;
-    const int G = a->n_heads / a->n_kv_heads;
-    /* Tiles of the whole batch: at most S * ceil(max_q * G / rows), and at most
-     * T * G / rows + S when the token count is known (each sequence wastes < 1 tile). */
-    int64_t tiles = (int64_t)a->n_seqs * (((int64_t)max_q_len * G + rows - 1) / rows);
-    if (a->n_tokens > 0) {
-        const int64_t by_tokens = ((int64_t)a->n_tokens * G + rows - 1) / rows + a->n_seqs;
-        if (by_tokens < tiles) tiles = by_tokens;
-    }
-    if (tiles > 0x7fffffff) return err_set(err, "ops_attention_prefill: batch too large");
+    const int64_t tiles = prefill_tiles(a, max_q_len, rows, err);
+    if (tiles < 0) return -1;
     const dim3 grid((unsigned)tiles, 1, a->n_kv_heads);
     OPS_LAUNCH((attn_kernel<D, kPrefillWarps, rpw, false, KV>), grid, kPrefillWarps * 32, 0, stream,
                make_params(a), 1, nullptr, nullptr);
@@ -448,11 +362,17 @@ int launch_decode_rpw(const ops_attn_args_t *a, int num_splits, float *ws_o, flo
     OPS_LAUNCH((attn_kernel<D, kDecodeWarps, RPW, true, KV>), grid, kDecodeWarps * 32, 0, stream,
                make_params(a), num_splits, ws_o, ws_lse);
     CUDA_CHECK(cudaGetLastError(), err);
-    if (num_splits > 1) {
-        OPS_LAUNCH((merge_kernel<D>), dim3(a->n_seqs, a->n_heads), D / 2, 0, stream, a->query_start,
-                   a->n_heads, num_splits, ws_o, ws_lse, static_cast<__nv_bfloat16 *>(a->out));
-        CUDA_CHECK(cudaGetLastError(), err);
-    }
+    return 0;
+}
+
+/* Combines num_splits > 1 decode partials (either decode kernel's) into out. */
+template <int D>
+int launch_merge(const ops_attn_args_t *a, int num_splits, const float *ws_o, const float *ws_lse,
+                 cudaStream_t stream, err_t *err) {
+    OPS_LAUNCH((merge_kernel<D>), dim3(a->n_seqs, a->n_heads), D / 2, 0, stream, a->query_start,
+               a->n_heads, num_splits, a->mixed, ws_o, ws_lse,
+               static_cast<__nv_bfloat16 *>(a->out));
+    CUDA_CHECK(cudaGetLastError(), err);
     return 0;
 }
 
@@ -478,6 +398,15 @@ extern "C" int ops_attention_prefill(const ops_attn_args_t *a, int max_q_len, cu
     if (check_args("ops_attention_prefill", a, err) < 0) return -1;
     if (max_q_len < 0) return err_set(err, "ops_attention_prefill: negative max_q_len");
     if (a->n_seqs == 0 || max_q_len == 0) return 0;
+    if (attn_mma_applies(a)) return attn_prefill_mma(a, max_q_len, stream, err);
+    return ops_attention_prefill_simt(a, max_q_len, stream, err);
+}
+
+extern "C" int ops_attention_prefill_simt(const ops_attn_args_t *a, int max_q_len,
+                                          cudaStream_t stream, err_t *err) {
+    if (check_args("ops_attention_prefill_simt", a, err) < 0) return -1;
+    if (max_q_len < 0) return err_set(err, "ops_attention_prefill_simt: negative max_q_len");
+    if (a->n_seqs == 0 || max_q_len == 0) return 0;
     const bool fp8 = a->kv_dtype == OPS_KV_FP8;
     if (a->head_dim == 64)
         return fp8 ? launch_prefill<64, uint8_t>(a, max_q_len, stream, err)
@@ -491,8 +420,10 @@ extern "C" int ops_attention_prefill(const ops_attn_args_t *a, int max_q_len, cu
 
 extern "C" int ops_attention_decode_splits(int n_seqs, int n_kv_heads, int max_context, int num_sms,
                                            int max_splits) {
-    /* About 4 decode CTAs (128 threads, ~25 KiB shared) stay resident per SM: aim for two such
-     * waves, and never split below 256 keys per split. */
+    /* About 4 CUDA-core decode CTAs (128 threads, ~25 KiB shared) stay resident per SM, 2 of
+     * the tensor-core kernel's (head_dim 128 / 256: 128 threads, 83-99 KiB): aim for 8 CTAs an
+     * SM (two or four waves), and never split below 256 keys per split. Untuned on the GPU for
+     * the tensor-core decode. */
     const int64_t ctas = (int64_t)(n_seqs > 0 ? n_seqs : 1) * (n_kv_heads > 0 ? n_kv_heads : 1);
     const int64_t target = 8 * (int64_t)(num_sms > 0 ? num_sms : 1);
     if (ctas >= target || max_splits <= 1) return 1;
@@ -510,11 +441,12 @@ extern "C" size_t ops_attention_workspace_bytes(int max_seqs, int n_heads, int h
            sizeof(float);
 }
 
-extern "C" int ops_attention_decode(const ops_attn_args_t *a, int num_splits, void *workspace,
-                                    cudaStream_t stream, err_t *err) {
-    if (check_args("ops_attention_decode", a, err) < 0) return -1;
+/* Both decode entry points: the kernel (tensor cores or not), then the merge of the splits. */
+static int decode(const char *what, bool simt, const ops_attn_args_t *a, int num_splits,
+                  void *workspace, cudaStream_t stream, err_t *err) {
+    if (check_args(what, a, err) < 0) return -1;
     if (num_splits < 1 || num_splits > 65535 || (num_splits > 1 && !workspace))
-        return err_set(err, "ops_attention_decode: %d splits (workspace %s)", num_splits,
+        return err_set(err, "%s: %d splits (workspace %s)", what, num_splits,
                        workspace ? "given" : "missing");
     if (a->n_seqs == 0) return 0;
     float *ws_lse = static_cast<float *>(workspace);
@@ -524,12 +456,30 @@ extern "C" int ops_attention_decode(const ops_attn_args_t *a, int num_splits, vo
         ws_o = ws_lse + ((n_lse + 3) & ~(size_t)3);
     }
     const bool fp8 = a->kv_dtype == OPS_KV_FP8;
-    if (a->head_dim == 64)
-        return fp8 ? launch_decode<64, uint8_t>(a, num_splits, ws_o, ws_lse, stream, err)
-                   : launch_decode<64, __nv_bfloat16>(a, num_splits, ws_o, ws_lse, stream, err);
-    if (a->head_dim == 256)
-        return fp8 ? launch_decode<256, uint8_t>(a, num_splits, ws_o, ws_lse, stream, err)
-                   : launch_decode<256, __nv_bfloat16>(a, num_splits, ws_o, ws_lse, stream, err);
-    return fp8 ? launch_decode<128, uint8_t>(a, num_splits, ws_o, ws_lse, stream, err)
-               : launch_decode<128, __nv_bfloat16>(a, num_splits, ws_o, ws_lse, stream, err);
+    int rc;
+    if (!simt && attn_mma_applies(a))
+        rc = attn_decode_mma(a, num_splits, ws_o, ws_lse, stream, err);
+    else if (a->head_dim == 64)
+        rc = fp8 ? launch_decode<64, uint8_t>(a, num_splits, ws_o, ws_lse, stream, err)
+                 : launch_decode<64, __nv_bfloat16>(a, num_splits, ws_o, ws_lse, stream, err);
+    else if (a->head_dim == 256)
+        rc = fp8 ? launch_decode<256, uint8_t>(a, num_splits, ws_o, ws_lse, stream, err)
+                 : launch_decode<256, __nv_bfloat16>(a, num_splits, ws_o, ws_lse, stream, err);
+    else
+        rc = fp8 ? launch_decode<128, uint8_t>(a, num_splits, ws_o, ws_lse, stream, err)
+                 : launch_decode<128, __nv_bfloat16>(a, num_splits, ws_o, ws_lse, stream, err);
+    if (rc < 0 || num_splits == 1) return rc;
+    if (a->head_dim == 64) return launch_merge<64>(a, num_splits, ws_o, ws_lse, stream, err);
+    if (a->head_dim == 256) return launch_merge<256>(a, num_splits, ws_o, ws_lse, stream, err);
+    return launch_merge<128>(a, num_splits, ws_o, ws_lse, stream, err);
+}
+
+extern "C" int ops_attention_decode(const ops_attn_args_t *a, int num_splits, void *workspace,
+                                    cudaStream_t stream, err_t *err) {
+    return decode("ops_attention_decode", false, a, num_splits, workspace, stream, err);
+}
+
+extern "C" int ops_attention_decode_simt(const ops_attn_args_t *a, int num_splits, void *workspace,
+                                         cudaStream_t stream, err_t *err) {
+    return decode("ops_attention_decode_simt", true, a, num_splits, workspace, stream, err);
 }

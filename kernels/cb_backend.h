@@ -127,8 +127,10 @@ typedef struct cb_graph {
 typedef struct run_args {
     int T, n_seqs, n_logits;
     int max_q, max_ctx;
-    bool decode;
-    int splits;
+    bool decode; /* every sequence is a decode (one new token) */
+    int n_dec;   /* sequences with one new token: a mixed batch runs them through the split-KV
+                    decode kernel, the others through the prefill kernel */
+    int splits;  /* the decode kernel's */
     const int32_t *rows; /* device logit rows, or NULL: rows 0..n_logits-1 */
     float *logits;       /* [n_logits, V] f32 device */
     int stride;          /* block-table stride */

@@ -221,9 +221,11 @@ static int full_attention(cuda_backend_t *be, const run_args_t *r, int l, const 
     at.block_tables = be->tables_d;
     at.block_table_stride = r->stride;
     at.scale = (float)(1.0 / sqrt((double)be->D));
-    int rc = r->decode ? ops_attention_decode(&at, r->splits, be->attn_ws, be->stream, err)
-                       : ops_attention_prefill(&at, r->max_q, be->stream, err);
-    if (rc < 0) return -1;
+    /* a mixed batch: prefill chunks on the prefill kernel, decodes in one split-KV launch */
+    at.mixed = !r->decode && r->n_dec > 0;
+    if (!r->decode && ops_attention_prefill(&at, r->max_q, be->stream, err) < 0) return -1;
+    if (r->n_dec > 0 && ops_attention_decode(&at, r->splits, be->attn_ws, be->stream, err) < 0)
+        return -1;
     /* ATTN_GATED: att *= sigmoid(gate) */
     if (gated &&
         ops_output_gate(be->att, be->qkv, GEMM_OUT, ld_qkv, T, be->nH, be->D, be->stream, err) < 0)

@@ -22,7 +22,8 @@
 typedef struct piece {
     int t0, t1, s0, s1, l0, l1;
     int max_q, max_ctx;
-    bool decode; /* every sequence has exactly one new token */
+    int n_dec, dec_max_ctx; /* sequences with exactly one new token, their largest context */
+    bool decode;            /* every sequence has exactly one new token */
 } piece_t;
 
 // ---------------------------------------------------------------------------------------------
@@ -175,7 +176,12 @@ static piece_t next_piece(const cuda_backend_t *be, const be_batch_t *b, int t0,
         int ctx = b->context_len[j] - (b->query_start[j + 1] - q1);
         if (q1 - q0 > p.max_q) p.max_q = q1 - q0;
         if (ctx > p.max_ctx) p.max_ctx = ctx;
-        if (q1 - q0 != 1) p.decode = false;
+        if (q1 - q0 != 1) {
+            p.decode = false;
+        } else {
+            p.n_dec++;
+            if (ctx > p.dec_max_ctx) p.dec_max_ctx = ctx;
+        }
     }
     return p;
 }
@@ -246,6 +252,7 @@ static cb_graph_t *graph_for(cuda_backend_t *be, int n, int stride, err_t *err, 
     r.n_logits = S;
     r.max_q = 1;
     r.decode = true;
+    r.n_dec = S;
     r.splits = S <= SPLIT_MAX_SEQS
                    ? ops_attention_decode_splits(S, be->nKV, be->cfg->max_position_embeddings,
                                                  be->num_sms, MAX_SPLITS)
@@ -328,10 +335,13 @@ static int forward_piece(cuda_backend_t *be, const be_batch_t *b, const piece_t 
         r.max_q = p->max_q;
         r.max_ctx = p->max_ctx;
         r.decode = p->decode;
-        r.splits =
-            p->decode && ns <= SPLIT_MAX_SEQS
-                ? ops_attention_decode_splits(ns, be->nKV, p->max_ctx, be->num_sms, MAX_SPLITS)
-                : 1;
+        r.n_dec = p->n_dec;
+        /* the decode rows' splits (a mixed piece's decodes run in one split-KV launch; its
+         * workspace is indexed by the piece's sequences, decodes or not) */
+        r.splits = p->n_dec > 0 && ns <= SPLIT_MAX_SEQS
+                       ? ops_attention_decode_splits(p->n_dec, be->nKV, p->dec_max_ctx, be->num_sms,
+                                                     MAX_SPLITS)
+                       : 1;
         r.rows = be->lrows_d;
         r.logits = dst;
         r.stride = b->block_table_stride;

@@ -1,6 +1,8 @@
 /*
  * mma: warp-level tensor-core multiply-accumulates (PTX mma.sync), D = A B + D with f32
- * accumulators, for kernels that tile their own GEMMs (moe_gemm.cu). Internal to kernels/.
+ * accumulators, the ldmatrix loads that feed them and the cp.async copies that fill their shared
+ * memory tiles, for kernels that tile their own GEMMs (moe_gemm.cu, attention_mma.cu). Internal
+ * to kernels/.
  *
  *   mma_e4m3_16x8x32   A 16x32 e4m3 (row), B 32x8 e4m3 (col)     sm_89+ (Hopper: sm_90a)
  *   mma_bf16_16x8x16   A 16x16 bf16 (row), B 16x8 bf16 (col)     sm_80+
@@ -42,6 +44,67 @@ __device__ __forceinline__ void mma_bf16_16x8x16(float d[4], const uint32_t a[4]
                  "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#endif
+}
+
+/* ldmatrix.sync.aligned.m8n8.x4{.trans}.shared.b16 r, [row]: four 8 x 8 matrices of 16-bit
+ * elements, one 16-byte row per lane address (lane 8 i + j gives row j of matrix i; 16-byte
+ * aligned, in shared memory). Lane 4 g + t receives in r[i] row g of matrix i, elements 2t and
+ * 2t + 1 (the lower in the low half), which is an mma A fragment register or a B fragment
+ * register of a matrix stored with its k dimension contiguous; with .trans it receives element
+ * (2t, g) and (2t + 1, g) instead, which is a B fragment register of a matrix stored [k][n]. */
+__device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const void *row) {
+#ifdef OPS_HOST_EMULATION
+    emu_ldmatrix_x4(r, row, false);
+#else
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"((uint32_t)__cvta_generic_to_shared(row))
+                 : "memory");
+#endif
+}
+
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t r[4], const void *row) {
+#ifdef OPS_HOST_EMULATION
+    emu_ldmatrix_x4(r, row, true);
+#else
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"((uint32_t)__cvta_generic_to_shared(row))
+                 : "memory");
+#endif
+}
+
+/* cp.async.cg.shared.global [dst], [src], 16, src_bytes: an asynchronous 16-byte copy from
+ * global to shared memory (both 16-byte aligned) that bypasses L1; src_bytes 0 writes 16 zero
+ * bytes and reads nothing (src must still be a valid address). The copies a thread issued
+ * since its last commit form a group (cp_async_commit); cp_async_wait<N> returns when at most
+ * the N newest of its groups are still in flight, and the completed copies are then visible to
+ * the issuing thread only: other threads need a barrier after their own waits. */
+__device__ __forceinline__ void cp_async_16(void *dst, const void *src, bool valid) {
+#ifdef OPS_HOST_EMULATION
+    emu_cp_async_16(dst, src, valid ? 16 : 0);
+#else
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(
+                     (uint32_t)__cvta_generic_to_shared(dst)),
+                 "l"(src), "r"(valid ? 16 : 0)
+                 : "memory");
+#endif
+}
+
+__device__ __forceinline__ void cp_async_commit(void) {
+#ifdef OPS_HOST_EMULATION
+    emu_cp_async_commit();
+#else
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+
+template <int N> __device__ __forceinline__ void cp_async_wait(void) {
+#ifdef OPS_HOST_EMULATION
+    emu_cp_async_wait(N);
+#else
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 #endif
 }
 

@@ -171,17 +171,22 @@ typedef struct ops_attn_args {
     const int32_t *block_tables; /* [n_seqs, block_table_stride] device */
     int block_table_stride;
     float scale; /* softmax scale, 1 / sqrt(head_dim) */
+    /* A mixed batch split by query count (1 = yes): ops_attention_decode runs only the
+     * sequences with one query token (the decodes), ops_attention_prefill only the others; each
+     * leaves the other's rows of out alone. 0: prefill runs every sequence, and decode requires
+     * one query token for each. */
+    int mixed;
 } ops_attn_args_t;
 
 /* Varlen causal attention over the paged cache for any batch (prefill chunks after a cached
  * prefix, decodes, or both): query token i of sequence s (local index i in [0, n_new)) attends to
  * keys 0 .. context_len[s] - n_new + i. max_q_len >= max over s of the query count. The grid is
- * flat over every sequence's tiles (32 rows of token x query head each), about
- * n_tokens * G / 32 + n_seqs CTAs per KV head when a->n_tokens is set, so a long prompt mixed with
- * many decodes costs no idle CTAs. The K/V of this step's tokens must already be in the cache
- * (ops_qk_norm_rope_kv). A sub-range of sequences can be run alone by offsetting query_start,
- * context_len and block_tables (token offsets stay absolute), e.g. decodes through
- * ops_attention_decode and the rest here. */
+ * flat over every sequence's tiles (R rows of token x query head each: 64 for head_dim 128 and
+ * 256, on tensor cores; 32 for 64), about n_tokens * G / R + n_seqs CTAs per KV head when
+ * a->n_tokens is set, so a long prompt mixed with many decodes costs no idle CTAs. The K/V of this
+ * step's tokens must already be in the cache (ops_qk_norm_rope_kv). A sub-range of sequences can be
+ * run alone by offsetting query_start, context_len and block_tables (token offsets stay absolute),
+ * e.g. decodes through ops_attention_decode and the rest here. */
 int ops_attention_prefill(const ops_attn_args_t *a, int max_q_len, cudaStream_t stream, err_t *err);
 
 /* Split count for ops_attention_decode: 1 when n_seqs * n_kv_heads CTAs already fill the GPU,
@@ -199,13 +204,24 @@ int ops_attention_decode_splits(int n_seqs, int n_kv_heads, int max_context, int
 size_t ops_attention_workspace_bytes(int max_seqs, int n_heads, int head_dim, int max_splits);
 
 /* Decode attention: every sequence has exactly one query token (query_start[s+1] - query_start[s]
- * == 1), which attends to all context_len[s] keys. The n_heads / n_kv_heads query heads of one KV
- * head share one CTA (K/V read once for the group). With num_splits > 1 each sequence's keys
- * are cut into num_splits chunks processed in parallel (Flash-Decoding) whose partial results go
- * to workspace and are merged by log-sum-exp; workspace may be NULL when num_splits == 1.
- * n_seqs and num_splits must be within the max_seqs and max_splits the workspace was sized for. */
+ * == 1; with a->mixed, only those sequences are run), which attends to all context_len[s] keys. The
+ * n_heads / n_kv_heads query heads of one KV head share one CTA (K/V read once for the group). With
+ * num_splits > 1 each sequence's keys are cut into num_splits chunks processed in parallel
+ * (Flash-Decoding) whose partial results go to workspace and are merged by log-sum-exp; workspace
+ * may be NULL when num_splits == 1. n_seqs and num_splits must be within the max_seqs and
+ * max_splits the workspace was sized for. */
 int ops_attention_decode(const ops_attn_args_t *a, int num_splits, void *workspace,
                          cudaStream_t stream, err_t *err);
+
+/* The kernels behind ops_attention_prefill / _decode: head_dim 128 and 256 run on tensor cores
+ * (mma.sync; decode as the prefill kernel's rows of one token with its keys split, so that a
+ * token's result is the same in a prefill chunk, a decode or a mixed step when num_splits is
+ * 1), head_dim 64 on CUDA cores. These two run the CUDA-core kernels for every head_dim (32-row
+ * prefill tiles, one key per lane), for comparisons (perf_prefill_attention, perf_attention). */
+int ops_attention_prefill_simt(const ops_attn_args_t *a, int max_q_len, cudaStream_t stream,
+                               err_t *err);
+int ops_attention_decode_simt(const ops_attn_args_t *a, int num_splits, void *workspace,
+                              cudaStream_t stream, err_t *err);
 
 /* ---- standalone quantization and the MLP activation ------------------------------------------ */
 

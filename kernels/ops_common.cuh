@@ -68,6 +68,9 @@ __device__ __forceinline__ float ops_e4m3_to_f32(uint8_t b) {
     return __half2float(__half(h));
 }
 
+/* The tensor-core attention's kernel attributes (attention_mma.cu), for ops_init. */
+int attn_mma_init(err_t *err);
+
 __device__ __forceinline__ float ops_warp_sum(float v) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1)

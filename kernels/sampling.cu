@@ -473,7 +473,7 @@ extern "C" int ops_init(err_t *err) {
     CUDA_CHECK(cudaFuncSetAttribute((const void *)sample_kernel,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxDynSmem),
                err);
-    return 0;
+    return attn_mma_init(err);
 }
 
 extern "C" size_t ops_sample_workspace_bytes(int max_rows, int vocab) {

@@ -9,7 +9,9 @@
  *
  * GB/s counts the K and V bytes each step must read (batch x context x 8 x 128 x 2 tensors x
  * element size) over the measured time of one call (decode + merge), CUDA events around 20
- * back-to-back calls after 3 warm-up calls. Exit 77 without a Hopper GPU. */
+ * back-to-back calls after 3 warm-up calls: ops_attention_decode (the tensor-core kernel for
+ * head_dim 128), then ops_attention_decode_simt (the CUDA-core kernel it replaced) in the last
+ * two columns. Exit 77 without a Hopper GPU. */
 #include "cb_engine.h"
 
 #include <cstdio>
@@ -64,8 +66,9 @@ int main(int argc, char **argv) {
     CK(cudaEventCreate(&e1));
 
     printf("decode attention, %d/%d heads, head_dim %d, %d SMs\n\n", kHq, kHkv, kD, sms);
-    printf("| kv | block | batch | context | splits | us/call | GB/s |\n");
-    printf("|---|---|---|---|---|---|---|\n");
+    printf("| kv | block | batch | context | splits | us/call | GB/s | CUDA cores us/call | GB/s "
+           "|\n");
+    printf("|---|---|---|---|---|---|---|---|---|\n");
     for (int fp8 = 0; fp8 < 2; fp8++)
         for (int bs : {16, 32}) {
             const int64_t pool_blocks = max_tokens / bs;
@@ -116,26 +119,31 @@ int main(int argc, char **argv) {
                     a.block_table_stride = nb;
                     a.scale = 0.08838834764831845f;
                     const int splits = ops_attention_decode_splits(B, kHkv, ctx, sms, kMaxSplits);
-                    for (int it = 0; it < 3; it++)
-                        if (ops_attention_decode(&a, splits, ws, 0, &err) < 0) {
-                            fprintf(stderr, "%s\n", err.msg);
-                            return 1;
-                        }
-                    const int iters = 20;
-                    CK(cudaEventRecord(e0));
-                    for (int it = 0; it < iters; it++)
-                        if (ops_attention_decode(&a, splits, ws, 0, &err) < 0) {
-                            fprintf(stderr, "%s\n", err.msg);
-                            return 1;
-                        }
-                    CK(cudaEventRecord(e1));
-                    CK(cudaEventSynchronize(e1));
-                    float ms;
-                    CK(cudaEventElapsedTime(&ms, e0, e1));
-                    const double us = 1000.0 * ms / iters;
+                    double us[2];
+                    for (int simt = 0; simt < 2; simt++) {
+                        auto call = simt ? ops_attention_decode_simt : ops_attention_decode;
+                        for (int it = 0; it < 3; it++)
+                            if (call(&a, splits, ws, 0, &err) < 0) {
+                                fprintf(stderr, "%s\n", err.msg);
+                                return 1;
+                            }
+                        const int iters = 20;
+                        CK(cudaEventRecord(e0));
+                        for (int it = 0; it < iters; it++)
+                            if (call(&a, splits, ws, 0, &err) < 0) {
+                                fprintf(stderr, "%s\n", err.msg);
+                                return 1;
+                            }
+                        CK(cudaEventRecord(e1));
+                        CK(cudaEventSynchronize(e1));
+                        float ms;
+                        CK(cudaEventElapsedTime(&ms, e0, e1));
+                        us[simt] = 1000.0 * ms / iters;
+                    }
                     const double bytes = (double)B * ctx * kHkv * kD * 2.0 * (fp8 ? 1.0 : 2.0);
-                    printf("| %s | %d | %d | %d | %d | %.1f | %.0f |\n", fp8 ? "fp8" : "bf16", bs,
-                           B, ctx, splits, us, bytes / (us * 1e3));
+                    printf("| %s | %d | %d | %d | %d | %.1f | %.0f | %.1f | %.0f |\n",
+                           fp8 ? "fp8" : "bf16", bs, B, ctx, splits, us[0], bytes / (us[0] * 1e3),
+                           us[1], bytes / (us[1] * 1e3));
                     fflush(stdout);
                     CK(cudaFree(d_tab));
                 }

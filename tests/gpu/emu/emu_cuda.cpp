@@ -4,6 +4,8 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
+#include <deque>
 #include <vector>
 
 extern "C" {
@@ -35,6 +37,17 @@ struct Fiber {
     void *sp = nullptr; /* its saved stack pointer while it is not running */
 };
 
+/* One thread's cp.async copies: the open group and the committed ones, oldest first. */
+struct CpCopy {
+    void *dst;
+    const void *src;
+    int src_bytes;
+};
+struct CpQueue {
+    std::vector<CpCopy> open;
+    std::deque<std::vector<CpCopy>> groups;
+};
+
 /* The block being run: thread index t is fiber t. */
 struct Block {
     std::vector<uint3> idx;
@@ -47,6 +60,7 @@ struct Block {
     std::vector<uint64_t> exchange;             /* [2][32 slots per warp] */
     std::vector<uint32_t> mma;                  /* [2][per warp: each lane's fragment registers] */
     std::vector<uint8_t> exchange_set, mma_set; /* per thread: the set its next exchange uses */
+    std::vector<CpQueue> cp;                    /* per thread: its cp.async copies in flight */
     Barrier block;
     void *sched_sp = nullptr; /* the scheduler's saved stack pointer while a fiber runs */
     int cur = 0;
@@ -135,6 +149,7 @@ void drop(Barrier &b) {
 [[noreturn]] void fiber_main() {
     for (;;) {
         (*blk->body)();
+        blk->cp[blk->cur] = CpQueue{}; /* copies never waited for are dropped */
         drop(blk->block);
         drop(blk->warps[blk->cur / 32]);
         blk->done[blk->cur] = 1;
@@ -276,6 +291,60 @@ void emu_mma_m16n8k8_tf32(float d[4], const uint32_t a[4], const uint32_t b[2]) 
         d[e] = (float)acc;
     }
 }
+static void check_aligned(const void *p, const char *what) {
+    if (reinterpret_cast<uintptr_t>(p) % 16) {
+        fprintf(stderr, "emu: %s address %p not 16-byte aligned (thread %d)\n", what, p, blk->cur);
+        abort();
+    }
+}
+
+/* ldmatrix: lane 8 i + j's address is row j of matrix i. Non-transposed, lane 4 g + t gets
+ * elements 2t, 2t + 1 of row g of each matrix; transposed, element g of rows 2t and 2t + 1. */
+void emu_ldmatrix_x4(uint32_t r[4], const void *row, bool trans) {
+    check_aligned(row, "ldmatrix row");
+    uint64_t *slots = emu_warp_exchange();
+    const int lane = emu_lane(), g = lane >> 2, t = lane & 3;
+    slots[lane] = (uint64_t) reinterpret_cast<uintptr_t>(row);
+    emu_syncwarp();
+    for (int i = 0; i < 4; i++) {
+        const uint8_t *rows[8];
+        for (int j = 0; j < 8; j++)
+            rows[j] = reinterpret_cast<const uint8_t *>((uintptr_t)slots[8 * i + j]);
+        uint16_t lo, hi;
+        if (trans) {
+            memcpy(&lo, rows[2 * t] + 2 * g, 2);
+            memcpy(&hi, rows[2 * t + 1] + 2 * g, 2);
+        } else {
+            memcpy(&lo, rows[g] + 4 * t, 2);
+            memcpy(&hi, rows[g] + 4 * t + 2, 2);
+        }
+        r[i] = (uint32_t)lo | (uint32_t)hi << 16;
+    }
+}
+
+void emu_cp_async_16(void *dst, const void *src, int src_bytes) {
+    check_aligned(dst, "cp.async destination");
+    if (src_bytes) check_aligned(src, "cp.async source");
+    blk->cp[blk->cur].open.push_back(CpCopy{dst, src, src_bytes});
+}
+
+void emu_cp_async_commit(void) {
+    CpQueue &q = blk->cp[blk->cur];
+    q.groups.push_back(std::move(q.open));
+    q.open.clear();
+}
+
+void emu_cp_async_wait(int n) {
+    CpQueue &q = blk->cp[blk->cur];
+    while ((int)q.groups.size() > n) {
+        for (const CpCopy &c : q.groups.front()) {
+            memcpy(c.dst, c.src, (size_t)c.src_bytes);
+            memset(static_cast<uint8_t *>(c.dst) + c.src_bytes, 0, (size_t)(16 - c.src_bytes));
+        }
+        q.groups.pop_front();
+    }
+}
+
 uint32_t *ops_dynamic_smem_u32(void) {
     return dyn_smem.data();
 }
@@ -319,6 +388,7 @@ void emu_run_grid(dim3 grid, dim3 block, size_t smem, const std::function<void()
                 b.mma.resize(2 * (size_t)n * kMmaRegs);
                 b.exchange_set.assign((size_t)n, 0);
                 b.mma_set.assign((size_t)n, 0);
+                b.cp.assign((size_t)n, CpQueue{});
                 b.block = Barrier{};
                 b.block.expected = n;
                 blk = &b;
@@ -382,6 +452,29 @@ cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr attr, int) {
     return cudaSuccess;
 }
 cudaError_t cudaFuncSetAttribute(const void *, cudaFuncAttribute, int) {
+    return cudaSuccess;
+}
+
+/* Events hold the host clock when recorded (launches run synchronously here). */
+cudaError_t cudaEventCreate(cudaEvent_t *e) {
+    *e = reinterpret_cast<cudaEvent_t>(new double(0.0));
+    return cudaSuccess;
+}
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t) {
+    timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    *reinterpret_cast<double *>(e) = (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+    return cudaSuccess;
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t) {
+    return cudaSuccess;
+}
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b) {
+    *ms = (float)(*reinterpret_cast<double *>(b) - *reinterpret_cast<double *>(a));
+    return cudaSuccess;
+}
+cudaError_t cudaEventDestroy(cudaEvent_t e) {
+    delete reinterpret_cast<double *>(e);
     return cudaSuccess;
 }
 

@@ -48,6 +48,21 @@ int emu_lane(void);
 void emu_mma_e4m3_16x8x32(float d[4], const uint32_t a[4], const uint32_t b[2]);
 void emu_mma_bf16_16x8x16(float d[4], const uint32_t a[4], const uint32_t b[2]);
 
+/* ldmatrix.sync.aligned.m8n8.x4{.trans}.shared.b16 (kernels/mma.cuh has the layout): every lane
+ * deposits its row address, then reads its registers from the 32 rows. Aborts on a row address
+ * that is not 16-byte aligned, as the device faults. */
+void emu_ldmatrix_x4(uint32_t r[4], const void *row, bool trans);
+
+/* cp.async.cg 16-byte copies of the calling thread: queued at issue, grouped by commit, and
+ * performed only when a wait retires their group (the oldest groups beyond the N newest), so a
+ * kernel that reads a tile before waiting for it reads stale shared memory, and one that reads
+ * another thread's copies without a barrier after the waits reads them before they happened
+ * (in the fibers' order). src_bytes 0 zero-fills. Aborts on misaligned addresses. Copies left
+ * uncommitted or unwaited when the thread exits are dropped. */
+void emu_cp_async_16(void *dst, const void *src, int src_bytes);
+void emu_cp_async_commit(void);
+void emu_cp_async_wait(int n);
+
 /* Runs body() as grid x block fibers, block after block; smem bytes of dynamic shared memory. */
 void emu_run_grid(dim3 grid, dim3 block, size_t smem, const std::function<void()> &body);
 
