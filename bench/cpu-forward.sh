@@ -19,7 +19,7 @@ model=qwen3-0.6b
 measures=(prefill 128 prefill 512 decode 0 32 decode 512 32 batch 8 16 batch 32 8)
 if [[ ${BENCH_QUICK:-0} == 1 ]]; then
     rounds=1 model=tiny
-    measures=(prefill 16 decode 8 4 batch 4 2)
+    measures=(prefill 8 decode 4 2 batch 2 2)
 fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

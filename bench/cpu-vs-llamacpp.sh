@@ -30,9 +30,9 @@ prog=$build/tests/cpu_forward
 [ -x "$prog" ] || { echo "cpu-vs-llamacpp: no $prog (cmake --build)" >&2; exit 1; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-model=qwen3-0.6b pp="128 512" depth=512 ntg=16
+model=qwen3-0.6b pp="128 512" depth=512 ntg=16 seqs="8 32"
 if [ "$quick" = 1 ]; then # the Tachyon half only, tiny shapes
-    rounds=1 formats="" model=tiny pp="16 32" depth=8 ntg=2
+    rounds=1 formats="" model=tiny pp="8 16" depth=4 ntg=2 seqs="2 4"
 fi
 
 # ---------------------------------------------------------------------------------------------
@@ -88,12 +88,14 @@ tachyon_round() { # OUT
         label=512
     done
     for d in 0 $depth; do
-        "$prog" --model $model --threads "$threads" --reps 1 decode "$d" 32 |
+        "$prog" --model $model --threads "$threads" --reps 1 decode "$d" "$((quick == 1 ? 2 : 32))" |
             awk -v d="$d" '{ print "tachyon tg32_d" (d > 0 ? 512 : 0), $4 }' >>"$out"
     done
-    for s in 8 32; do
+    label=8
+    for s in $seqs; do
         "$prog" --model $model --threads "$threads" --reps 1 batch "$s" "$ntg" |
-            awk -v s="$s" '{ print "tachyon batch" s, $4 }' >>"$out"
+            awk -v s="$label" '{ print "tachyon batch" s, $4 }' >>"$out"
+        label=32
     done
     echo "tachyon rss512 $(max_rss_mib "$prog" --model $model --threads "$threads" --reps 1 \
         prefill "${pp##* }")" >>"$out"

@@ -483,7 +483,7 @@ static int cpu_create(const backend_options_t *opts, const model_weights_t *w, b
     if (c->n_experts > 0) {
         be->expert_counts = calloc((size_t)c->n_layers * (size_t)c->n_experts, sizeof(uint64_t));
         if (!be->expert_counts) err_set(err, "cpu backend: out of memory");
-        if (!be->expert_counts || cpu_moe_create(c, n_threads, &be->moe, err) < 0) {
+        if (!be->expert_counts || cpu_moe_create(c, n_threads, be->fast, &be->moe, err) < 0) {
             cpu_destroy(&be->base);
             return -1;
         }
