@@ -360,17 +360,40 @@ int model_config_parse(const char *text, const char *file, model_config_t *cfg, 
         parse_quantization(json, file, cfg, err) < 0 || cfg->arch->parse(json, file, cfg, err) < 0)
         goto out;
     if (cfg->rotary_dim == 0) cfg->rotary_dim = cfg->head_dim;
+    /* Every width, the config's own and those made of two of them, in int64 before any int
+     * product of them is formed. */
+    const int64_t lin_k = (int64_t)cfg->lin_k_heads * cfg->lin_k_dim,
+                  lin_v = (int64_t)cfg->lin_v_heads * cfg->lin_v_dim;
+    char conv_name[96];
+    snprintf(conv_name, sizeof conv_name, "Gated DeltaNet conv channels (2 x %lld + %lld)",
+             (long long)lin_k, (long long)lin_v);
     const struct {
         const char *name;
-        int value;
+        int64_t value;
     } dims[] = {
-        {"hidden_size", cfg->hidden_size},     {"intermediate_size", cfg->intermediate_size},
-        {"head_dim", cfg->head_dim},           {"vocab_size", cfg->vocab_size},
-        {"num_attention_heads", cfg->n_heads}, {"num_key_value_heads", cfg->n_kv_heads}};
+        {"hidden_size", cfg->hidden_size},
+        {"intermediate_size", cfg->intermediate_size},
+        {"head_dim", cfg->head_dim},
+        {"vocab_size", cfg->vocab_size},
+        {"num_attention_heads", cfg->n_heads},
+        {"num_key_value_heads", cfg->n_kv_heads},
+        {"num_experts", cfg->n_experts},
+        {"moe_intermediate_size", cfg->moe_intermediate_size},
+        {"linear_num_key_heads", cfg->lin_k_heads},
+        {"linear_num_value_heads", cfg->lin_v_heads},
+        {"linear_key_head_dim", cfg->lin_k_dim},
+        {"linear_value_head_dim", cfg->lin_v_dim},
+        {"linear_conv_kernel_dim", cfg->lin_conv_kernel},
+        {"num_attention_heads x head_dim", (int64_t)cfg->n_heads * cfg->head_dim},
+        {"q_proj rows (num_attention_heads x head_dim x 2, gated)", model_dim(cfg, WD_Q_PROJ)},
+        {"num_key_value_heads x head_dim", (int64_t)cfg->n_kv_heads * cfg->head_dim},
+        {"linear_num_key_heads x linear_key_head_dim", lin_k},
+        {"linear_num_value_heads x linear_value_head_dim", lin_v},
+        {conv_name, 2 * lin_k + lin_v}};
     for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
         if (dims[i].value > MODEL_MAX_DIM) {
-            err_set(err, "%s: %s %d is more than the %d Tachyon supports", file, dims[i].name,
-                    dims[i].value, MODEL_MAX_DIM);
+            err_set(err, "%s: %s %lld is more than the %d Tachyon supports", file, dims[i].name,
+                    (long long)dims[i].value, MODEL_MAX_DIM);
             goto out;
         }
     }

@@ -93,9 +93,12 @@ typedef struct model_config {
                                               architecture's description) */
 } model_config_t;
 
-/* A bound on every width of a config (hidden, intermediate, head_dim, vocabulary, heads), far
- * above any model's (the widest are vocabularies of about 2^18): a hostile config.json with
- * head_dim 10^9 made --load-format dummy fill 2 GB norm vectors per layer. */
+/* A bound on every width of a config (hidden, intermediate, head_dim, vocabulary, heads, experts,
+ * the Gated DeltaNet's heads and head dims) and on the widths made of two of them (heads x
+ * head_dim, the Gated DeltaNet's key, value and conv widths), far above any model's (the widest
+ * are vocabularies of about 2^18): a hostile config.json with head_dim 10^9 made --load-format
+ * dummy fill 2 GB norm vectors per layer, and products of two in-bound fields overflowed int.
+ * So every derived size of model.h below fits an int. */
 #define MODEL_MAX_DIM (1 << 20)
 
 /* More parameters than any model has (the largest are about 10^12); refusing configs beyond it

@@ -353,6 +353,50 @@ static void test_config_width_beyond_limit(void **state) {
     assert_non_null(strstr(err.msg, "head_dim 1000000000 is more than"));
 }
 
+/* Widths made of two fields, each within the bound: attention heads x head_dim, and the Gated
+ * DeltaNet's key and value widths (heads x head dims) and its conv channels. Each product is
+ * refused by name before anything computes it in int (signed overflow). Also the MoE's and the
+ * Gated DeltaNet's own fields. */
+static void test_config_derived_width_beyond_limit(void **state) {
+    static const struct {
+        const char *fields, *want;
+    } cases[] = {
+        {"\"model_type\": \"qwen3\", \"num_attention_heads\": 1048576, \"head_dim\": 1048576",
+         "num_attention_heads x head_dim 1099511627776 is more than"},
+        {"\"model_type\": \"qwen3\", \"num_attention_heads\": 4096, \"num_key_value_heads\": 4096, "
+         "\"head_dim\": 1024",
+         "num_attention_heads x head_dim 4194304 is more than"},
+        {"\"model_type\": \"qwen3_5_text\", \"num_attention_heads\": 1, \"head_dim\": 8, "
+         "\"linear_num_key_heads\": 1048576, \"linear_key_head_dim\": 1048576, "
+         "\"linear_num_value_heads\": 1048576, \"linear_value_head_dim\": 1",
+         "linear_num_key_heads x linear_key_head_dim 1099511627776 is more than"},
+        {"\"model_type\": \"qwen3_5_text\", \"num_attention_heads\": 1, \"head_dim\": 8, "
+         "\"linear_num_key_heads\": 1, \"linear_key_head_dim\": 8, "
+         "\"linear_num_value_heads\": 2097152, \"linear_value_head_dim\": 1",
+         "linear_num_value_heads 2097152 is more than"},
+        {"\"model_type\": \"qwen3_5_text\", \"num_attention_heads\": 1, \"head_dim\": 8, "
+         "\"linear_num_key_heads\": 512, \"linear_key_head_dim\": 1024, "
+         "\"linear_num_value_heads\": 512, \"linear_value_head_dim\": 1024",
+         "Gated DeltaNet conv channels (2 x 524288 + 524288) 1572864 is more than"},
+        {"\"model_type\": \"qwen3_moe\", \"num_attention_heads\": 1, \"head_dim\": 8, "
+         "\"num_experts\": 4, \"num_experts_per_tok\": 2, \"moe_intermediate_size\": 2000000",
+         "moe_intermediate_size 2000000 is more than"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char text[1024];
+        snprintf(text, sizeof text,
+                 "{%s, \"hidden_size\": 2, \"intermediate_size\": 8, \"vocab_size\": 16, "
+                 "\"num_hidden_layers\": 1, \"max_position_embeddings\": 64}",
+                 cases[i].fields);
+        model_config_t cfg;
+        err_t err = {{0}};
+        if (model_config_parse(text, "config.json", &cfg, &err) != -1)
+            fail_msg("case %zu: accepted", i);
+        if (!strstr(err.msg, cases[i].want))
+            fail_msg("case %zu: \"%s\", expected \"%s\"", i, err.msg, cases[i].want);
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Config and checkpoint disagree
 
@@ -604,6 +648,7 @@ int main(void) {
         cmocka_unit_test(test_config_head_dim_default_zero),
         cmocka_unit_test(test_config_too_many_params),
         cmocka_unit_test(test_config_width_beyond_limit),
+        cmocka_unit_test(test_config_derived_width_beyond_limit),
         cmocka_unit_test(test_shape_mismatch),
         cmocka_unit_test(test_missing_tensor),
         cmocka_unit_test(test_dtype_mismatch),

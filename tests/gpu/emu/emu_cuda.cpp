@@ -4,8 +4,6 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <csetjmp>
-#include <ucontext.h>
 #include <vector>
 
 extern "C" {
@@ -28,14 +26,13 @@ struct Barrier {
     unsigned gen = 0;
 };
 
-/* One fiber per thread index, kept from block to block and launch to launch: started through
- * makecontext once, then switched with _setjmp / _longjmp, which (unlike swapcontext) do not save
- * the signal mask: no system call per switch. A fiber that finishes its thread's body parks; the
- * next block resumes it into the body again. */
+/* One fiber per thread index, kept from block to block and launch to launch. A switch saves the
+ * callee-saved registers on the running stack and moves to the other stack (fiber_swap below):
+ * a function call's worth of work, where glibc's _setjmp / _longjmp add pointer mangling and a
+ * walk of the cleanup handlers (a third of the emulator's time went there). A fiber that finishes
+ * its thread's body parks; the next block resumes it into the body again. */
 struct Fiber {
-    ucontext_t ctx;
-    jmp_buf jb;
-    bool started = false;
+    void *sp = nullptr; /* its saved stack pointer while it is not running */
 };
 
 /* The block being run: thread index t is fiber t. */
@@ -43,11 +40,15 @@ struct Block {
     std::vector<uint3> idx;
     std::vector<char> done;
     std::vector<Barrier> warps;
-    std::vector<uint64_t> exchange; /* 32 slots per warp */
-    std::vector<uint32_t> mma;      /* per warp: each lane's fragment registers (emu_mma) */
+    /* Two sets of each warp's exchange slots, used in turn by a lane's successive shuffles (and
+     * mmas): a lane writes set p, waits for the warp, reads; its next exchange writes the other
+     * set, and its one after that set p again only after a warp barrier that every lane reaches
+     * after reading set p. So one barrier an exchange, not two. */
+    std::vector<uint64_t> exchange;             /* [2][32 slots per warp] */
+    std::vector<uint32_t> mma;                  /* [2][per warp: each lane's fragment registers] */
+    std::vector<uint8_t> exchange_set, mma_set; /* per thread: the set its next exchange uses */
     Barrier block;
-    jmp_buf sched;
-    ucontext_t sched_ctx;
+    void *sched_sp = nullptr; /* the scheduler's saved stack pointer while a fiber runs */
     int cur = 0;
     const std::function<void()> *body = nullptr;
 };
@@ -58,8 +59,56 @@ std::vector<Fiber> fibers; /* [up to 1024], each with its stack in stacks[] */
 std::vector<char *> stacks;
 unsigned long long events; /* arrivals and departures: a round without any is a deadlock */
 
+/* Saves the callee-saved registers (System V x86-64: rbp, rbx, r12-r15; the return address is
+ * already on the stack) on the current stack, stores the stack pointer in *save, and resumes the
+ * context saved at `resume` by popping the same frame. The control words of the FPU and SSE are
+ * callee-saved too, but nothing here changes them. */
+extern "C" void emu_fiber_swap(void **save, void *resume);
+asm(R"(
+    .text
+    .p2align 4
+    .type emu_fiber_swap, @function
+emu_fiber_swap:
+    pushq %rbp
+    pushq %rbx
+    pushq %r12
+    pushq %r13
+    pushq %r14
+    pushq %r15
+    movq %rsp, (%rdi)
+    movq %rsi, %rsp
+    popq %r15
+    popq %r14
+    popq %r13
+    popq %r12
+    popq %rbx
+    popq %rbp
+    ret
+    .size emu_fiber_swap, .-emu_fiber_swap
+)");
+#if !defined(__x86_64__)
+#error "the CUDA emulator's fiber switch is written for x86-64"
+#endif
+
+/* The fiber of the next thread index after `t` that has not finished, or -1. */
+int next_runnable(int t) {
+    const int n = (int)blk->idx.size();
+    for (t++; t < n; t++)
+        if (!blk->done[t]) return t;
+    return -1;
+}
+
+/* A round runs every unfinished thread once, in index order, each until it waits or finishes:
+ * a fiber hands over straight to the next one (one switch, not two through the scheduler), and
+ * the last one of the round back to the scheduler. */
 void yield_to_scheduler() {
-    if (!_setjmp(fibers[blk->cur].jb)) _longjmp(blk->sched, 1);
+    const int me = blk->cur, next = next_runnable(me);
+    if (next < 0) {
+        emu_fiber_swap(&fibers[me].sp, blk->sched_sp);
+        return;
+    }
+    blk->cur = next;
+    emu_fiber_swap(&fibers[me].sp, fibers[next].sp);
 }
 
 void wait(Barrier &b) {
@@ -83,7 +132,7 @@ void drop(Barrier &b) {
     }
 }
 
-void fiber_main() {
+[[noreturn]] void fiber_main() {
     for (;;) {
         (*blk->body)();
         drop(blk->block);
@@ -104,7 +153,8 @@ int emu_lane(void) {
 }
 
 uint64_t *emu_warp_exchange(void) {
-    return &blk->exchange[(size_t)(blk->cur / 32) * 32];
+    const size_t set = blk->exchange_set[blk->cur] ^= 1;
+    return &blk->exchange[set * blk->idx.size() + (size_t)(blk->cur / 32) * 32];
 }
 
 void emu_syncthreads(void) {
@@ -116,64 +166,92 @@ void emu_syncwarp(void) {
 }
 
 /* A tensor-core mma.sync over the warp (kernels/mma.cuh has the fragment layouts): each lane
- * deposits its A and B registers, and every lane rebuilds the 16 x 32-byte A slice and the
- * 8 x 32-byte B slice from all of them. The m16n8k32 e4m3, m16n8k16 bf16 and m16n8k8 tf32
- * fragments share this byte layout (32 bytes of k per row, 4 in each register). */
-static void mma_gather(const uint32_t a[4], const uint32_t b[2], uint8_t A[16][32],
-                       uint8_t B[8][32]) {
-    uint32_t *slots = &blk->mma[(size_t)(blk->cur / 32) * 32 * kMmaRegs];
-    const int lane = emu_lane();
+ * deposits its A and B registers, and every lane reads back the two rows of A (g and g + 8) and
+ * the two columns of B (2t and 2t + 1) that its four outputs need, 32 bytes of k each. The
+ * m16n8k32 e4m3, m16n8k16 bf16 and m16n8k8 tf32 fragments share this byte layout (32 bytes of k
+ * per row, 4 in each register): row g's k bytes 4t'..4t'+3 are in lane 4g + t''s a[0], its bytes
+ * 16 + 4t'.. in a[2]; row g + 8's in a[1] and a[3]; column n's in lane 4n + t''s b[0] and b[1]. */
+static void mma_gather(const uint32_t a[4], const uint32_t b[2], uint8_t A[2][32],
+                       uint8_t B[2][32]) {
+    const size_t set = blk->mma_set[blk->cur] ^= 1;
+    uint32_t *slots = &blk->mma[(set * blk->idx.size() + (size_t)(blk->cur / 32) * 32) * kMmaRegs];
+    const int lane = emu_lane(), g = lane >> 2, t = lane & 3;
     for (int i = 0; i < 4; i++)
         slots[lane * kMmaRegs + i] = a[i];
     slots[lane * kMmaRegs + 4] = b[0];
     slots[lane * kMmaRegs + 5] = b[1];
     emu_syncwarp();
-    for (int l = 0; l < 32; l++) {
-        const int g = l >> 2, t = l & 3;
-        const uint32_t *r = &slots[l * kMmaRegs];
-        memcpy(&A[g][4 * t], &r[0], 4);
-        memcpy(&A[g + 8][4 * t], &r[1], 4);
-        memcpy(&A[g][16 + 4 * t], &r[2], 4);
-        memcpy(&A[g + 8][16 + 4 * t], &r[3], 4);
-        memcpy(&B[g][4 * t], &r[4], 4);
-        memcpy(&B[g][16 + 4 * t], &r[5], 4);
-    }
-    emu_syncwarp(); /* every lane has read the slots before any lane's next mma writes them */
-}
-
-/* The 8-bit and 16-bit mmas: each lane computes its own four outputs, summing the products in
- * k order in f32 and adding the sum to its accumulator. `esize` bytes an element, decoded by
- * `decode`. */
-static void emu_mma(float d[4], const uint32_t a[4], const uint32_t b[2], int esize,
-                    float (*decode)(const uint8_t *)) {
-    uint8_t A[16][32], B[8][32];
-    mma_gather(a, b, A, B);
-    const int lane = emu_lane(), g = lane >> 2, t = lane & 3;
-    for (int i = 0; i < 4; i++) {
-        const int row = g + (i >= 2 ? 8 : 0), col = 2 * t + (i & 1);
-        float sum = 0.0f;
-        for (int k = 0; k < 32; k += esize)
-            sum += decode(&A[row][k]) * decode(&B[col][k]);
-        d[i] += sum;
+    for (int u = 0; u < 4; u++) {
+        const uint32_t *ra = &slots[(4 * g + u) * kMmaRegs];
+        memcpy(&A[0][4 * u], &ra[0], 4);
+        memcpy(&A[1][4 * u], &ra[1], 4);
+        memcpy(&A[0][16 + 4 * u], &ra[2], 4);
+        memcpy(&A[1][16 + 4 * u], &ra[3], 4);
+        for (int c = 0; c < 2; c++) {
+            const uint32_t *rb = &slots[(4 * (2 * t + c) + u) * kMmaRegs];
+            memcpy(&B[c][4 * u], &rb[4], 4);
+            memcpy(&B[c][16 + 4 * u], &rb[5], 4);
+        }
     }
 }
 
-static float decode_e4m3(const uint8_t *p) {
-    return dtype_e4m3_to_f32(*p);
+/* Every e4m3 byte's value, from dtype_e4m3_to_f32. */
+static const float *e4m3_table(void) {
+    static const std::vector<float> table = [] {
+        std::vector<float> v(256);
+        for (int i = 0; i < 256; i++)
+            v[i] = dtype_e4m3_to_f32((uint8_t)i);
+        return v;
+    }();
+    return table.data();
 }
 
-static float decode_bf16(const uint8_t *p) {
-    uint16_t bits;
-    memcpy(&bits, p, 2);
-    return dtype_bf16_to_f32(bits);
+/* The 8-bit and 16-bit mmas: each lane computes its own four outputs (rows g, g + 8 by columns
+ * 2t, 2t + 1), summing the products in k order in f32 and adding the sum to its accumulator.
+ * X[k] holds the k-th element of a 32-byte row, already decoded to f32. */
+template <int K>
+static inline void mma_f32_sums(float d[4], const float X[2][32], const float Y[2][32]) {
+    /* the four sums side by side, each in k order */
+    float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
+    for (int k = 0; k < K; k++) {
+        s0 += X[0][k] * Y[0][k];
+        s1 += X[0][k] * Y[1][k];
+        s2 += X[1][k] * Y[0][k];
+        s3 += X[1][k] * Y[1][k];
+    }
+    d[0] += s0;
+    d[1] += s1;
+    d[2] += s2;
+    d[3] += s3;
 }
 
 void emu_mma_e4m3_16x8x32(float d[4], const uint32_t a[4], const uint32_t b[2]) {
-    emu_mma(d, a, b, 1, decode_e4m3);
+    uint8_t A[2][32], B[2][32];
+    mma_gather(a, b, A, B);
+    const float *lut = e4m3_table();
+    float X[2][32], Y[2][32];
+    for (int r = 0; r < 2; r++)
+        for (int k = 0; k < 32; k++) {
+            X[r][k] = lut[A[r][k]];
+            Y[r][k] = lut[B[r][k]];
+        }
+    mma_f32_sums<32>(d, X, Y);
 }
 
 void emu_mma_bf16_16x8x16(float d[4], const uint32_t a[4], const uint32_t b[2]) {
-    emu_mma(d, a, b, 2, decode_bf16);
+    uint8_t A[2][32], B[2][32];
+    mma_gather(a, b, A, B);
+    float X[2][32], Y[2][32];
+    for (int r = 0; r < 2; r++)
+        for (int k = 0; k < 16; k++) {
+            uint16_t xa, yb;
+            memcpy(&xa, &A[r][2 * k], 2);
+            memcpy(&yb, &B[r][2 * k], 2);
+            const uint32_t xu = (uint32_t)xa << 16, yu = (uint32_t)yb << 16; /* bf16 -> f32 */
+            memcpy(&X[r][k], &xu, 4);
+            memcpy(&Y[r][k], &yu, 4);
+        }
+    mma_f32_sums<16>(d, X, Y);
 }
 
 uint32_t emu_cvt_rna_tf32(float x) {
@@ -185,16 +263,14 @@ uint32_t emu_cvt_rna_tf32(float x) {
 
 /* The tf32 mma: the products summed in double from the accumulator, rounded once. */
 void emu_mma_m16n8k8_tf32(float d[4], const uint32_t a[4], const uint32_t b[2]) {
-    uint8_t A[16][32], B[8][32];
+    uint8_t A[2][32], B[2][32];
     mma_gather(a, b, A, B);
-    const int lane = emu_lane(), g = lane >> 2, t = lane & 3;
     for (int e = 0; e < 4; e++) {
-        const int row = g + 8 * (e >> 1), col = 2 * t + (e & 1);
         double acc = d[e];
         for (int k = 0; k < 8; k++) {
             float x, y;
-            memcpy(&x, &A[row][4 * k], 4);
-            memcpy(&y, &B[col][4 * k], 4);
+            memcpy(&x, &A[e >> 1][4 * k], 4);
+            memcpy(&y, &B[e & 1][4 * k], 4);
             acc += (double)x * (double)y;
         }
         d[e] = (float)acc;
@@ -210,16 +286,18 @@ void emu_run_grid(dim3 grid, dim3 block, size_t smem, const std::function<void()
         fprintf(stderr, "emu: block of %d threads not supported\n", n);
         abort();
     }
-    fibers.reserve(1024); /* never moved: a started ucontext_t points into itself */
     while ((int)fibers.size() < n) {
-        stacks.push_back(static_cast<char *>(malloc(kStack)));
-        fibers.emplace_back();
-        Fiber &f = fibers.back();
-        getcontext(&f.ctx);
-        f.ctx.uc_stack.ss_sp = stacks.back();
-        f.ctx.uc_stack.ss_size = kStack;
-        f.ctx.uc_link = nullptr;
-        makecontext(&f.ctx, fiber_main, 0);
+        /* A new stack holds the frame emu_fiber_swap pops: six zero registers, then fiber_main
+         * as the return address, which it enters with the stack 8 bytes off 16-byte alignment,
+         * as if called. */
+        char *stack = static_cast<char *>(malloc(kStack));
+        stacks.push_back(stack);
+        uintptr_t top = ((uintptr_t)(stack + kStack) & ~(uintptr_t)15) - 16;
+        void **frame = reinterpret_cast<void **>(top) - 6;
+        for (int r = 0; r < 6; r++)
+            frame[r] = nullptr;
+        reinterpret_cast<void **>(top)[0] = reinterpret_cast<void *>(&fiber_main);
+        fibers.push_back(Fiber{frame});
     }
     emu_grid_dim = grid;
     emu_block_dim = block;
@@ -230,38 +308,31 @@ void emu_run_grid(dim3 grid, dim3 block, size_t smem, const std::function<void()
     for (int t = 0; t < n; t++)
         b.idx[t] = make_uint3(t % block.x, (t / block.x) % block.y, t / (block.x * block.y));
     b.body = &body;
-    for (volatile unsigned z = 0; z < grid.z; z++)
-        for (volatile unsigned y = 0; y < grid.y; y++)
-            for (volatile unsigned x = 0; x < grid.x; x++) {
+    for (unsigned z = 0; z < grid.z; z++)
+        for (unsigned y = 0; y < grid.y; y++)
+            for (unsigned x = 0; x < grid.x; x++) {
                 b.done.assign((size_t)n, 0);
                 b.warps.assign((size_t)n / 32, Barrier{});
                 for (auto &w : b.warps)
                     w.expected = 32;
-                b.exchange.assign((size_t)n, 0);
-                b.mma.assign((size_t)n * kMmaRegs, 0);
+                b.exchange.resize(2 * (size_t)n); /* written before read: no need to clear */
+                b.mma.resize(2 * (size_t)n * kMmaRegs);
+                b.exchange_set.assign((size_t)n, 0);
+                b.mma_set.assign((size_t)n, 0);
                 b.block = Barrier{};
                 b.block.expected = n;
                 blk = &b;
                 emu_block_idx = make_uint3(x, y, z);
                 for (;;) {
-                    volatile int alive = 0;
-                    volatile unsigned long long before = events;
-                    for (volatile int t = 0; t < n; t++) {
-                        if (b.done[t]) continue;
-                        alive++;
-                        b.cur = t;
-                        Fiber &f = fibers[t];
-                        if (!_setjmp(b.sched)) {
-                            if (!f.started) {
-                                f.started = true;
-                                swapcontext(&b.sched_ctx, &f.ctx);
-                            } else {
-                                _longjmp(f.jb, 1);
-                            }
-                        }
-                    }
-                    if (!alive) break;
+                    const unsigned long long before = events;
+                    const int first = next_runnable(-1);
+                    if (first < 0) break;
+                    b.cur = first;
+                    emu_fiber_swap(&b.sched_sp, fibers[first].sp); /* one round */
                     if (events == before) {
+                        int alive = 0;
+                        for (int t = 0; t < n; t++)
+                            alive += !b.done[t];
                         fprintf(stderr,
                                 "emu: deadlock in block (%u, %u, %u): %d of %d threads at "
                                 "__syncthreads, %d alive\n",
@@ -314,7 +385,9 @@ cudaError_t cudaFuncSetAttribute(const void *, cudaFuncAttribute, int) {
     return cudaSuccess;
 }
 
-bool cuda_backend_available(void) {
+/* For the kernel tests; weak, so that the emulated backend's own (kernels/cuda_backend.cu) wins
+ * where it is linked. */
+__attribute__((weak)) bool cuda_backend_available(void) {
     return true;
 }
 

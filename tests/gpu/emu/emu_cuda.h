@@ -4,7 +4,8 @@
  * The kernel sources (fused.cu, attention.cu, sampling.cu) and tests/gpu/test_kernels.cu are
  * compiled as plain C++ with this header forced in first (g++ -include emu_cuda.h
  * -DOPS_HOST_EMULATION). A launch (OPS_LAUNCH in ops_common.cuh) runs the grid block after block;
- * each CUDA thread of a block is a fiber (ucontext) on the calling thread, and __syncthreads and
+ * each CUDA thread of a block is a fiber (its own stack, switched by a few instructions of x86-64
+ * assembly) on the calling thread, and __syncthreads and
  * the warp shuffles and tensor-core mma.sync (kernels/mma.cuh, per-lane fragment layouts of the
  * PTX ISA) are barriers between the fibers, so the kernels' real indexing, shared
  * memory traffic and synchronization run as written: a barrier some threads skip, or a shuffle
@@ -37,7 +38,10 @@ extern dim3 emu_block_dim, emu_grid_dim;
 
 void emu_syncthreads(void);
 void emu_syncwarp(void);
-uint64_t *emu_warp_exchange(void); /* this warp's 32 exchange slots */
+/* This warp's 32 exchange slots for the calling lane's next exchange: write your slot, then
+ * emu_syncwarp(), then read. Successive calls alternate between two sets of slots, so the read
+ * needs no barrier after it (emu_cuda.cpp). */
+uint64_t *emu_warp_exchange(void);
 int emu_lane(void);
 
 /* kernels/mma.cuh's tensor-core instructions, lane by lane (emu_cuda.cpp). */
@@ -75,7 +79,6 @@ template <typename T> static inline T emu_shfl(T v, int src) {
     T r;
     bits = slot[src & 31];
     memcpy(&r, &bits, sizeof r);
-    emu_syncwarp();
     return r;
 }
 template <typename T> static inline T emu_shfl_xor_sync(unsigned, T v, int m) {
