@@ -10,9 +10,17 @@
 # request succeeded with its 16 token events, the achieved rate is within 2 % of the offered one
 # and the mean start lateness is under 5 ms. Client and responder share this machine's cores, so
 # the rates are a lower bound for the client alone. Prints Markdown rows for bench/RESULTS.md.
-# Usage: bench/client-cost.sh
+# The two programs are CMake targets (bench_responder, bench_client_cost) of the build directory.
+# Usage: bench/client-cost.sh [build dir]   (default build/release)
+# BENCH_QUICK=1: one closed-loop and one open-loop run of 200 requests (the test suite's check
+# that the script works; numbers not worth recording).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+build=${1:-$root/build/release}
+for p in bench_responder bench_client_cost; do
+    [ -x "$build/bench/$p" ] || { echo "client-cost: no $build/bench/$p (cmake --build)" >&2; exit 1; }
+done
+quick=${BENCH_QUICK:-0}
 tmp=$(mktemp -d)
 resp_pid=
 cleanup() {
@@ -20,14 +28,10 @@ cleanup() {
     rm -rf "$tmp"
 }
 trap cleanup EXIT
-cc -O2 -Wall -Wextra -Werror -o "$tmp/responder" "$root/bench/http/responder.c" -lmicrohttpd
-cc -O2 -Wall -Wextra -Werror -I"$root/bench" -o "$tmp/client_cost" "$root/bench/http/client_cost.c" \
-    "$root/bench/client.c" "$root/bench/sse.c" "$root/bench/arrival.c" "$root/bench/bench_err.c" \
-    -lcurl -lm
-"$tmp/responder" 0 16 2>"$tmp/resp.log" &
+"$build/bench/bench_responder" 0 16 2>"$tmp/resp.log" &
 resp_pid=$!
 port=
-for _ in $(seq 100); do
+for _ in $(seq 400); do # up to 20 s: a loaded machine starts it late
     port=$(sed -n 's/.*http:\/\/127.0.0.1:\([0-9]*\).*/\1/p' "$tmp/resp.log")
     [ -n "$port" ] && break
     sleep 0.05
@@ -55,14 +59,17 @@ sys.exit(0 if ok else 1)
 echo "| offered req/s | max concurrency | requests | succeeded | achieved req/s | client CPU s / 1000 req | mean start lateness ms | p99 lateness ms |"
 echo "|---|---|---|---|---|---|---|---|"
 # Closed loop: as fast as the pair goes, at 64 and 1024 in flight.
-for conc in 64 1024; do
-    row "$("$tmp/client_cost" "$url" 20000 inf "$conc" 16 || true)"
+closed_n=20000 closed_conc="64 1024" rates="1000 2000 4000 6000 8000 10000 12000"
+[ "$quick" = 1 ] && closed_n=200 closed_conc=64 rates=1000
+for conc in $closed_conc; do
+    row "$("$build/bench/bench_client_cost" "$url" "$closed_n" inf "$conc" 16 || true)"
 done
 # Open loop (constant arrivals, unlimited concurrency), rising until a rate is not sustained.
 best=0
-for rate in 1000 2000 4000 6000 8000 10000 12000; do
+for rate in $rates; do
     n=$((rate * 5 / 2))
-    out=$("$tmp/client_cost" "$url" "$n" "$rate" 0 16 2>"$tmp/err" || true)
+    [ "$quick" = 1 ] && n=200
+    out=$("$build/bench/bench_client_cost" "$url" "$n" "$rate" 0 16 2>"$tmp/err" || true)
     [ -n "$out" ] || { echo "| $rate | unlimited | $n | run failed: $(head -1 "$tmp/err") | | | | |"; break; }
     row "$out"
     if sustained "$out"; then best=$rate; else break; fi

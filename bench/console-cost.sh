@@ -7,6 +7,8 @@
 #     NUM_PROMPTS=2000 ROUNDS=5 bench/console-cost.sh
 #     NVML_LIB=build/release/tests/libfake_nvml.so FAKE_NVML_GPUS=4 bench/console-cost.sh
 #                                               # with a GPU panel (the tests' fake NVML)
+#     BENCH_QUICK=1 bench/console-cost.sh       # 4 prompts, 1 round, 1 s idle (the test suite's
+#                                               # check that the script works)
 #
 # The UI thread is found by its name (tachyon-ui) under /proc/PID/task; its CPU is utime + stime
 # from /proc/PID/task/TID/stat over the window, as a percentage of one core; so is the GPU
@@ -21,8 +23,9 @@ model=${MODEL:-$root/tests/fixtures/tiny-qwen3}
 num_prompts=${NUM_PROMPTS:-1000}
 rounds=${ROUNDS:-3}
 idle_s=${IDLE_S:-10}
+[[ ${BENCH_QUICK:-0} == 1 ]] && num_prompts=4 rounds=1 idle_s=1
 profile=${PROFILE:-short}
-command -v tmux >/dev/null || { echo "console-cost: needs tmux" >&2; exit 1; }
+command -v tmux >/dev/null || { echo "console-cost: needs tmux" >&2; exit 77; }
 [ -x "$bin" ] || { echo "console-cost: no binary at $bin (scripts/build Release)" >&2; exit 1; }
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/console-cost.XXXXXX")

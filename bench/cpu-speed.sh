@@ -4,7 +4,8 @@
 # qwen3-30b-a3b FP8 instead (a 4-token prompt and 4 tokens: with more weights than this machine
 # has memory its values are generated as they are read). Prints a Markdown table for
 # bench/RESULTS.md. Usage: bench/cpu-speed.sh [moe] [path/to/tachyon]
-# (default build/release/tachyon)
+# (default build/release/tachyon). BENCH_QUICK=1: the first fixture of each table only, a
+# 4-token prompt and 2 tokens (the test suite's check that the script works).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 set_moe=
@@ -15,6 +16,8 @@ fi
 bin=${1:-$root/build/release/tachyon}
 n_prompt=128
 n_out=64
+quick=${BENCH_QUICK:-0}
+[[ $quick == 1 ]] && n_prompt=4 n_out=2
 fixtures=$root/tests/fixtures
 
 run() { # label, args...
@@ -35,6 +38,7 @@ echo "| model | prefill tok/s | decode tok/s | peak RSS MiB | command |"
 echo "|---|---|---|---|---|"
 if [[ -n $set_moe ]]; then
     run "tiny-qwen3-moe (BF16, 8 experts top-2)" --model "$fixtures/tiny-qwen3-moe"
+    [[ $quick == 1 ]] && exit 0
     run "tiny-qwen3-moe-fp8 (12 experts top-3)" --model "$fixtures/tiny-qwen3-moe-fp8"
     run "tiny-qwen3-moe-fp8, W8A8 emulation" --model "$fixtures/tiny-qwen3-moe-fp8" \
         --emulate-fp8-activations
@@ -45,6 +49,7 @@ if [[ -n $set_moe ]]; then
     exit 0
 fi
 run "tiny-qwen3 (BF16)" --model "$fixtures/tiny-qwen3"
+[[ $quick == 1 ]] && exit 0
 run "tiny-qwen3-fp8" --model "$fixtures/tiny-qwen3-fp8"
 run "tiny-qwen3-fp8, W8A8 emulation" --model "$fixtures/tiny-qwen3-fp8" --emulate-fp8-activations
 run "dummy qwen3-0.6b BF16" --model qwen3-0.6b --load-format dummy

@@ -19,11 +19,15 @@
 # throughput (generated tokens / benchmark duration, median over rounds) of each other client
 # within 10 % of tachyon's. Prints Markdown for bench/RESULTS.md; exit 1 when a check fails.
 # Usage: bench/crosscheck.sh [TACHYON_BINARY]   (default build/release/tachyon)
+# BENCH_QUICK=1: tachyon bench alone (no installs), 4 prompts of 16 tokens, 4 out, one round (the
+# test suite's check that the script works).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin=${1:-$root/build/release/tachyon}
 model=$root/tests/fixtures/tiny-qwen3
 N=${N:-40} IN=${IN:-64} OUT=${OUT:-32} CONC=${CONC:-4} ROUNDS=${ROUNDS:-5}
+quick=${BENCH_QUICK:-0}
+[ "$quick" = 1 ] && N=4 IN=16 OUT=4 ROUNDS=1
 tmp=$(mktemp -d)
 server_pid=
 cleanup() {
@@ -41,10 +45,12 @@ venv() {
         && [ -x "$dir/bin/$cmd" ]
 }
 have_guidellm=0 have_vllm=0
-venv "$root/.venv/bench" guidellm guidellm && have_guidellm=1 \
-    || echo "guidellm did not install: $(tail -1 "$tmp/pip-guidellm.log" 2>/dev/null)" >&2
-venv "$root/.venv/bench-vllm" vllm vllm && have_vllm=1 \
-    || echo "vllm did not install: $(tail -1 "$tmp/pip-vllm.log" 2>/dev/null)" >&2
+if [ "$quick" != 1 ]; then
+    venv "$root/.venv/bench" guidellm guidellm && have_guidellm=1 \
+        || echo "guidellm did not install: $(tail -1 "$tmp/pip-guidellm.log" 2>/dev/null)" >&2
+    venv "$root/.venv/bench-vllm" vllm vllm && have_vllm=1 \
+        || echo "vllm did not install: $(tail -1 "$tmp/pip-vllm.log" 2>/dev/null)" >&2
+fi
 
 # No prefix caching: Tachyon's vllm:prompt_tokens_total counts computed prefill tokens, and
 # random prompts of different runs share cached blocks.

@@ -5,13 +5,16 @@
 # Each point runs RUNS times (default 3; the machine's noise is larger than the differences
 # between runs of one build). Prints a Markdown table for bench/RESULTS.md.
 # Usage: bench/engine-overhead.sh [build dir] [runs]
+# BENCH_QUICK=1: 64 sequences, one run (the test suite's check that the script works).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$root/build/release}
 runs=${2:-3}
+sizes="1 64 512"
+[[ ${BENCH_QUICK:-0} == 1 ]] && sizes=64 runs=1
 echo "| running sequences | steps measured | wall: mean us/step | p50 us | p99 us | engine-thread CPU us/step |"
 echo "|---|---|---|---|---|---|"
-for n in 1 64 512; do
+for n in $sizes; do
     for _ in $(seq "$runs"); do
         "$build/tests/engine_overhead" "$n"
     done

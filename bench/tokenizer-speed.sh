@@ -7,12 +7,20 @@
 #
 # Usage: bench/tokenizer-speed.sh [path/to/tachyon]   (default build/release/tachyon)
 # The Python with `tokenizers` is $FIXTURES_PYTHON (default .venv/fixtures/bin/python).
+# BENCH_QUICK=1: 20 kB of text, the fixture's tokenizer only, one repetition (the test suite's
+# check that the script works; exit 77 without that Python).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin=${1:-$root/build/release/tachyon}
 py=${FIXTURES_PYTHON:-$root/.venv/fixtures/bin/python}
 helper=$root/bench/tokenizer_speed.py
 repeat=5
+quick=${BENCH_QUICK:-0}
+if [[ $quick == 1 ]]; then
+    repeat=1
+    export TOKENIZER_SPEED_BYTES=20000
+    [[ -x $py ]] || { echo "tokenizer-speed: no Python $py" >&2; exit 77; }
+fi
 
 [[ -x $bin ]] || { echo "tokenizer-speed: no binary $bin" >&2; exit 1; }
 [[ -x $py ]] || { echo "tokenizer-speed: no Python $py (set FIXTURES_PYTHON)" >&2; exit 1; }
@@ -23,13 +31,13 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
 "$py" "$helper" text "$tmp/text.txt"
-"$py" "$helper" train "$tmp/qwen3-32k" "$root/tests/fixtures/tokenizer/qwen3" 2>/dev/null
+[[ $quick == 1 ]] || "$py" "$helper" train "$tmp/qwen3-32k" "$root/tests/fixtures/tokenizer/qwen3" 2>/dev/null
 
 models=()
 if [[ -s $root/tests/fixtures/tiny-qwen3/tokenizer.json ]]; then
     models+=("tiny-qwen3=$root/tests/fixtures/tiny-qwen3")
 fi
-models+=("qwen3-32k (trained here)=$tmp/qwen3-32k")
+[[ $quick == 1 ]] || models+=("qwen3-32k (trained here)=$tmp/qwen3-32k")
 
 echo "Text: $(wc -c <"$tmp/text.txt") bytes, sha256 $(sha256sum "$tmp/text.txt" | cut -c1-16)…;" \
     "load average: $(cut -d' ' -f1-3 /proc/loadavg)"

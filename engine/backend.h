@@ -58,6 +58,8 @@ typedef struct be_batch {
 
 typedef struct backend_options {
     int n_threads;                 /* CPU: worker threads (0 = all cores) */
+    bool cpu_reference;            /* CPU: the scalar reference kernels only, not the vector
+                                      fast paths (which give the same bits; for tests) */
     bool emulate_fp8_activations;  /* CPU: quantize GEMM inputs per token per 128 columns to
                                       e4m3 (W8A8, as the GPU does) before FP8 weight GEMMs */
     int device;                    /* CUDA: device ordinal */

@@ -5,7 +5,9 @@
  *   client_cost URL N RATE CONCURRENCY TOKENS
  * RATE in req/s or inf (constant spacing, as --burstiness inf), CONCURRENCY 0 = unlimited,
  * TOKENS the token events the responder sends (each record is checked to have them). */
+#ifndef _GNU_SOURCE /* the CMake build defines it for every file */
 #define _GNU_SOURCE
+#endif
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -5,6 +5,9 @@ of the same shape, so that the HTTP layer's cost reads as a ratio.
 
     python3 bench/http/http_overhead.py BUILD_DIR [--requests-scale 1.0]
 
+BUILD_DIR holds the tachyon binary and bench/bench_responder (both CMake targets). BENCH_QUICK=1
+in the environment: one level of 8 requests per server (the test suite's check that it works).
+
 Each client keeps one connection and sends streaming /v1/completions requests (8 tokens,
 ignore_eos) back to back; TTFT is the time to the first data chunk with a choice. The client is
 Python asyncio on the same machine: at high concurrency it takes CPU from the server too, and
@@ -18,7 +21,6 @@ import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -108,9 +110,11 @@ def main():
     ap.add_argument("--requests-scale", type=float, default=1.0)
     a = ap.parse_args()
     tachyon = os.path.join(a.build, "tachyon")
-    exe = os.path.join(tempfile.mkdtemp(), "responder")
-    subprocess.check_call(["cc", "-O2", "-o", exe, os.path.join(HERE, "responder.c"), "-lmicrohttpd"])
+    exe = os.path.join(a.build, "bench", "bench_responder")
     levels = [(1, 1000), (64, 5000), (1000, 5000)]
+    quick = os.environ.get("BENCH_QUICK") == "1"
+    if quick:
+        levels = [(4, 8)]
     targets = [
         ("tachyon serve, cpu backend", [tachyon, "serve", "--port", "0", "--stats-interval", "0",
                                         "--kv-cache-memory", "256MiB"]),
@@ -124,7 +128,8 @@ def main():
     for name, cmd in targets:
         p, port = start(cmd or [exe, "0"], r"on http://[^ ]*:(\d+)")
         try:
-            asyncio.run(run_level(port, 4, 40))  # warm-up
+            if not quick:
+                asyncio.run(run_level(port, 4, 40))  # warm-up
             for conc, total in levels:
                 total = max(conc, int(total * a.requests_scale))
                 c0, h0 = cpu_seconds(p.pid)

@@ -28,9 +28,11 @@
  *             h += sum over ids e: w_e * (silu(x Wg_e^T) * x Wu_e^T) Wd_e^T    cpu_moe.h
  *     logits = rmsnorm(h[logit_rows], final_norm) Wlm^T            [n_logits, V]
  *
- * GEMMs split output rows over the thread pool; attention splits (token, head) pairs. Every
- * output element is computed by one thread in a fixed order, so results are bit-identical for
- * any thread count and batch composition.
+ * GEMMs split output rows over the thread pool; attention splits (token, head) pairs, or with
+ * the fast paths (token, KV head) pairs. Every output element is computed by one thread in a
+ * fixed order, so results are bit-identical for any thread count and batch composition. The
+ * GEMMs and attention run the vector kernels of cpu_fast.h where the CPU has AVX2 and FMA
+ * (unless backend_options_t.cpu_reference), which equal the scalar ones of cpu_ops.h bit for bit.
  */
 #include <inttypes.h>
 #include <math.h>
@@ -42,6 +44,7 @@
 
 #include "backend.h"
 #include "cpu_moe.h"
+#include "cpu_fast.h"
 #include "cpu_gdn.h"
 #include "cpu_ops.h"
 #include "cpu_pool.h"
@@ -63,6 +66,7 @@ typedef struct cpu_backend {
     const model_config_t *cfg;
     int n_threads;
     bool emulate_fp8;
+    bool fast; /* cpu_fast.h's kernels, else cpu_ops.h's */
     cpu_pool_t *pool;
 
     const wtensor_t *embed, *lm_head;
@@ -98,8 +102,9 @@ typedef struct cpu_backend {
     float *rope_sin;  /* [T, half] */
     int32_t *tok_seq; /* [T] sequence of each token */
 
-    float **wbuf;   /* [n_threads][CPU_MM_ROWS * kmax] dequantized weight rows */
-    float **scores; /* [n_threads][cap_ctx] attention scores */
+    float **wbuf;        /* [n_threads][wbuf_floats] dequantized weight rows */
+    int64_t wbuf_floats; /* CPU_MM_ROWS * kmax, or a fast GEMM's panel */
+    float **scores;      /* [n_threads][heads per KV head * cap_ctx] attention scores */
     int64_t cap_ctx;
     int64_t max_ctx; /* longest context of the current batch */
 } cpu_backend_t;
@@ -118,7 +123,11 @@ typedef struct gemm_job {
 
 static void gemm_rows(void *ctx, int thread, int64_t begin, int64_t end) {
     gemm_job_t *j = ctx;
-    cpu_matmul_rows(j->x, j->T, j->w, begin, end, j->y, j->ldy, j->be->wbuf[thread]);
+    if (j->be->fast)
+        cpu_fast_matmul_rows(j->x, j->T, j->w, begin, end, j->y, j->ldy, j->be->wbuf[thread],
+                             j->be->wbuf_floats);
+    else
+        cpu_matmul_rows(j->x, j->T, j->w, begin, end, j->y, j->ldy, j->be->wbuf[thread]);
 }
 
 /* y[T, N] (row stride ldy) = x[T, K] W^T, quantizing x first when W8A8 is emulated. */
@@ -127,9 +136,9 @@ static void gemm(cpu_backend_t *be, const float *x, int T, const wtensor_t *w, f
     if (T == 0) return;
     x = cpu_linear_input(x, T, w, be->emulate_fp8, be->aq);
     gemm_job_t job = {be, x, T, w, y, ldy};
-    /* chunks of whole CPU_MM_ROWS groups */
-    int64_t grain =
-        cpu_pool_grain(be->pool, w->rows, (int64_t)T * w->rows * w->cols, 4, CPU_MM_ROWS);
+    /* chunks of whole CPU_MM_ROWS groups (fast: of 3-row and 4-row tiles) */
+    int64_t grain = cpu_pool_grain(be->pool, w->rows, (int64_t)T * w->rows * w->cols, 4,
+                                   be->fast ? 12 : CPU_MM_ROWS);
     cpu_pool_run(be->pool, w->rows, grain, gemm_rows, &job);
 }
 
@@ -144,6 +153,16 @@ static void attn_items(void *ctx, int thread, int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; i++) {
         int t = (int)(i / n_heads), h = (int)(i % n_heads);
         cpu_attention_head(j->a, j->be->tok_seq[t], t, h, j->be->scores[thread]);
+    }
+}
+
+/* The fast paths' items: (token, KV head), every query head of that KV head at once. */
+static void attn_items_fast(void *ctx, int thread, int64_t begin, int64_t end) {
+    attn_job_t *j = ctx;
+    int n_kv = j->a->n_kv_heads;
+    for (int64_t i = begin; i < end; i++) {
+        int t = (int)(i / n_kv), g = (int)(i % n_kv);
+        cpu_fast_attention(j->a, j->be->tok_seq[t], t, g, j->be->scores[thread]);
     }
 }
 
@@ -201,9 +220,10 @@ static int ensure_tokens(cpu_backend_t *be, int n_tokens, err_t *err) {
 static int ensure_context(cpu_backend_t *be, int64_t ctx, err_t *err) {
     if (ctx <= be->cap_ctx) return 0;
     int64_t cap = (ctx + 1023) / 1024 * 1024;
+    size_t group = (size_t)(be->cfg->n_heads / be->cfg->n_kv_heads);
     for (int i = 0; i < be->n_threads; i++) {
         free(be->scores[i]);
-        be->scores[i] = alloc_floats((size_t)cap);
+        be->scores[i] = alloc_floats(group * (size_t)cap);
         if (!be->scores[i]) {
             be->cap_ctx = 0;
             return err_set(err, "cpu backend: out of memory for a context of %" PRId64 " tokens",
@@ -418,6 +438,7 @@ static int cpu_create(const backend_options_t *opts, const model_weights_t *w, b
     be->cfg = c;
     be->n_threads = n_threads;
     be->emulate_fp8 = opts && opts->emulate_fp8_activations;
+    be->fast = !(opts && opts->cpu_reference) && cpu_fast_supported();
     be->ssm_bf16 = opts && opts->ssm_state_bf16;
     be->half = c->rotary_dim / 2;
     be->embed = embed;
@@ -433,8 +454,10 @@ static int cpu_create(const backend_options_t *opts, const model_weights_t *w, b
         cpu_destroy(&be->base);
         return err_set(err, "cpu backend: out of memory");
     }
+    be->wbuf_floats =
+        be->fast ? cpu_fast_scratch_floats(be->kmax) : (int64_t)CPU_MM_ROWS * be->kmax;
     for (int i = 0; i < n_threads; i++) {
-        be->wbuf[i] = alloc_floats((size_t)CPU_MM_ROWS * (size_t)be->kmax);
+        be->wbuf[i] = alloc_floats((size_t)be->wbuf_floats);
         if (!be->wbuf[i]) {
             cpu_destroy(&be->base);
             return err_set(err, "cpu backend: out of memory");
@@ -460,7 +483,7 @@ static int cpu_create(const backend_options_t *opts, const model_weights_t *w, b
     if (c->n_experts > 0) {
         be->expert_counts = calloc((size_t)c->n_layers * (size_t)c->n_experts, sizeof(uint64_t));
         if (!be->expert_counts) err_set(err, "cpu backend: out of memory");
-        if (!be->expert_counts || cpu_moe_create(c, n_threads, &be->moe, err) < 0) {
+        if (!be->expert_counts || cpu_moe_create(c, n_threads, be->fast, &be->moe, err) < 0) {
             cpu_destroy(&be->base);
             return -1;
         }
@@ -628,9 +651,10 @@ static void full_attention(cpu_backend_t *be, const be_batch_t *b, int layer) {
         .block_table_stride = b->block_table_stride,
     };
     attn_job_t job = {be, &a};
-    int64_t items = (int64_t)T * c->n_heads;
-    int64_t grain = cpu_pool_grain(be->pool, items, items * be->max_ctx * D, 8, 1);
-    cpu_pool_run(be->pool, items, grain, attn_items, &job);
+    int64_t items = (int64_t)T * (be->fast ? c->n_kv_heads : c->n_heads);
+    int64_t grain =
+        cpu_pool_grain(be->pool, items, (int64_t)T * c->n_heads * be->max_ctx * D, 8, 1);
+    cpu_pool_run(be->pool, items, grain, be->fast ? attn_items_fast : attn_items, &job);
     if (gated) apply_output_gate(be, T);
 
     /* h += att Wo^T */
@@ -786,8 +810,9 @@ static void cpu_configure(backend_t *base, const backend_options_t *opts) {
 
 static void cpu_describe(const backend_t *base, char *buf, size_t size) {
     const cpu_backend_t *be = (const cpu_backend_t *)base;
-    snprintf(buf, size, "cpu, %d thread%s, f32 (W8A8 emulation %s)%s", be->n_threads,
-             be->n_threads == 1 ? "" : "s", be->emulate_fp8 ? "on" : "off",
+    snprintf(buf, size, "cpu, %d thread%s, f32%s (W8A8 emulation %s)%s", be->n_threads,
+             be->n_threads == 1 ? "" : "s", be->fast ? "" : ", scalar reference kernels",
+             be->emulate_fp8 ? "on" : "off",
              be->embed->dummy ? ", dummy weights generated as read (a copy would not fit)" : "");
 }
 

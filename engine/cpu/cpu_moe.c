@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu_fast.h"
 #include "cpu_ops.h"
 
 /* Rows of an expert's weight one work item computes: one FP8 block, so that the SiLU product of
@@ -14,20 +15,22 @@ struct cpu_moe {
     int H, E, k, I, n_threads;
     int chunk; /* tokens routed at once */
     bool norm;
-    float *logits;      /* [chunk, E] router logits */
-    int32_t *ids;       /* [chunk, k] each token's experts */
-    float *weights;     /* [chunk, k] their routing weights */
-    int32_t *count;     /* [E] tokens of each expert in the chunk */
-    int32_t *offset;    /* [E] first grouped row of each expert */
-    int32_t *fill;      /* [E] rows placed so far */
-    int32_t *active;    /* [E] experts with tokens, increasing */
-    int32_t *row_token; /* [chunk * k] the token of each grouped row */
-    int32_t *pos;       /* [chunk * k] the grouped row of (token, j) */
-    float *xq;          /* [chunk, H] the input after W8A8 quantization */
-    float *xg;          /* [chunk * k, H] inputs grouped by expert */
-    float *gate, *up;   /* [chunk * k, I]; gate becomes silu(gate) * up */
-    float *y;           /* [chunk * k, H] expert outputs */
-    float **wbuf;       /* [n_threads][CPU_MM_ROWS * max(H, I)] dequantized weight rows */
+    float *logits;       /* [chunk, E] router logits */
+    int32_t *ids;        /* [chunk, k] each token's experts */
+    float *weights;      /* [chunk, k] their routing weights */
+    int32_t *count;      /* [E] tokens of each expert in the chunk */
+    int32_t *offset;     /* [E] first grouped row of each expert */
+    int32_t *fill;       /* [E] rows placed so far */
+    int32_t *active;     /* [E] experts with tokens, increasing */
+    int32_t *row_token;  /* [chunk * k] the token of each grouped row */
+    int32_t *pos;        /* [chunk * k] the grouped row of (token, j) */
+    float *xq;           /* [chunk, H] the input after W8A8 quantization */
+    float *xg;           /* [chunk * k, H] inputs grouped by expert */
+    float *gate, *up;    /* [chunk * k, I]; gate becomes silu(gate) * up */
+    float *y;            /* [chunk * k, H] expert outputs */
+    float **wbuf;        /* [n_threads][wbuf_floats] dequantized weight rows */
+    int64_t wbuf_floats; /* CPU_MM_ROWS * max(H, I), or the fast GEMM's panel */
+    bool fast;           /* cpu_fast_matmul_rows (bit-identical), else cpu_matmul_rows */
 };
 
 void cpu_moe_destroy(cpu_moe_t *m) {
@@ -48,7 +51,7 @@ static void *alloc(size_t n, size_t size, bool *ok) {
     return p;
 }
 
-int cpu_moe_create(const model_config_t *c, int n_threads, cpu_moe_t **out, err_t *err) {
+int cpu_moe_create(const model_config_t *c, int n_threads, bool fast, cpu_moe_t **out, err_t *err) {
     *out = NULL;
     cpu_moe_t *m = calloc(1, sizeof *m);
     if (!m) return err_set(err, "cpu backend: out of memory");
@@ -58,6 +61,7 @@ int cpu_moe_create(const model_config_t *c, int n_threads, cpu_moe_t **out, err_
     m->I = c->moe_intermediate_size;
     m->norm = c->norm_topk_prob;
     m->n_threads = n_threads;
+    m->fast = fast;
     m->chunk = CPU_MOE_PAIRS / m->k > 0 ? CPU_MOE_PAIRS / m->k : 1;
     size_t T = (size_t)m->chunk, P = T * (size_t)m->k, H = (size_t)m->H, I = (size_t)m->I;
     size_t E = (size_t)m->E, wide = H > I ? H : I;
@@ -76,9 +80,10 @@ int cpu_moe_create(const model_config_t *c, int n_threads, cpu_moe_t **out, err_
     m->gate = alloc(P * I, sizeof(float), &ok);
     m->up = alloc(P * I, sizeof(float), &ok);
     m->y = alloc(P * H, sizeof(float), &ok);
+    m->wbuf_floats = fast ? cpu_fast_scratch_floats((int64_t)wide) : CPU_MM_ROWS * (int64_t)wide;
     m->wbuf = calloc((size_t)n_threads, sizeof *m->wbuf);
     for (int i = 0; m->wbuf && i < n_threads; i++)
-        m->wbuf[i] = alloc((size_t)CPU_MM_ROWS * wide, sizeof(float), &ok);
+        m->wbuf[i] = alloc((size_t)m->wbuf_floats, sizeof(float), &ok);
     if (!ok || !m->wbuf) {
         cpu_moe_destroy(m);
         return err_set(err, "cpu backend: out of memory for the MoE scratch");
@@ -153,10 +158,18 @@ typedef struct moe_job {
     float *h;             /* combine job: the residual stream of the chunk */
 } moe_job_t;
 
+/* cpu_matmul_rows, or its fast twin, with thread's scratch */
+static void matmul(const cpu_moe_t *m, int thread, const float *x, int T, const wtensor_t *w,
+                   int64_t n0, int64_t n1, float *y, int64_t ldy) {
+    if (m->fast)
+        cpu_fast_matmul_rows(x, T, w, n0, n1, y, ldy, m->wbuf[thread], m->wbuf_floats);
+    else
+        cpu_matmul_rows(x, T, w, n0, n1, y, ldy, m->wbuf[thread]);
+}
+
 static void router_rows(void *ctx, int thread, int64_t begin, int64_t end) {
     moe_job_t *j = ctx;
-    cpu_matmul_rows(j->x, j->T, j->w->router, begin, end, j->m->logits, j->m->E,
-                    j->m->wbuf[thread]);
+    matmul(j->m, thread, j->x, j->T, j->w->router, begin, end, j->m->logits, j->m->E);
 }
 
 static const wtensor_t *expert(const moe_job_t *j, int e, eslot_t slot) {
@@ -174,8 +187,8 @@ static void gate_up_items(void *ctx, int thread, int64_t begin, int64_t end) {
         int64_t p0 = m->offset[e], n = m->count[e];
         const float *x = m->xg + p0 * m->H;
         float *g = m->gate + p0 * I, *u = m->up + p0 * I;
-        cpu_matmul_rows(x, (int)n, expert(j, e, E_GATE), r0, r1, g, I, m->wbuf[thread]);
-        cpu_matmul_rows(x, (int)n, expert(j, e, E_UP), r0, r1, u, I, m->wbuf[thread]);
+        matmul(m, thread, x, (int)n, expert(j, e, E_GATE), r0, r1, g, I);
+        matmul(m, thread, x, (int)n, expert(j, e, E_UP), r0, r1, u, I);
         for (int64_t t = 0; t < n; t++) {
             float *gr = g + t * I, *ur = u + t * I;
             for (int c = r0; c < r1; c++)
@@ -193,8 +206,8 @@ static void down_items(void *ctx, int thread, int64_t begin, int64_t end) {
         int e = m->active[it / j->blocks];
         int r0 = (int)(it % j->blocks) * COLS, r1 = r0 + COLS < m->H ? r0 + COLS : m->H;
         int64_t p0 = m->offset[e];
-        cpu_matmul_rows(m->gate + p0 * m->I, m->count[e], expert(j, e, E_DOWN), r0, r1,
-                        m->y + p0 * m->H, m->H, m->wbuf[thread]);
+        matmul(m, thread, m->gate + p0 * m->I, m->count[e], expert(j, e, E_DOWN), r0, r1,
+               m->y + p0 * m->H, m->H);
     }
 }
 

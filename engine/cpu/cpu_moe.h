@@ -18,7 +18,7 @@
  * which bounds the scratch.
  *
  *     cpu_moe_t *m;
- *     cpu_moe_create(cfg, n_threads, &m, &err);
+ *     cpu_moe_create(cfg, n_threads, fast, &m, &err);     // fast: cpu_fast.h's GEMM
  *     cpu_moe_weights_t lw = {router, experts};            // experts: weights_expert(w, l, 0, 0)
  *     cpu_moe_forward(m, pool, &lw, x, T, h, emulate_fp8, counts, NULL);   // counts[E] += routed
  *     cpu_moe_destroy(m);
@@ -46,7 +46,8 @@ typedef struct cpu_moe_weights {
 
 /* Scratch for the MoE layers of cfg (n_experts > 0) run on n_threads threads. The caller owns
  * *out. */
-int cpu_moe_create(const model_config_t *cfg, int n_threads, cpu_moe_t **out, err_t *err);
+int cpu_moe_create(const model_config_t *cfg, int n_threads, bool fast, cpu_moe_t **out,
+                   err_t *err);
 void cpu_moe_destroy(cpu_moe_t *m);
 
 /* h[t] += MoE(x[t]) for t < T: x [T, H] the normed input (f32), h [T, H] the residual stream.

@@ -6,7 +6,8 @@
  * fixtures (scripts/make_fixtures_qwen35.py) too: each sequence with a recurrent-state slot,
  * prompts of up to 230 tokens, so the batched prefill runs the Gated DeltaNet's chunked form over
  * several 64-token chunks and the greedy runs continue the state chunk after chunk, then token by
- * token.
+ * token. Every batched prefill runs twice, on the vector fast paths (the default) and on the scalar
+ * reference kernels (cpu_reference): their logits must be identical bit for bit.
  *
  * Tolerance: transformers ran in float32 on the same weights (BF16 values, or FP8 dequantized
  * exactly), so the only differences are f32 summation order in GEMMs (K <= 384), RMSNorm and
@@ -72,12 +73,18 @@ static int32_t *json_ids(const cJSON *arr, int *n) {
     return ids;
 }
 
+static void make_backend(const model_weights_t *w, bool emulate, bool reference, backend_t **be) {
+    err_t err = {{0}};
+    backend_options_t opts = {
+        .n_threads = 2, .emulate_fp8_activations = emulate, .cpu_reference = reference};
+    if (cpu_backend_ops.create(&opts, w, be, &err) < 0) fail_msg("%s", err.msg);
+}
+
 static void open_fixture(const char *fixture, bool emulate, model_weights_t **w, backend_t **be) {
     err_t err = {{0}};
     model_source_t src = {.model = tu_fixture(fixture), .format = LOAD_AUTO};
     if (weights_open(&src, w, &err) < 0) fail_msg("%s", err.msg);
-    backend_options_t opts = {.n_threads = 2, .emulate_fp8_activations = emulate};
-    if (cpu_backend_ops.create(&opts, *w, be, &err) < 0) fail_msg("%s", err.msg);
+    make_backend(*w, emulate, false, be);
 }
 
 /* Models with recurrent state: n slots, sequence s in slot n - 1 - s (so slot and sequence
@@ -167,6 +174,21 @@ static double batched_prefill_error(const char *fixture, const char *golden, boo
     assert_int_equal(backend_check_batch(&batch, total_blocks, BLOCK, &err), 0);
     float *logits = malloc((size_t)n_logits * g.vocab * sizeof *logits);
     if (backend_forward(be, &batch, logits, &err) < 0) fail_msg("%s", err.msg);
+
+    /* the scalar reference kernels give the same bits */
+    backend_t *ref_be;
+    make_backend(w, emulate, true, &ref_be);
+    if (backend_kv_reserve(ref_be, total_blocks, BLOCK, &err) < 0) fail_msg("%s", err.msg);
+    int32_t *ref_sslots = state_slots(ref_be, w, n_seqs);
+    batch.state_slots = ref_sslots;
+    float *ref_logits = malloc((size_t)n_logits * g.vocab * sizeof *ref_logits);
+    if (backend_forward(ref_be, &batch, ref_logits, &err) < 0) fail_msg("%s", err.msg);
+    if (memcmp(logits, ref_logits, (size_t)n_logits * g.vocab * sizeof *logits))
+        fail_msg("%s: the fast paths' logits differ from the reference kernels'", fixture);
+    free(ref_logits);
+    free(ref_sslots);
+    backend_destroy(ref_be);
+
     double worst = 0;
     for (int i = 0; i < n_logits; i++) {
         assert_true((size_t)golden_rows[i] < g.n_rows);

@@ -3,7 +3,8 @@
  * and the consistency the engine relies on: one-shot prefill, chunked prefill over a cached
  * prefix and token-by-token decode give the same logits; sequences batched together (varlen,
  * scattered block tables) give what each gives alone; 1 and 2 threads are bit-identical; the
- * W8A8 emulation is deterministic and close to the unquantized activations.
+ * W8A8 emulation is deterministic and close to the unquantized activations; the vector fast
+ * paths give the scalar reference kernels' logits bit for bit.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -30,8 +31,11 @@ static model_weights_t *tiny(bool fp8) {
     return w;
 }
 
+static bool g_reference; /* make_backend: the scalar reference kernels (cpu_reference) */
+
 static backend_t *make_backend(const model_weights_t *w, int threads, bool emulate) {
-    backend_options_t opts = {.n_threads = threads, .emulate_fp8_activations = emulate};
+    backend_options_t opts = {
+        .n_threads = threads, .emulate_fp8_activations = emulate, .cpu_reference = g_reference};
     backend_t *be;
     err_t err;
     if (cpu_backend_ops.create(&opts, w, &be, &err) < 0) fail_msg("%s", err.msg);
@@ -402,20 +406,21 @@ static void test_varlen_batch_matches_alone(void **state) {
     weights_destroy(w);
 }
 
-/* Two prompts in one step, then one decodes while the other takes a chunk: logits of both
- * steps, [4, V]. */
+/* Two prompts in one step, then one decodes while the other takes a chunk, then both decode:
+ * logits of the three steps, [6, V]. */
 static void threads_run(const model_weights_t *w, int threads, bool emulate, float *logits) {
     int V = weights_config(w)->vocab_size;
-    int32_t ta[31], tb[30];
-    make_tokens(ta, 31, V, 8);
-    make_tokens(tb, 30, V, 9);
+    int32_t ta[32], tb[31];
+    make_tokens(ta, 32, V, 8);
+    make_tokens(tb, 31, V, 9);
     backend_t *be = make_backend(w, threads, emulate);
     seq_t a = {.tokens = ta, .table = {4, 17}};
     seq_t b = {.tokens = tb, .table = {22, 8}};
     seq_t *ab[] = {&a, &b};
-    int n1[] = {30, 9}, n2[] = {1, 21};
+    int n1[] = {30, 9}, n2[] = {1, 21}, n3[] = {1, 1};
     step(be, ab, n1, 2, false, logits);
     step(be, ab, n2, 2, false, logits + 2 * (size_t)V);
+    step(be, ab, n3, 2, false, logits + 4 * (size_t)V);
     backend_destroy(be);
 }
 
@@ -423,11 +428,28 @@ static void test_thread_count_bit_identical(void **state) {
     for (int fp8 = 0; fp8 < 2; fp8++) {
         model_weights_t *w = tiny(fp8);
         size_t V = (size_t)weights_config(w)->vocab_size;
-        float *m1 = malloc(sizeof(float) * 4 * V), *m2 = malloc(sizeof(float) * 4 * V);
+        float *m1 = malloc(sizeof(float) * 6 * V), *m2 = malloc(sizeof(float) * 6 * V);
         threads_run(w, 1, fp8, m1);
         threads_run(w, fp8 ? 3 : 2, fp8, m2);
-        assert_memory_equal(m1, m2, sizeof(float) * 4 * V);
+        assert_memory_equal(m1, m2, sizeof(float) * 6 * V);
         free(m1), free(m2);
+        weights_destroy(w);
+    }
+}
+
+/* The fast paths (the default where the CPU has AVX2) against the scalar reference kernels:
+ * the same logits bit for bit, BF16 and FP8 with W8A8, prefill, chunks and decode. */
+static void test_fast_paths_equal_reference(void **state) {
+    for (int fp8 = 0; fp8 < 2; fp8++) {
+        model_weights_t *w = tiny(fp8);
+        size_t V = (size_t)weights_config(w)->vocab_size;
+        float *ref = malloc(sizeof(float) * 6 * V), *fast = malloc(sizeof(float) * 6 * V);
+        g_reference = true;
+        threads_run(w, 1, fp8, ref);
+        g_reference = false;
+        threads_run(w, 2, fp8, fast);
+        assert_memory_equal(fast, ref, sizeof(float) * 6 * V);
+        free(ref), free(fast);
         weights_destroy(w);
     }
 }
@@ -536,6 +558,7 @@ int main(void) {
         cmocka_unit_test(test_prefill_chunked_decode_agree_w8a8),
         cmocka_unit_test(test_varlen_batch_matches_alone),
         cmocka_unit_test(test_thread_count_bit_identical),
+        cmocka_unit_test(test_fast_paths_equal_reference),
         cmocka_unit_test(test_w8a8_emulation_close_not_equal),
         cmocka_unit_test(test_errors_and_describe),
     };
