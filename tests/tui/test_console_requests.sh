@@ -4,7 +4,7 @@
 # another client's requests with their choices, sorts (/requests sort age asc: the newest first)
 # and filters (waiting, running, errors); the selected request is cancelled with c and y through
 # the engine's cancel path, and its client sees finish_reason "abort" (every choice of a request
-# with n = 16), while the request left alone is not touched. With --max-num-seqs 1 one choice runs
+# with n = 16 still in flight), while the request left alone is not touched. With --max-num-seqs 1 one choice runs
 # at a time, so the requests stay in flight for as long as the test needs (16 x 3000 tokens).
 source "$(dirname "$0")/lib.sh"
 command -v curl >/dev/null || { echo "SKIP: curl not installed"; exit 77; }
@@ -75,7 +75,18 @@ run() {
     tui_wait ' decode *$'
     tui_keys Home c y
     tui_wait 'cancelled cmpl-'
-    finished long.out abort 16
+    # every choice still in flight ends with abort; on a slow machine (ASan under load) the
+    # first choices may have run to their length before the cancel: all 16 end one way or the
+    # other, and the cancel caught at least the one running
+    local end=$((SECONDS + 60)) aborts lengths
+    while :; do
+        aborts=$({ grep -o '"finish_reason":"abort"' "$TUI_DIR/long.out" 2>/dev/null || true; } | wc -l)
+        lengths=$({ grep -o '"finish_reason":"length"' "$TUI_DIR/long.out" 2>/dev/null || true; } | wc -l)
+        [ $((aborts + lengths)) -eq 16 ] && break
+        [ $SECONDS -lt $end ] || tui_fail "long.out: $aborts aborts + $lengths lengths of 16"
+        sleep 0.2
+    done
+    [ "$aborts" -ge 1 ] || tui_fail "long.out: no choice aborted ($lengths ran to their length)"
     finished "$kept" length 1 # left alone: it runs once the long one is gone
     tui_keys Escape
     tui_wait_gone 'F6Back'
