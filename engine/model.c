@@ -242,10 +242,11 @@ int64_t model_dim(const model_config_t *c, wdim_t dim) {
             return (int64_t)q_proj_factor(c) * c->n_heads * c->head_dim;
         case WD_2HIDDEN:
             return 2 * (int64_t)c->hidden_size;
-        case WD_LIN_CONV:
-            return model_lin_conv_dim(c);
+        case WD_LIN_CONV: /* in int64, as the other products: a config is checked with them */
+            return 2 * (int64_t)c->lin_k_heads * c->lin_k_dim +
+                   (int64_t)c->lin_v_heads * c->lin_v_dim;
         case WD_LIN_V:
-            return model_lin_v_dim(c);
+            return (int64_t)c->lin_v_heads * c->lin_v_dim;
         case WD_LIN_HEADS:
             return c->lin_v_heads;
         case WD_LIN_DV:
@@ -363,7 +364,7 @@ int model_config_parse(const char *text, const char *file, model_config_t *cfg, 
     /* Every width, the config's own and those made of two of them, in int64 before any int
      * product of them is formed. */
     const int64_t lin_k = (int64_t)cfg->lin_k_heads * cfg->lin_k_dim,
-                  lin_v = (int64_t)cfg->lin_v_heads * cfg->lin_v_dim;
+                  lin_v = model_dim(cfg, WD_LIN_V);
     char conv_name[96];
     snprintf(conv_name, sizeof conv_name, "Gated DeltaNet conv channels (2 x %lld + %lld)",
              (long long)lin_k, (long long)lin_v);
@@ -384,12 +385,12 @@ int model_config_parse(const char *text, const char *file, model_config_t *cfg, 
         {"linear_key_head_dim", cfg->lin_k_dim},
         {"linear_value_head_dim", cfg->lin_v_dim},
         {"linear_conv_kernel_dim", cfg->lin_conv_kernel},
-        {"num_attention_heads x head_dim", (int64_t)cfg->n_heads * cfg->head_dim},
+        {"num_attention_heads x head_dim", model_dim(cfg, WD_Q)},
         {"q_proj rows (num_attention_heads x head_dim x 2, gated)", model_dim(cfg, WD_Q_PROJ)},
-        {"num_key_value_heads x head_dim", (int64_t)cfg->n_kv_heads * cfg->head_dim},
+        {"num_key_value_heads x head_dim", model_dim(cfg, WD_KV)},
         {"linear_num_key_heads x linear_key_head_dim", lin_k},
         {"linear_num_value_heads x linear_value_head_dim", lin_v},
-        {conv_name, 2 * lin_k + lin_v}};
+        {conv_name, model_dim(cfg, WD_LIN_CONV)}};
     for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
         if (dims[i].value > MODEL_MAX_DIM) {
             err_set(err, "%s: %s %lld is more than the %d Tachyon supports", file, dims[i].name,

@@ -210,8 +210,7 @@ static void mma_gather(const uint32_t a[4], const uint32_t b[2], uint8_t A[2][32
     }
 }
 
-/* Every e4m3 byte's value, from dtype_e4m3_to_f32. */
-static const float *e4m3_table(void) {
+const float *emu_e4m3_table(void) {
     static const std::vector<float> table = [] {
         std::vector<float> v(256);
         for (int i = 0; i < 256; i++)
@@ -243,7 +242,7 @@ static inline void mma_f32_sums(float d[4], const float X[2][32], const float Y[
 void emu_mma_e4m3_16x8x32(float d[4], const uint32_t a[4], const uint32_t b[2]) {
     uint8_t A[2][32], B[2][32];
     mma_gather(a, b, A, B);
-    const float *lut = e4m3_table();
+    const float *lut = emu_e4m3_table();
     float X[2][32], Y[2][32];
     for (int r = 0; r < 2; r++)
         for (int k = 0; k < 32; k++) {

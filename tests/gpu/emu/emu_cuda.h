@@ -44,6 +44,9 @@ void emu_syncwarp(void);
 uint64_t *emu_warp_exchange(void);
 int emu_lane(void);
 
+/* Every e4m3 byte's value (dtype_e4m3_to_f32), for the emulated mma and cuBLASLt. */
+const float *emu_e4m3_table(void);
+
 /* kernels/mma.cuh's tensor-core instructions, lane by lane (emu_cuda.cpp). */
 void emu_mma_e4m3_16x8x32(float d[4], const uint32_t a[4], const uint32_t b[2]);
 void emu_mma_bf16_16x8x16(float d[4], const uint32_t a[4], const uint32_t b[2]);

@@ -17,7 +17,7 @@
 
 struct gemm_ctx {
     int queries;
-    float e4m3[256];
+    const float *e4m3; /* emu_e4m3_table() */
 };
 
 extern "C" const char *cublasLtGetStatusString(cublasStatus_t) {
@@ -33,8 +33,7 @@ extern "C" bool gemm_fp8_shape_ok(int n, int k, char *why, size_t why_size) {
 extern "C" int gemm_create(cudaStream_t, size_t, gemm_ctx_t **out, err_t *err) {
     gemm_ctx_t *g = (gemm_ctx_t *)calloc(1, sizeof *g);
     if (!g) return err_set(err, "gemm: out of memory");
-    for (int i = 0; i < 256; i++)
-        g->e4m3[i] = dtype_e4m3_to_f32((uint8_t)i);
+    g->e4m3 = emu_e4m3_table();
     *out = g;
     return 0;
 }
