@@ -1,0 +1,151 @@
+/* comm: the host communicator with 1 to 8 rank threads. The all-reduce equals the sum in rank
+ * order (rank 0 + rank 1 + ...) bit for bit on every rank and on every run, whatever the timing
+ * (the ranks are jittered), on values chosen so that another order gives other bits; all-gather
+ * and broadcast move the bytes; a length that differs between ranks fails on every rank; and the
+ * group is reusable across many collectives in a row. */
+#include <pthread.h>
+#include <sched.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cmocka.h>
+
+#include "comm.h"
+
+#define N_VALUES 1003 /* not a multiple of any rank count: uneven ranges */
+#define MAX_R    8
+
+typedef struct rank_run {
+    comm_t *c;
+    int run;
+    float buf[N_VALUES];
+    int32_t gathered[MAX_R * 3];
+    char text[16];
+    int rc_reduce, rc_gather, rc_bcast, rc_barrier, rc_mismatch;
+} rank_run_t;
+
+/* Values of very different magnitudes and signs: float addition is far from associative here. */
+static float value(int rank, int i) {
+    uint32_t x = (uint32_t)(rank * 7919 + i * 104729 + 12345);
+    x ^= x << 13;
+    x ^= x >> 17;
+    x ^= x << 5;
+    float mag = (float)(1u << (x % 24));
+    return ((x >> 8) & 1 ? -1.0f : 1.0f) * mag * (1.0f + (float)(x % 1000) / 997.0f);
+}
+
+/* A few microseconds of delay that differ by rank and run, so arrival order changes. */
+static void jitter(int rank, int run) {
+    int n = (rank * 31 + run * 17) % 5;
+    for (int i = 0; i < n; i++)
+        sched_yield();
+    if ((rank + run) % 3 == 0) nanosleep(&(struct timespec){0, 20000}, NULL);
+}
+
+static void *rank_main(void *arg) {
+    rank_run_t *r = arg;
+    int me = r->c->rank;
+    for (int i = 0; i < N_VALUES; i++)
+        r->buf[i] = value(me, i);
+    jitter(me, r->run);
+    r->rc_reduce = comm_all_reduce_sum(r->c, r->buf, N_VALUES, NULL);
+    int32_t mine[3] = {me, me * 10, -me};
+    jitter(me, r->run + 1);
+    r->rc_gather = comm_all_gather(r->c, mine, sizeof mine, r->gathered, NULL);
+    snprintf(r->text, sizeof r->text, me == 1 % r->c->size ? "from root" : "rank %d", me);
+    r->rc_bcast = comm_broadcast(r->c, r->text, sizeof r->text, 1 % r->c->size, NULL);
+    r->rc_barrier = comm_barrier(r->c, NULL);
+    float one = 1.0f;
+    err_t err;
+    /* rank 0 passes 1 element, the others 2: all of them fail, none hangs */
+    r->rc_mismatch = r->c->size > 1 ? comm_all_reduce_sum(r->c, &one, me == 0 ? 1 : 2, &err) : -1;
+    return NULL;
+}
+
+static void run_group(int size, int run, rank_run_t *ranks) {
+    comm_group_t *g;
+    err_t err;
+    assert_int_equal(comm_host_create(size, &g, &err), 0);
+    pthread_t th[MAX_R];
+    for (int r = 0; r < size; r++) {
+        ranks[r] = (rank_run_t){.c = comm_rank(g, r), .run = run};
+        assert_int_equal(pthread_create(&th[r], NULL, rank_main, &ranks[r]), 0);
+    }
+    for (int r = 0; r < size; r++)
+        pthread_join(th[r], NULL);
+    comm_group_destroy(g);
+}
+
+static void test_collectives(void **state) {
+    (void)state;
+    static rank_run_t ranks[MAX_R], first[MAX_R];
+    static const int sizes[] = {1, 2, 3, 4, 8};
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+        int size = sizes[s];
+        float want[N_VALUES];
+        int order_matters = 0;
+        for (int i = 0; i < N_VALUES; i++) {
+            float sum = value(0, i), rev = value(size - 1, i);
+            for (int r = 1; r < size; r++)
+                sum += value(r, i);
+            for (int r = size - 2; r >= 0; r--)
+                rev += value(r, i);
+            want[i] = sum;
+            order_matters += memcmp(&sum, &rev, sizeof sum) != 0;
+        }
+        if (size >= 3) assert_true(order_matters > 0);
+        for (int run = 0; run < 20; run++) {
+            run_group(size, run, ranks);
+            for (int r = 0; r < size; r++) {
+                assert_int_equal(ranks[r].rc_reduce, 0);
+                if (memcmp(ranks[r].buf, want, sizeof want))
+                    fail_msg("size %d run %d rank %d: not the sum in rank order", size, run, r);
+                assert_int_equal(ranks[r].rc_gather, 0);
+                for (int q = 0; q < size; q++) {
+                    assert_int_equal(ranks[r].gathered[q * 3], q);
+                    assert_int_equal(ranks[r].gathered[q * 3 + 1], q * 10);
+                    assert_int_equal(ranks[r].gathered[q * 3 + 2], -q);
+                }
+                assert_int_equal(ranks[r].rc_bcast, 0);
+                assert_string_equal(ranks[r].text, "from root");
+                assert_int_equal(ranks[r].rc_barrier, 0);
+                assert_int_equal(ranks[r].rc_mismatch, -1);
+            }
+            if (run == 0) memcpy(first, ranks, sizeof first);
+            for (int r = 0; r < size; r++)
+                assert_memory_equal(ranks[r].buf, first[r].buf, sizeof want);
+        }
+        printf("comm: %d rank%s: 20 runs, bit-identical, %d of %d sums differ in reverse order\n",
+               size, size == 1 ? "" : "s", order_matters, N_VALUES);
+    }
+}
+
+static void test_errors(void **state) {
+    (void)state;
+    comm_group_t *g;
+    err_t err;
+    assert_int_equal(comm_host_create(0, &g, &err), -1);
+    assert_non_null(strstr(err.msg, "0 ranks"));
+    assert_int_equal(comm_host_create(COMM_MAX_RANKS + 1, &g, &err), -1);
+    assert_int_equal(comm_host_create(2, &g, &err), 0);
+    assert_null(comm_rank(g, 2));
+    char b[4];
+    assert_int_equal(comm_broadcast(comm_rank(g, 0), b, sizeof b, 5, &err), -1);
+    assert_non_null(strstr(err.msg, "rank 5 of 2"));
+    comm_group_destroy(g);
+    comm_group_destroy(NULL);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_collectives),
+        cmocka_unit_test(test_errors),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
