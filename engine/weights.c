@@ -1,6 +1,8 @@
 #include "weights.h"
 
+#include <inttypes.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -169,7 +171,7 @@ int weights_shards(const model_weights_t *w) {
 
 void wtensor_row_f32(const wtensor_t *t, int64_t row, float *dst) {
     if (t->dummy) {
-        uint64_t base = (uint64_t)row * (uint64_t)t->cols;
+        uint64_t base = (uint64_t)t->dummy_offset + (uint64_t)row * (uint64_t)wtensor_ld(t);
         for (int64_t k = 0; k < t->cols; k++) {
             uint64_t i = base + (uint64_t)k;
             if (t->dtype == DT_F8_E4M3)
@@ -179,13 +181,61 @@ void wtensor_row_f32(const wtensor_t *t, int64_t row, float *dst) {
         }
     } else {
         size_t esize = dtype_size(t->dtype);
-        const unsigned char *src = (const unsigned char *)t->data + (size_t)row * t->cols * esize;
+        const unsigned char *src =
+            (const unsigned char *)t->data + (size_t)row * (size_t)wtensor_ld(t) * esize;
         dtype_to_f32(t->dtype, src, dst, (size_t)t->cols);
     }
     if (!t->scale_inv) return;
-    const float *scales = t->scale_inv + (row / t->block_n) * t->scale_cols;
+    const float *scales = t->scale_inv + (row / t->block_n) * wtensor_scale_ld(t);
     for (int64_t k = 0; k < t->cols; k++)
         dst[k] *= scales[k / t->block_k];
+}
+
+/* An edge at `at` of a range in [0, n) cuts a block of `block` unless it is a multiple of it or
+ * an end of the range. */
+static bool cuts_block(int64_t at, int64_t n, int block) {
+    return at % block != 0 && at != n;
+}
+
+int wtensor_slice(const wtensor_t *t, const char *name, int64_t row0, int64_t rows, int64_t col0,
+                  int64_t cols, wtensor_t *out, err_t *err) {
+    if (row0 < 0 || rows < 1 || row0 + rows > t->rows || col0 < 0 || cols < 1 ||
+        col0 + cols > t->cols)
+        return err_set(err,
+                       "%s: rows [%" PRId64 ", %" PRId64 ") columns [%" PRId64 ", %" PRId64
+                       ") outside [%" PRId64 ", %" PRId64 "]",
+                       name, row0, row0 + rows, col0, col0 + cols, t->rows, t->cols);
+    const struct {
+        const char *unit;
+        int64_t at, n, len;
+        int block;
+    } dim[2] = {{"row", row0, rows, t->rows, t->block_n},
+                {"column", col0, cols, t->cols, t->block_k}};
+    for (int d = 0; t->dtype == DT_F8_E4M3 && t->scale_inv && d < 2; d++)
+        if (cuts_block(dim[d].at, dim[d].len, dim[d].block) ||
+            cuts_block(dim[d].at + dim[d].n, dim[d].len, dim[d].block))
+            return err_set(err,
+                           "%s: a shard of %ss [%" PRId64 ", %" PRId64 ") of %" PRId64
+                           " splits a %d-%s FP8 scale block (each shard must start and end on a "
+                           "multiple of %d: %" PRId64 " %ss per shard is not one)",
+                           name, dim[d].unit, dim[d].at, dim[d].at + dim[d].n, dim[d].len,
+                           dim[d].block, dim[d].unit, dim[d].block, dim[d].n, dim[d].unit);
+    int64_t ld = wtensor_ld(t);
+    *out = *t;
+    out->rows = rows;
+    out->cols = cols;
+    out->ld = ld;
+    out->dummy_offset = t->dummy_offset + row0 * ld + col0;
+    if (t->data)
+        out->data =
+            (const unsigned char *)t->data + (size_t)(row0 * ld + col0) * dtype_size(t->dtype);
+    if (t->scale_inv) {
+        out->scale_ld = wtensor_scale_ld(t);
+        out->scale_inv = t->scale_inv + (row0 / t->block_n) * out->scale_ld + col0 / t->block_k;
+        out->scale_rows = (rows + t->block_n - 1) / t->block_n;
+        out->scale_cols = (cols + t->block_k - 1) / t->block_k;
+    }
+    return 0;
 }
 
 int load_format_parse(const char *name) {

@@ -93,7 +93,28 @@ typedef struct wtensor {
      * vectors are all 1. False for real data and for eager dummy weights. */
     bool dummy;
     uint64_t dummy_seed, dummy_stream;
+    /* A view of part of a larger tensor (wtensor_slice: a tensor-parallel shard): row r starts
+     * ld elements after row r - 1 (0: cols), scale row s scale_ld scales after s - 1 (0:
+     * scale_cols), and a lazy dummy element (r, k) is element dummy_offset + r * ld + k of the
+     * whole tensor. Zero for a whole tensor. */
+    int64_t ld, scale_ld, dummy_offset;
 } wtensor_t;
+
+/* Elements from one row to the next in data, and scales from one scale row to the next. */
+static inline int64_t wtensor_ld(const wtensor_t *t) {
+    return t->ld ? t->ld : t->cols;
+}
+static inline int64_t wtensor_scale_ld(const wtensor_t *t) {
+    return t->scale_ld ? t->scale_ld : t->scale_cols;
+}
+
+/* A view of rows [row0, row0 + rows) and columns [col0, col0 + cols) of t (which may itself be
+ * a view): no data is copied. A block-FP8 tensor's view must not split one of its scale blocks:
+ * each edge of the view is a multiple of block_n (rows) or block_k (columns), or an edge of t;
+ * otherwise it fails with a message naming `name`, the range and the block (vLLM refuses such
+ * tensor-parallel shards the same way). */
+int wtensor_slice(const wtensor_t *t, const char *name, int64_t row0, int64_t rows, int64_t col0,
+                  int64_t cols, wtensor_t *out, err_t *err);
 
 typedef struct model_weights model_weights_t;
 

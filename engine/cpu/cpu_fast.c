@@ -118,7 +118,7 @@ static void matmul_panels(const float *x, int T, const wtensor_t *w, int64_t n0,
     int K = (int)w->cols;
     int64_t P = scratch_floats / K / 3 * 3;
     if (P > PANEL_MAX_ROWS) P = PANEL_MAX_ROWS;
-    bool in_place = w->dtype == DT_F32 && !w->dummy;
+    bool in_place = w->dtype == DT_F32 && !w->dummy && wtensor_ld(w) == K;
     for (int64_t p0 = n0; p0 < n1; p0 += P) {
         int np = (int)(n1 - p0 < P ? n1 - p0 : P);
         const float *panel = scratch;
@@ -172,11 +172,12 @@ FAST_INLINE void reg_tile(int kind, const wtensor_t *w, int64_t row, const float
                           int C, float *y, int64_t ldy) {
     const void *rp[4];
     const float *sc[4];
-    size_t esize = kind == W_BF16 ? 2 : kind == W_F8 ? 1 : 4;
+    size_t esize = kind == W_BF16 ? 2 : kind == W_F8 ? 1 : 4, ld = (size_t)wtensor_ld(w);
+    int64_t sld = wtensor_scale_ld(w);
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++) {
-        rp[r] = (const char *)w->data + (size_t)(row + r) * (size_t)K * esize;
-        sc[r] = kind == W_F8 ? w->scale_inv + ((row + r) / w->block_n) * w->scale_cols : NULL;
+        rp[r] = (const char *)w->data + (size_t)(row + r) * ld * esize;
+        sc[r] = kind == W_F8 ? w->scale_inv + ((row + r) / w->block_n) * sld : NULL;
     }
     __m256 acc[4][3];
 #pragma GCC unroll 4

@@ -17,19 +17,24 @@ static inline float e4m3_decode(uint8_t b) {
 }
 
 void cpu_dequant_rows(const wtensor_t *w, int64_t row0, int n, float *dst) {
-    int64_t cols = w->cols;
+    int64_t cols = w->cols, ld = wtensor_ld(w);
     if (w->dummy) { /* lazy dummy weights: generated here (weights_open when a copy won't fit) */
         for (int r = 0; r < n; r++)
             wtensor_row_f32(w, row0 + r, dst + r * cols);
         return;
     }
+    if (ld != cols && n > 1) { /* a view (a tensor-parallel shard): its rows are ld apart */
+        for (int r = 0; r < n; r++)
+            cpu_dequant_rows(w, row0 + r, 1, dst + r * cols);
+        return;
+    }
     switch (w->dtype) {
         case DT_F32:
-            memcpy(dst, (const float *)w->data + row0 * cols, (size_t)(n * cols) * sizeof(float));
+            memcpy(dst, (const float *)w->data + row0 * ld, (size_t)(n * cols) * sizeof(float));
             break;
         case DT_BF16: {
             /* bf16 is the top half of an f32: a shift, which vectorizes. */
-            const uint16_t *src = (const uint16_t *)w->data + row0 * cols;
+            const uint16_t *src = (const uint16_t *)w->data + row0 * ld;
             int64_t count = n * cols;
             for (int64_t i = 0; i < count; i++) {
                 uint32_t u = (uint32_t)src[i] << 16;
@@ -38,13 +43,13 @@ void cpu_dequant_rows(const wtensor_t *w, int64_t row0, int n, float *dst) {
             break;
         }
         case DT_F16:
-            dtype_to_f32(DT_F16, (const uint16_t *)w->data + row0 * cols, dst, (size_t)(n * cols));
+            dtype_to_f32(DT_F16, (const uint16_t *)w->data + row0 * ld, dst, (size_t)(n * cols));
             break;
         case DT_F8_E4M3:
             for (int r = 0; r < n; r++) {
                 int64_t row = row0 + r;
-                const uint8_t *src = (const uint8_t *)w->data + row * cols;
-                const float *scales = w->scale_inv + (row / w->block_n) * w->scale_cols;
+                const uint8_t *src = (const uint8_t *)w->data + row * ld;
+                const float *scales = w->scale_inv + (row / w->block_n) * wtensor_scale_ld(w);
                 float *out = dst + r * cols;
                 for (int64_t k0 = 0, kb = 0; k0 < cols; k0 += w->block_k, kb++) {
                     int64_t k1 = k0 + w->block_k < cols ? k0 + w->block_k : cols;
