@@ -75,6 +75,10 @@ typedef struct backend_options {
                                       pool */
     bool ssm_state_bf16;           /* models with state: SSM state in bf16, not f32 (the
                                       mamba-ssm-cache-dtype flag; applies at state_reserve) */
+    int tensor_parallel_size;      /* ranks the model is sharded over (0, 1: none); only a
+                                      backend with backend_ops_t.tensor_parallel takes more */
+    bool expert_parallel;          /* with tensor_parallel_size > 1: MoE experts placed whole
+                                      across the ranks, not sliced */
     /* Optional: create calls it (on its own thread) as it reads or uploads the weights: bytes
      * done of total (weights_bytes). A backend that maps the weights as they are (the CPU's)
      * does not call it. */
@@ -123,6 +127,9 @@ typedef struct backend_ops {
     /* True when the backend makes --load-format dummy values itself (weights_open with
      * lazy_dummy: no host copy of the random weights). */
     bool makes_dummy_weights;
+    /* True when create takes tensor_parallel_size > 1 (the cpu backend's ranks as threads);
+     * the engine refuses larger sizes for the others (shard_plan_refuse). */
+    bool tensor_parallel;
     /* Optional. Tokens routed to each expert of each MLP_MOE layer since create, cumulative:
      * out [n_layers][n_experts] (rows of other layers stay 0), as of the last forward that
      * returned. Fails for a model without experts. */

@@ -83,7 +83,7 @@ static int host_all_reduce_sum(comm_t *c, float *buf, size_t n, err_t *err) {
 static int host_all_gather(comm_t *c, const void *send, size_t bytes, void *recv, err_t *err) {
     comm_group_t *g = group_of(c);
     if (!publish(c, send, bytes)) return mismatch(c, "all-gather", err);
-    for (int r = 0; r < g->size; r++)
+    for (int r = 0; bytes && r < g->size; r++)
         memcpy((char *)recv + (size_t)r * bytes, g->buf[r], bytes);
     meet(g);
     return 0;
@@ -94,7 +94,7 @@ static int host_broadcast(comm_t *c, void *buf, size_t bytes, int root, err_t *e
     if (root < 0 || root >= g->size)
         return err_set(err, "host communicator: broadcast from rank %d of %d", root, g->size);
     if (!publish(c, buf, bytes)) return mismatch(c, "broadcast", err);
-    if (c->rank != root) memcpy(buf, g->buf[root], bytes);
+    if (c->rank != root && bytes) memcpy(buf, g->buf[root], bytes);
     meet(g);
     return 0;
 }

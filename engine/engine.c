@@ -91,6 +91,8 @@ static void backend_options_from_flags(backend_options_t *bo, const flag_values_
     bo->max_num_seqs = f->max_num_seqs;
     bo->cuda_graphs = f->cuda_graphs;
     bo->kv_cache_dtype = f->kv_cache_dtype;
+    bo->tensor_parallel_size = f->tensor_parallel_size;
+    bo->expert_parallel = f->enable_expert_parallel;
     bo->ssm_state_bf16 = f->mamba_ssm_cache_dtype == SSM_DTYPE_BF16 ||
                          (f->mamba_ssm_cache_dtype == SSM_DTYPE_AUTO && cfg->ssm_dtype == DT_BF16);
 }
@@ -890,7 +892,7 @@ int engine_open(const engine_opts_t *o, engine_t **out, err_t *err) {
     }
     model_source_t src = o->model;
     src.lazy_dummy = e->ops->makes_dummy_weights;
-    if (o->flags.tensor_parallel_size > 1) {
+    if (o->flags.tensor_parallel_size > 1 && !e->ops->tensor_parallel) {
         shard_plan_refuse(&src, o->flags.tensor_parallel_size, err);
         goto fail;
     }

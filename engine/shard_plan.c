@@ -129,8 +129,8 @@ int shard_plan_refuse(const model_source_t *src, int tp, err_t *err) {
     char plan[720];
     shard_plan_describe(&cfg, tp, plan, sizeof plan);
     return err_set(err,
-                   "tensor-parallel-size %d: Tachyon runs a model on one device per engine (tensor "
-                   "and expert parallelism are not implemented yet; run with "
-                   "--tensor-parallel-size 1). %s would need: %s",
+                   "tensor-parallel-size %d: this backend runs a model on one device per engine "
+                   "(tensor and expert parallelism run on the cpu backend only so far; run with "
+                   "--tensor-parallel-size 1 or --backend cpu). %s would need: %s",
                    tp, src->model ? src->model : "the model", plan);
 }

@@ -8,8 +8,9 @@
  * [r E / tp, (r + 1) E / tp)). Sizes are those of the checkpoint's dtypes: block-FP8 linears 1
  * byte an element plus an f32 scale per 128 x 128 block, everything else BF16.
  *
- * Tachyon runs one device per engine today (tensor and expert parallelism come later): the plan
- * is what serve prints when asked for more, and the numbers of bench/RESULTS.md's memory table.
+ * The cuda backend runs one device per engine today (the cpu backend runs tensor and expert
+ * parallelism with ranks as threads: engine/cpu/cpu_tp.h): the plan is what serve answers the
+ * cuda backend with when asked for more, and the numbers of bench/RESULTS.md's memory table.
  *
  *     shard_plan_t p;
  *     shard_plan_make(&cfg, 4, true, &p);                      // TP 4 attention, EP 4 experts
@@ -55,8 +56,9 @@ uint64_t shard_plan_kv_tokens(const shard_plan_t *p, double device_bytes, double
  * weights per GPU and KV tokens left at utilization 0.9 on an 80 GB H100 and a 141 GB H200. */
 void shard_plan_describe(const model_config_t *cfg, int tp, char *buf, size_t size);
 
-/* The answer to tensor-parallel-size tp > 1, which Tachyon does not run yet: err says so and
- * what src's model would need per GPU at that size (shard_plan_describe). Returns -1. */
+/* The answer to tensor-parallel-size tp > 1 on a backend that does not run it (the cuda
+ * backend so far): err says so and what src's model would need per GPU at that size
+ * (shard_plan_describe). Returns -1. */
 int shard_plan_refuse(const model_source_t *src, int tp, err_t *err);
 
 #endif

@@ -28,6 +28,11 @@
  *             h += sum over ids e: w_e * (silu(x Wg_e^T) * x Wu_e^T) Wd_e^T    cpu_moe.h
  *     logits = rmsnorm(h[logit_rows], final_norm) Wlm^T            [n_logits, V]
  *
+ * Under tensor parallelism (cpu_tp.h) an instance is one rank: cfg is the rank's config (its
+ * heads and widths, cpu_shard.h), the weights are its views of the checkpoint, and each
+ * row-parallel output (att Wo^T, the MLP's down projection, the MoE sum) is all-reduced over the
+ * ranks before it is added to h; the logits are the rank's vocabulary rows, all-gathered.
+ *
  * GEMMs split output rows over the thread pool; attention splits (token, head) pairs, or with
  * the fast paths (token, KV head) pairs. Every output element is computed by one thread in a
  * fixed order, so results are bit-identical for any thread count and batch composition. The
@@ -48,6 +53,8 @@
 #include "cpu_gdn.h"
 #include "cpu_ops.h"
 #include "cpu_pool.h"
+#include "cpu_shard.h"
+#include "cpu_tp.h"
 
 #define MAX_THREADS 256
 
@@ -63,7 +70,11 @@ typedef struct cpu_layer {
 
 typedef struct cpu_backend {
     backend_t base;
-    const model_config_t *cfg;
+    const model_config_t *cfg; /* &lcfg */
+    model_config_t lcfg;       /* the config this rank computes with (cpu_shard_config) */
+    cpu_shard_t shard;         /* which rank of how many (tp 1: the whole model) */
+    wtensor_t *views;          /* tp > 1: this rank's shards of the checkpoint's tensors */
+    int64_t v0, vn, vpad;      /* lm_head rows [v0, v0 + vn) held; the widest rank's share */
     int n_threads;
     bool emulate_fp8;
     bool fast; /* cpu_fast.h's kernels, else cpu_ops.h's */
@@ -101,6 +112,10 @@ typedef struct cpu_backend {
     float *rope_cos;  /* [T, half] */
     float *rope_sin;  /* [T, half] */
     int32_t *tok_seq; /* [T] sequence of each token */
+    float *part;      /* [T, H] (tp > 1) an MoE layer's partial output, before the all-reduce */
+    int cap_logits;   /* rows of lg_rank and lg_all (tp > 1) */
+    float *lg_rank;   /* [cap_logits, vpad] this rank's logits */
+    float *lg_all;    /* [tp, cap_logits, vpad] every rank's, all-gathered */
 
     float **wbuf;        /* [n_threads][wbuf_floats] dequantized weight rows */
     int64_t wbuf_floats; /* CPU_MM_ROWS * kmax, or a fast GEMM's panel */
@@ -142,6 +157,12 @@ static void gemm(cpu_backend_t *be, const float *x, int T, const wtensor_t *w, f
     cpu_pool_run(be->pool, w->rows, grain, gemm_rows, &job);
 }
 
+/* A row-parallel layer's partial output buf[n] becomes the sum over the ranks (tp > 1). */
+static int all_reduce(cpu_backend_t *be, float *buf, int64_t n, err_t *err) {
+    if (be->shard.tp == 1) return 0;
+    return comm_all_reduce_sum(be->shard.comm, buf, (size_t)n, err);
+}
+
 typedef struct attn_job {
     cpu_backend_t *be;
     const cpu_attn_t *a;
@@ -176,8 +197,8 @@ static void *alloc_floats(size_t n) {
 }
 
 static void free_activations(cpu_backend_t *be) {
-    float **bufs[] = {&be->h,   &be->xn,   &be->q,  &be->qg, &be->k,        &be->v,
-                      &be->att, &be->gate, &be->up, &be->aq, &be->rope_cos, &be->rope_sin};
+    float **bufs[] = {&be->h,    &be->xn, &be->q,  &be->qg,       &be->k,        &be->v,   &be->att,
+                      &be->gate, &be->up, &be->aq, &be->rope_cos, &be->rope_sin, &be->part};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
         free(*bufs[i]);
         *bufs[i] = NULL;
@@ -208,8 +229,9 @@ static int ensure_tokens(cpu_backend_t *be, int n_tokens, err_t *err) {
     be->rope_cos = alloc_floats(T * half);
     be->rope_sin = alloc_floats(T * half);
     be->tok_seq = malloc(T * sizeof(int32_t));
+    be->part = alloc_floats(be->shard.tp > 1 ? T * H : 1);
     if (!be->h || !be->xn || !be->q || !be->qg || !be->k || !be->v || !be->att || !be->gate ||
-        !be->up || !be->aq || !be->rope_cos || !be->rope_sin || !be->tok_seq) {
+        !be->up || !be->aq || !be->rope_cos || !be->rope_sin || !be->tok_seq || !be->part) {
         free_activations(be);
         return err_set(err, "cpu backend: out of memory for a batch of %d tokens", n_tokens);
     }
@@ -234,6 +256,19 @@ static int ensure_context(cpu_backend_t *be, int64_t ctx, err_t *err) {
     return 0;
 }
 
+/* The vocab-parallel logits' buffers (tp > 1) for n rows. */
+static int ensure_logits(cpu_backend_t *be, int n, err_t *err) {
+    if (be->shard.tp == 1 || n <= be->cap_logits) return 0;
+    size_t cap = (size_t)(n + 15) / 16 * 16, row = (size_t)be->vpad;
+    free(be->lg_rank);
+    free(be->lg_all);
+    be->lg_rank = alloc_floats(cap * row);
+    be->lg_all = alloc_floats((size_t)be->shard.tp * cap * row);
+    be->cap_logits = be->lg_rank && be->lg_all ? (int)cap : 0;
+    if (!be->cap_logits) return err_set(err, "cpu backend: out of memory for %d rows of logits", n);
+    return 0;
+}
+
 /* ---------------------------------------------------------------------------------------------
  * create / destroy */
 
@@ -244,6 +279,9 @@ static void cpu_destroy(backend_t *base) {
     cpu_moe_destroy(be->moe);
     free(be->expert_counts);
     free_activations(be);
+    free(be->lg_rank);
+    free(be->lg_all);
+    free(be->views);
     for (int i = 0; be->wbuf && i < be->n_threads; i++)
         free(be->wbuf[i]);
     for (int i = 0; be->scores && i < be->n_threads; i++)
@@ -393,15 +431,46 @@ static float *take_norm(const wtensor_t *t, float offset, float **cursor) {
     return dst;
 }
 
-static int cpu_create(const backend_options_t *opts, const model_weights_t *w, backend_t **out,
-                      err_t *err) {
+static int shard_error(const cpu_backend_t *be, err_t *err) {
+    return err_prefix(err, "cpu backend: tensor parallel %d, rank %d", be->shard.tp,
+                      be->shard.rank);
+}
+
+/* Binds layer l's tensors as this rank holds them (cpu_shard.h) into be->layers[l] and checks
+ * them against the rank's config; adds the small ones' floats to *norm_floats and widens
+ * be->kmax. `views` has room for L_COUNT + n_experts * E_COUNT views. */
+static int bind_layer(cpu_backend_t *be, const model_weights_t *w, int l, wtensor_t *views,
+                      size_t *norm_floats, err_t *err) {
+    const model_config_t *c = be->cfg;
+    cpu_layer_t *L = &be->layers[l];
+    need_t need[L_COUNT];
+    for (int i = 0, n = layer_needs(c, l, need); i < n; i++) {
+        const need_t *d = &need[i];
+        wtensor_t *view = views ? &views[d->slot] : NULL;
+        L->w[d->slot] = cpu_shard_layer(w, &be->shard, l, d->slot, view, err);
+        if (!L->w[d->slot]) return shard_error(be, err);
+        if (check_tensor(L->w[d->slot], d->name, l, d->rows, d->cols, err) < 0) return -1;
+        if (is_small(d)) *norm_floats += (size_t)(d->rows * d->cols);
+        if (!is_small(d) && d->cols > be->kmax) be->kmax = (int)d->cols;
+    }
+    if (c->layer[l].mlp != MLP_MOE) return 0;
+    if (check_experts(w, l, err) < 0) return -1;
+    L->moe.router = L->w[L_ROUTER];
+    L->moe.experts = cpu_shard_experts(w, &be->shard, l, views ? views + L_COUNT : NULL,
+                                       &L->moe.first, &L->moe.end, err);
+    if (!L->moe.experts) return shard_error(be, err);
+    return 0;
+}
+
+int cpu_rank_create(const backend_options_t *opts, const model_weights_t *w,
+                    const cpu_shard_t *shard, backend_t **out, err_t *err) {
     *out = NULL;
-    const model_config_t *c = weights_config(w);
-    if (c->hidden_size < 1 || c->n_layers < 1 || c->n_heads < 1 || c->n_kv_heads < 1 ||
-        c->head_dim < 2 || c->rotary_dim < 2 || c->rotary_dim % 2 != 0 ||
-        c->rotary_dim > c->head_dim || c->n_heads % c->n_kv_heads != 0 ||
-        c->intermediate_size < 1 || c->vocab_size < 1)
-        return err_set(err, "cpu backend: unusable config (%s)", c->source);
+    const model_config_t *full = weights_config(w);
+    if (full->hidden_size < 1 || full->n_layers < 1 || full->n_heads < 1 || full->n_kv_heads < 1 ||
+        full->head_dim < 2 || full->rotary_dim < 2 || full->rotary_dim % 2 != 0 ||
+        full->rotary_dim > full->head_dim || full->n_heads % full->n_kv_heads != 0 ||
+        full->intermediate_size < 1 || full->vocab_size < 1)
+        return err_set(err, "cpu backend: unusable config (%s)", full->source);
     int n_threads = opts ? opts->n_threads : 0;
     if (n_threads < 0 || n_threads > MAX_THREADS)
         return err_set(err, "cpu backend: %d threads (0..%d)", n_threads, MAX_THREADS);
@@ -410,47 +479,56 @@ static int cpu_create(const backend_options_t *opts, const model_weights_t *w, b
         n_threads = online < 1 ? 1 : online > MAX_THREADS ? MAX_THREADS : (int)online;
     }
 
-    int64_t H = c->hidden_size, V = c->vocab_size;
-    const wtensor_t *embed = weights_global(w, G_EMBED);
-    const wtensor_t *lm_head = weights_global(w, G_LM_HEAD);
-    const wtensor_t *final_norm = weights_global(w, G_FINAL_NORM);
-    if (check_tensor(embed, "embed_tokens", -1, V, H, err) < 0 ||
-        check_tensor(lm_head, "lm_head", -1, V, H, err) < 0 ||
-        check_tensor(final_norm, "norm", -1, 1, H, err) < 0)
-        return -1;
-    size_t norm_floats = (size_t)H;
-    int64_t kmax = H; /* the widest GEMM input */
-    for (int l = 0; l < c->n_layers; l++) {
-        need_t need[L_COUNT];
-        for (int i = 0, n = layer_needs(c, l, need); i < n; i++) {
-            const need_t *d = &need[i];
-            if (check_tensor(weights_layer(w, l, d->slot), d->name, l, d->rows, d->cols, err) < 0)
-                return -1;
-            if (is_small(d)) norm_floats += (size_t)(d->rows * d->cols);
-            if (!is_small(d) && d->cols > kmax) kmax = d->cols;
-        }
-        if (c->layer[l].mlp == MLP_MOE && check_experts(w, l, err) < 0) return -1;
-    }
-
     cpu_backend_t *be = calloc(1, sizeof *be);
     if (!be) return err_set(err, "cpu backend: out of memory");
     be->base.ops = &cpu_backend_ops;
-    be->cfg = c;
+    be->shard = *shard;
+    if (cpu_shard_config(full, shard, &be->lcfg, err) < 0) {
+        shard_error(be, err);
+        free(be);
+        return -1;
+    }
+    const model_config_t *c = be->cfg = &be->lcfg;
     be->n_threads = n_threads;
     be->emulate_fp8 = opts && opts->emulate_fp8_activations;
     be->fast = !(opts && opts->cpu_reference) && cpu_fast_supported();
     be->ssm_bf16 = opts && opts->ssm_state_bf16;
     be->half = c->rotary_dim / 2;
-    be->embed = embed;
-    be->lm_head = lm_head;
-    be->kmax = (int)kmax;
-
+    be->kmax = c->hidden_size; /* the widest GEMM input, widened by bind_layer */
+    cpu_shard_vocab(c->vocab_size, shard->rank, shard->tp, &be->v0, &be->vn, &be->vpad);
+    size_t per_layer = L_COUNT + (size_t)c->n_experts * E_COUNT;
+    be->views =
+        shard->tp > 1 ? calloc((size_t)c->n_layers * per_layer + 1, sizeof *be->views) : NULL;
     be->layers = calloc((size_t)c->n_layers, sizeof *be->layers);
+    if (!be->layers || (shard->tp > 1 && !be->views)) {
+        cpu_destroy(&be->base);
+        return err_set(err, "cpu backend: out of memory");
+    }
+
+    int64_t H = c->hidden_size, V = c->vocab_size;
+    be->embed = weights_global(w, G_EMBED);
+    be->lm_head = cpu_shard_lm_head(w, shard, be->views ? &be->views[0] : NULL, err);
+    const wtensor_t *final_norm = weights_global(w, G_FINAL_NORM);
+    size_t norm_floats = (size_t)H;
+    if (!be->lm_head || check_tensor(be->embed, "embed_tokens", -1, V, H, err) < 0 ||
+        check_tensor(be->lm_head, "lm_head", -1, be->vn, H, err) < 0 ||
+        check_tensor(final_norm, "norm", -1, 1, H, err) < 0) {
+        if (!be->lm_head) shard_error(be, err);
+        cpu_destroy(&be->base);
+        return -1;
+    }
+    for (int l = 0; l < c->n_layers; l++)
+        if (bind_layer(be, w, l, be->views ? be->views + 1 + (size_t)l * per_layer : NULL,
+                       &norm_floats, err) < 0) {
+            cpu_destroy(&be->base);
+            return -1;
+        }
+
     be->norms = alloc_floats(norm_floats);
     be->inv_freq = alloc_floats((size_t)be->half);
     be->wbuf = calloc((size_t)n_threads, sizeof *be->wbuf);
     be->scores = calloc((size_t)n_threads, sizeof *be->scores);
-    if (!be->layers || !be->norms || !be->inv_freq || !be->wbuf || !be->scores) {
+    if (!be->norms || !be->inv_freq || !be->wbuf || !be->scores) {
         cpu_destroy(&be->base);
         return err_set(err, "cpu backend: out of memory");
     }
@@ -470,11 +548,8 @@ static int cpu_create(const backend_options_t *opts, const model_weights_t *w, b
         need_t need[L_COUNT];
         for (int i = 0, n = layer_needs(c, l, need); i < n; i++) {
             lslot_t s = need[i].slot;
-            L->w[s] = weights_layer(w, l, s);
             if (is_small(&need[i])) L->norm[s] = take_norm(L->w[s], copy_offset(c, s), &cursor);
         }
-        if (c->layer[l].mlp == MLP_MOE)
-            L->moe = (cpu_moe_weights_t){L->w[L_ROUTER], weights_expert(w, l, 0, E_GATE)};
         L->linear = c->layer[l].attn == ATTN_LINEAR ? linear++ : -1;
     }
     be->final_norm = take_norm(final_norm, c->norm_offset, &cursor);
@@ -496,6 +571,14 @@ static int cpu_create(const backend_options_t *opts, const model_weights_t *w, b
     }
     *out = &be->base;
     return 0;
+}
+
+static int cpu_create(const backend_options_t *opts, const model_weights_t *w, backend_t **out,
+                      err_t *err) {
+    int tp = opts && opts->tensor_parallel_size > 1 ? opts->tensor_parallel_size : 1;
+    if (tp > 1) return cpu_tp_create(opts, w, out, err);
+    cpu_shard_t whole = {.rank = 0, .tp = 1};
+    return cpu_rank_create(opts, w, &whole, out, err);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -559,7 +642,9 @@ static int prepare(cpu_backend_t *be, const be_batch_t *b, const float *logits, 
     int64_t max_ctx = 0;
     for (int s = 0; s < b->n_seqs; s++)
         if (b->context_len[s] > max_ctx) max_ctx = b->context_len[s];
-    if (ensure_tokens(be, b->n_tokens, err) < 0 || ensure_context(be, max_ctx, err) < 0) return -1;
+    if (ensure_tokens(be, b->n_tokens, err) < 0 || ensure_context(be, max_ctx, err) < 0 ||
+        ensure_logits(be, b->n_logits, err) < 0)
+        return -1;
     be->max_ctx = max_ctx;
     for (int s = 0; s < b->n_seqs; s++)
         for (int t = b->query_start[s]; t < b->query_start[s + 1]; t++)
@@ -592,7 +677,7 @@ static void apply_output_gate(cpu_backend_t *be, int T) {
 }
 
 /* ATTN_FULL, ATTN_GATED: h += attention of layer `layer` (the pseudocode at the top). */
-static void full_attention(cpu_backend_t *be, const be_batch_t *b, int layer) {
+static int full_attention(cpu_backend_t *be, const be_batch_t *b, int layer, err_t *err) {
     const model_config_t *c = be->cfg;
     const cpu_layer_t *L = &be->layers[layer];
     int T = b->n_tokens, D = c->head_dim, half = be->half;
@@ -657,11 +742,13 @@ static void full_attention(cpu_backend_t *be, const be_batch_t *b, int layer) {
     cpu_pool_run(be->pool, items, grain, be->fast ? attn_items_fast : attn_items, &job);
     if (gated) apply_output_gate(be, T);
 
-    /* h += att Wo^T */
+    /* h += att Wo^T (summed over the ranks' heads) */
     gemm(be, be->att, T, L->w[L_O], be->xn, H);
     int64_t n = (int64_t)T * H;
+    if (all_reduce(be, be->xn, n, err) < 0) return -1;
     for (int64_t i = 0; i < n; i++)
         be->h[i] += be->xn[i];
+    return 0;
 }
 
 static void gemm_for_gdn(void *ctx, const float *x, int T, const wtensor_t *w, float *y,
@@ -696,7 +783,7 @@ static int linear_attention(cpu_backend_t *be, const be_batch_t *b, int layer, e
 }
 
 /* MLP_DENSE: h += the SwiGLU MLP of layer `layer` over the batch's T tokens. */
-static void dense_mlp(cpu_backend_t *be, int T, int layer) {
+static int dense_mlp(cpu_backend_t *be, int T, int layer, err_t *err) {
     const model_config_t *c = be->cfg;
     const cpu_layer_t *L = &be->layers[layer];
     int H = c->hidden_size, I = c->intermediate_size;
@@ -714,12 +801,14 @@ static void dense_mlp(cpu_backend_t *be, int T, int layer) {
     }
     gemm(be, be->gate, T, L->w[L_DOWN], be->xn, H);
     n = (int64_t)T * H;
+    if (all_reduce(be, be->xn, n, err) < 0) return -1;
     for (int64_t i = 0; i < n; i++)
         be->h[i] += be->xn[i];
+    return 0;
 }
 
 /* MLP_MOE: h += the mixture of experts of layer `layer` (cpu_moe.h). */
-static void moe_mlp(cpu_backend_t *be, int T, int layer) {
+static int moe_mlp(cpu_backend_t *be, int T, int layer, err_t *err) {
     const model_config_t *c = be->cfg;
     const cpu_layer_t *L = &be->layers[layer];
     int H = c->hidden_size;
@@ -727,17 +816,60 @@ static void moe_mlp(cpu_backend_t *be, int T, int layer) {
         cpu_rmsnorm(be->h + (int64_t)t * H, L->norm[L_MLP_NORM], H, c->rms_norm_eps,
                     be->xn + (int64_t)t * H);
     int32_t *trace = be->trace ? be->trace + (size_t)layer * T * c->n_experts_per_tok : NULL;
-    cpu_moe_forward(be->moe, be->pool, &L->moe, be->xn, T, be->h, be->emulate_fp8,
-                    be->expert_counts + (size_t)layer * (size_t)c->n_experts, trace);
+    uint64_t *counts = be->expert_counts + (size_t)layer * (size_t)c->n_experts;
+    if (be->shard.tp == 1) {
+        cpu_moe_forward(be->moe, be->pool, &L->moe, be->xn, T, be->h, be->emulate_fp8, counts,
+                        trace);
+        return 0;
+    }
+    /* this rank's experts (or expert slices) into part, summed over the ranks, then into h */
+    int64_t n = (int64_t)T * H;
+    memset(be->part, 0, (size_t)n * sizeof(float));
+    cpu_moe_forward(be->moe, be->pool, &L->moe, be->xn, T, be->part, be->emulate_fp8, counts,
+                    trace);
+    if (all_reduce(be, be->part, n, err) < 0) return -1;
+    for (int64_t i = 0; i < n; i++)
+        be->h[i] += be->part[i];
+    return 0;
+}
+
+/* logits [n, V] from the normed rows xn [n, H] through this rank's lm_head rows, all-gathered
+ * (rank 0 writes logits; every rank takes part). */
+static int vocab_parallel_logits(cpu_backend_t *be, int n, float *logits, err_t *err) {
+    if (n == 0) return 0; /* on every rank alike: n is the batch's */
+    gemm(be, be->xn, n, be->lm_head, be->lg_rank, be->vpad);
+    size_t bytes = (size_t)n * (size_t)be->vpad * sizeof(float);
+    if (comm_all_gather(be->shard.comm, be->lg_rank, bytes, be->lg_all, err) < 0) return -1;
+    if (be->shard.rank != 0) return 0;
+    int V = be->cfg->vocab_size;
+    for (int q = 0; q < be->shard.tp; q++) {
+        int64_t v0, vn, vpad;
+        cpu_shard_vocab(V, q, be->shard.tp, &v0, &vn, &vpad);
+        for (int i = 0; i < n; i++)
+            memcpy(logits + (int64_t)i * V + v0, be->lg_all + ((int64_t)q * n + i) * vpad,
+                   (size_t)vn * sizeof(float));
+    }
+    return 0;
+}
+
+/* Every rank learns whether any failed before the step's first collective (rc: this rank's). */
+static int agree(cpu_backend_t *be, int rc, err_t *err) {
+    float failed = rc < 0 ? 1.0f : 0.0f;
+    if (comm_all_reduce_sum(be->shard.comm, &failed, 1, err) < 0) return -1;
+    if (failed > 0 && rc == 0)
+        return err_set(err, "cpu backend: another tensor-parallel rank failed this step");
+    return failed > 0 ? -1 : 0;
 }
 
 static int cpu_forward(backend_t *base, const be_batch_t *b, float *logits, err_t *err) {
     cpu_backend_t *be = (cpu_backend_t *)base;
     const model_config_t *c = be->cfg;
-    if (prepare(be, b, logits, err) < 0) return -1;
+    int rc = prepare(be, b, logits, err);
+    if (rc == 0 && be->gdn && b->n_tokens > 0) rc = cpu_gdn_check(be->gdn, b, err);
+    if (be->shard.tp > 1 && agree(be, rc, err) < 0) return -1;
+    if (rc < 0) return -1;
     int T = b->n_tokens, H = c->hidden_size, half = be->half;
     if (T == 0) return 0;
-    if (be->gdn && cpu_gdn_check(be->gdn, b, err) < 0) return -1;
     /* h = embed[token_ids], and each position's RoPE angles */
     for (int t = 0; t < T; t++) {
         cpu_dequant_rows(be->embed, b->token_ids[t], 1, be->h + (int64_t)t * H);
@@ -748,7 +880,7 @@ static int cpu_forward(backend_t *base, const be_batch_t *b, float *logits, err_
         switch (c->layer[l].attn) {
             case ATTN_FULL:
             case ATTN_GATED:
-                full_attention(be, b, l);
+                if (full_attention(be, b, l, err) < 0) return -1;
                 break;
             case ATTN_LINEAR:
                 if (linear_attention(be, b, l, err) < 0) return -1;
@@ -756,10 +888,10 @@ static int cpu_forward(backend_t *base, const be_batch_t *b, float *logits, err_
         }
         switch (c->layer[l].mlp) {
             case MLP_DENSE:
-                dense_mlp(be, T, l);
+                if (dense_mlp(be, T, l, err) < 0) return -1;
                 break;
             case MLP_MOE:
-                moe_mlp(be, T, l);
+                if (moe_mlp(be, T, l, err) < 0) return -1;
                 break;
         }
     }
@@ -767,6 +899,7 @@ static int cpu_forward(backend_t *base, const be_batch_t *b, float *logits, err_
     for (int i = 0; i < b->n_logits; i++)
         cpu_rmsnorm(be->h + (int64_t)b->logit_rows[i] * H, be->final_norm, H, c->rms_norm_eps,
                     be->xn + (int64_t)i * H);
+    if (be->shard.tp > 1) return vocab_parallel_logits(be, b->n_logits, logits, err);
     gemm(be, be->xn, b->n_logits, be->lm_head, logits, c->vocab_size);
     return 0;
 }
@@ -819,6 +952,7 @@ static void cpu_describe(const backend_t *base, char *buf, size_t size) {
 const backend_ops_t cpu_backend_ops = {
     .name = "cpu",
     .create = cpu_create,
+    .tensor_parallel = true,
     .destroy = cpu_destroy,
     .kv_block_bytes = cpu_kv_block_bytes,
     .kv_reserve = cpu_kv_reserve,

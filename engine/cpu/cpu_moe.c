@@ -123,8 +123,8 @@ void cpu_moe_route(const float *logits, int E, int k, bool norm, int32_t *ids, f
 }
 
 /* Groups the chunk's (token, j) pairs by expert, in token order within each expert; returns
- * how many experts have tokens (listed in m->active). */
-static int group(cpu_moe_t *m, int T) {
+ * how many of the experts computed here have tokens (listed in m->active). */
+static int group(cpu_moe_t *m, const cpu_moe_weights_t *w, int T) {
     memset(m->count, 0, (size_t)m->E * sizeof *m->count);
     for (int p = 0; p < T * m->k; p++)
         m->count[m->ids[p]]++;
@@ -133,7 +133,7 @@ static int group(cpu_moe_t *m, int T) {
         m->offset[e] = at;
         m->fill[e] = 0;
         at += m->count[e];
-        if (m->count[e]) m->active[n_active++] = e;
+        if (m->count[e] && e >= w->first && e < w->end) m->active[n_active++] = e;
     }
     for (int t = 0; t < T; t++)
         for (int j = 0; j < m->k; j++) {
@@ -211,7 +211,8 @@ static void down_items(void *ctx, int thread, int64_t begin, int64_t end) {
     }
 }
 
-/* h[t] += sum over t's experts in increasing id of weight * output (HF's index_add_ order). */
+/* h[t] += sum over t's experts (those computed here) in increasing id of weight * output (HF's
+ * index_add_ order). */
 static void combine_tokens(void *ctx, int thread, int64_t begin, int64_t end) {
     moe_job_t *j = ctx;
     cpu_moe_t *m = j->m;
@@ -231,6 +232,7 @@ static void combine_tokens(void *ctx, int thread, int64_t begin, int64_t end) {
             float acc = 0.0f;
             for (int i = 0; i < k; i++) {
                 int slot = (int)t * k + order[i];
+                if (m->ids[slot] < j->w->first || m->ids[slot] >= j->w->end) continue;
                 float prod = m->y[(int64_t)m->pos[slot] * H + c] * m->weights[slot];
                 acc += prod;
             }
@@ -255,7 +257,7 @@ static void forward_chunk(cpu_moe_t *m, cpu_pool_t *pool, const cpu_moe_weights_
         cpu_moe_route(m->logits + (int64_t)t * E, E, k, m->norm, m->ids + t * k,
                       m->weights + t * k);
     if (trace) memcpy(trace, m->ids, (size_t)T * (size_t)k * sizeof *trace);
-    int n_active = group(m, T);
+    int n_active = group(m, w, T);
     for (int e = 0; counts && e < E; e++)
         counts[e] += (uint64_t)m->count[e];
 

@@ -19,7 +19,7 @@
  *
  *     cpu_moe_t *m;
  *     cpu_moe_create(cfg, n_threads, fast, &m, &err);     // fast: cpu_fast.h's GEMM
- *     cpu_moe_weights_t lw = {router, experts};            // experts: weights_expert(w, l, 0, 0)
+ *     cpu_moe_weights_t lw = {router, experts, 0, E};      // experts: weights_expert(w, l, 0, 0)
  *     cpu_moe_forward(m, pool, &lw, x, T, h, emulate_fp8, counts, NULL);   // counts[E] += routed
  *     cpu_moe_destroy(m);
  */
@@ -42,6 +42,9 @@ typedef struct cpu_moe cpu_moe_t;
 typedef struct cpu_moe_weights {
     const wtensor_t *router;  /* [E, H] */
     const wtensor_t *experts; /* [E][E_COUNT], contiguous (weights_expert(w, l, 0, 0)) */
+    int first, end;           /* the experts computed: [first, end), 0 and E but under expert
+                                 parallelism, where the others' are another rank's (routing
+                                 still sees all E; a token's other experts add nothing here) */
 } cpu_moe_weights_t;
 
 /* Scratch for the MoE layers of cfg (n_experts > 0) run on n_threads threads. The caller owns

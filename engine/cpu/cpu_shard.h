@@ -1,0 +1,83 @@
+/*
+ * cpu_shard: what one rank of the CPU backend holds under tensor parallelism (Megatron sharding,
+ * as vLLM does it; models.md 2.5, 3.4), as views into the whole checkpoint (wtensor_slice: no
+ * copy). Rank r of N:
+ *
+ *   q_proj, k_proj, v_proj   column-parallel: its heads' output rows. Query heads nH / N each;
+ *                            KV heads nKV / N each, or, when N exceeds nKV, the one KV head its
+ *                            query heads read, replicated on N / nKV ranks (vLLM's
+ *                            max(1, nKV / tp)). Gated attention's q_proj rows are [q_h | gate_h]
+ *                            per head: the rank's heads take both.
+ *   o_proj                   row-parallel: the input columns of its heads; the partial outputs
+ *                            are summed over the ranks (an all-reduce).
+ *   gate_proj, up_proj       column-parallel: I / N intermediate rows; down_proj row-parallel:
+ *                            those I / N input columns, then an all-reduce.
+ *   MoE experts              tensor parallel: every expert sliced like the dense MLP (its
+ *                            moe_intermediate_size / N); expert parallel: experts
+ *                            [r E / N, (r + 1) E / N) whole, the others not read. Either way
+ *                            the outputs are all-reduced. The router is replicated.
+ *   lm_head                  vocab-parallel: rows [r V / N, (r + 1) V / N), its logits
+ *                            all-gathered: the largest GEMM of a decode step is split N ways,
+ *                            and each rank reads a 1/N of the weight that dominates small
+ *                            models' bytes.
+ *   embed_tokens             replicated: a lookup of T rows reads T * H values, nothing to
+ *                            split, and a vocab-parallel embedding would cost an all-reduce of
+ *                            [T, H] per step for no saving on the host (the rows are mmapped,
+ *                            read where used).
+ *   norms                    replicated.
+ *
+ * Gated DeltaNet layers (Qwen3.5's linear attention) are not sharded yet: their q | k | v
+ * projection and conv are one tensor whose rank slice is three row ranges, which a view cannot
+ * express. cpu_shard_config refuses tensor parallelism for models that have them.
+ *
+ * Block-FP8 shards must not split a 128 x 128 scale block: wtensor_slice refuses, naming the
+ * tensor and the numbers.
+ *
+ *     model_config_t lc;
+ *     cpu_shard_config(cfg, &shard, &lc, &err);               // the rank's heads and widths
+ *     const wtensor_t *wq = cpu_shard_layer(w, &shard, l, L_Q, &view, &err);
+ */
+#ifndef TACHYON_CPU_SHARD_H
+#define TACHYON_CPU_SHARD_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "comm.h"
+#include "err.h"
+#include "model.h"
+#include "weights.h"
+
+typedef struct cpu_shard {
+    int rank, tp; /* rank of tp ranks; tp 1: the whole model */
+    bool ep;      /* experts whole (expert parallel), else sliced */
+    comm_t *comm; /* the group's communicator (NULL at tp 1) */
+} cpu_shard_t;
+
+/* The config rank s computes with: cfg with n_heads, n_kv_heads, intermediate_size and (without
+ * ep) moe_intermediate_size divided among the ranks (vocab_size stays the whole vocabulary).
+ * Fails naming what does not divide, and for models with Gated DeltaNet layers. */
+int cpu_shard_config(const model_config_t *cfg, const cpu_shard_t *s, model_config_t *out,
+                     err_t *err);
+
+/* Layer l's tensor in slot as rank s holds it: the whole tensor (at tp 1, and for replicated
+ * ones), or a view written to *view. NULL with err filled when the shard breaks the FP8 block
+ * rule or the tensor is missing. */
+const wtensor_t *cpu_shard_layer(const model_weights_t *w, const cpu_shard_t *s, int l,
+                                 lslot_t slot, wtensor_t *view, err_t *err);
+
+/* Layer l's experts as rank s holds them: the checkpoint's [E][E_COUNT] array (tp 1, expert
+ * parallel), or views written to views[E * E_COUNT]; *first, *end the experts the rank
+ * computes. NULL with err filled on a bad shard. */
+const wtensor_t *cpu_shard_experts(const model_weights_t *w, const cpu_shard_t *s, int l,
+                                   wtensor_t *views, int *first, int *end, err_t *err);
+
+/* The vocabulary rows [*v0, *v0 + *vn) of lm_head rank `rank` holds, and the widest share
+ * (*vpad, the all-gather's row). */
+void cpu_shard_vocab(int vocab, int rank, int tp, int64_t *v0, int64_t *vn, int64_t *vpad);
+
+/* lm_head as rank s holds it (cpu_shard_vocab's rows). */
+const wtensor_t *cpu_shard_lm_head(const model_weights_t *w, const cpu_shard_t *s, wtensor_t *view,
+                                   err_t *err);
+
+#endif
