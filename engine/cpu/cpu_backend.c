@@ -55,6 +55,7 @@
 #include "cpu_pool.h"
 #include "cpu_shard.h"
 #include "cpu_tp.h"
+#include "cpu_weights.h"
 
 #define MAX_THREADS 256
 
@@ -65,6 +66,8 @@ typedef struct cpu_layer {
     const wtensor_t *w[L_COUNT];
     const float *norm[L_COUNT]; /* [rows, cols] f32, small slots only */
     int linear;                 /* ATTN_LINEAR: its ordinal among the linear layers */
+    const wtensor_t *qkv[3];    /* ATTN_LINEAR: in_proj_qkv, conv1d as q | k | v parts (one */
+    const wtensor_t *conv[3];   /* whole tensor at tp 1; cpu_shard_qkv) */
     cpu_moe_weights_t moe;      /* MLP_MOE */
 } cpu_layer_t;
 
@@ -161,6 +164,16 @@ static void gemm(cpu_backend_t *be, const float *x, int T, const wtensor_t *w, f
 static int all_reduce(cpu_backend_t *be, float *buf, int64_t n, err_t *err) {
     if (be->shard.tp == 1) return 0;
     return comm_all_reduce_sum(be->shard.comm, buf, (size_t)n, err);
+}
+
+/* Every rank learns whether any failed (rc: this rank's), before a
+ * collective that a failed rank would not reach. */
+static int agree(cpu_backend_t *be, int rc, err_t *err) {
+    float failed = rc < 0 ? 1.0f : 0.0f;
+    if (comm_all_reduce_sum(be->shard.comm, &failed, 1, err) < 0) return -1;
+    if (failed > 0 && rc == 0)
+        return err_set(err, "cpu backend: another tensor-parallel rank failed this step");
+    return failed > 0 ? -1 : 0;
 }
 
 typedef struct attn_job {
@@ -297,166 +310,55 @@ static void cpu_destroy(backend_t *base) {
     free(be);
 }
 
-/* Checks one weight: present, the shape the config implies, a float dtype, valid FP8 scales.
- * `layer` is -1 for the model-wide tensors. */
-static int check_tensor(const wtensor_t *t, const char *what, int layer, int64_t rows, int64_t cols,
-                        err_t *err) {
-    char where[64];
-    if (layer < 0)
-        snprintf(where, sizeof where, "%s", what);
-    else
-        snprintf(where, sizeof where, "layer %d %s", layer, what);
-    if (!t || (!t->data && !t->dummy)) return err_set(err, "cpu backend: %s missing", where);
-    if (t->rows != rows || t->cols != cols)
-        return err_set(err,
-                       "cpu backend: %s is [%" PRId64 ", %" PRId64 "], expected [%" PRId64
-                       ", %" PRId64 "]",
-                       where, t->rows, t->cols, rows, cols);
-    switch (t->dtype) {
-        case DT_BF16:
-        case DT_F16:
-        case DT_F32:
-            return 0;
-        case DT_F8_E4M3:
-            if (!t->scale_inv || t->block_n < 1 || t->block_k < 1 ||
-                t->scale_rows != (rows + t->block_n - 1) / t->block_n ||
-                t->scale_cols != (cols + t->block_k - 1) / t->block_k)
-                return err_set(err, "cpu backend: %s: FP8 without valid block scales", where);
-            return 0;
-        default:
-            return err_set(err, "cpu backend: %s has dtype %s (not a float weight)", where,
-                           dtype_name(t->dtype));
-    }
-}
-
-/* A tensor a layer kind reads, with the shape it computes with. */
-typedef struct need {
-    lslot_t slot;
-    const char *name;
-    int64_t rows, cols;
-} need_t;
-
-/* Small tensors are read as f32 copies: vectors and the Gated DeltaNet's conv weight. */
-static bool is_small(const need_t *d) {
-    return d->rows == 1 || d->slot == L_LIN_CONV;
-}
-
-/* What a copy adds to the stored values: the RMSNorms' norm_offset (1 for Qwen3.5's zero-centred
- * weights); the Gated DeltaNet's gated norm and parameters are used as stored. */
-static float copy_offset(const model_config_t *c, lslot_t slot) {
-    bool rmsnorm =
-        slot == L_ATTN_NORM || slot == L_MLP_NORM || slot == L_Q_NORM || slot == L_K_NORM;
-    return rmsnorm ? c->norm_offset : 0.0f;
-}
-
-/* The tensors layer l reads, by its kinds (at most L_COUNT); returns how many. */
-static int layer_needs(const model_config_t *c, int l, need_t *need) {
-    int64_t H = c->hidden_size, D = c->head_dim, I = c->intermediate_size;
-    int64_t qd = model_q_dim(c), kvd = model_kv_dim(c);
-    int64_t C = model_lin_conv_dim(c), vd = model_lin_v_dim(c), Hv = c->lin_v_heads;
-    int n = 0;
-    need[n++] = (need_t){L_ATTN_NORM, "input_layernorm", 1, H};
-    switch (c->layer[l].attn) {
-        case ATTN_FULL:
-        case ATTN_GATED:
-            need[n++] = (need_t){L_Q, "q_proj", c->layer[l].attn == ATTN_GATED ? 2 * qd : qd, H};
-            need[n++] = (need_t){L_K, "k_proj", kvd, H};
-            need[n++] = (need_t){L_V, "v_proj", kvd, H};
-            need[n++] = (need_t){L_O, "o_proj", H, qd};
-            need[n++] = (need_t){L_Q_NORM, "q_norm", 1, D};
-            need[n++] = (need_t){L_K_NORM, "k_norm", 1, D};
-            break;
-        case ATTN_LINEAR:
-            need[n++] = (need_t){L_LIN_QKV, "in_proj_qkv", C, H};
-            need[n++] = (need_t){L_LIN_Z, "in_proj_z", vd, H};
-            need[n++] = (need_t){L_LIN_B, "in_proj_b", Hv, H};
-            need[n++] = (need_t){L_LIN_A, "in_proj_a", Hv, H};
-            need[n++] = (need_t){L_LIN_CONV, "conv1d", C, c->lin_conv_kernel};
-            need[n++] = (need_t){L_LIN_A_LOG, "A_log", 1, Hv};
-            need[n++] = (need_t){L_LIN_DT_BIAS, "dt_bias", 1, Hv};
-            need[n++] = (need_t){L_LIN_NORM, "linear_attn.norm", 1, c->lin_v_dim};
-            need[n++] = (need_t){L_LIN_OUT, "out_proj", H, vd};
-            break;
-    }
-    need[n++] = (need_t){L_MLP_NORM, "post_attention_layernorm", 1, H};
-    switch (c->layer[l].mlp) {
-        case MLP_DENSE:
-            need[n++] = (need_t){L_GATE, "gate_proj", I, H};
-            need[n++] = (need_t){L_UP, "up_proj", I, H};
-            need[n++] = (need_t){L_DOWN, "down_proj", H, I};
-            break;
-        case MLP_MOE:
-            need[n++] = (need_t){L_ROUTER, "mlp.gate", c->n_experts, H};
-            break;
-    }
-    return n;
-}
-
-/* The experts of MoE layer l: present, shaped, and of one dtype per projection (their inputs
- * are quantized once for all of them). */
-static int check_experts(const model_weights_t *w, int l, err_t *err) {
-    const model_config_t *c = weights_config(w);
-    int64_t H = c->hidden_size, I = c->moe_intermediate_size;
-    static const char *const names[E_COUNT] = {"gate_proj", "up_proj", "down_proj"};
-    const wtensor_t *first[E_COUNT];
-    for (int e = 0; e < c->n_experts; e++)
-        for (int s = 0; s < E_COUNT; s++) {
-            const wtensor_t *t = weights_expert(w, l, e, (eslot_t)s);
-            char what[64];
-            snprintf(what, sizeof what, "experts.%d.%s", e, names[s]);
-            if (check_tensor(t, what, l, s == E_DOWN ? H : I, s == E_DOWN ? I : H, err) < 0)
-                return -1;
-            int ref = s == E_UP ? E_GATE : s;
-            if (e == 0 && s != E_UP) first[s] = t;
-            if (t->dtype != first[ref]->dtype || t->block_k != first[ref]->block_k)
-                return err_set(err,
-                               "cpu backend: layer %d %s is %s but experts.0.%s is %s (one dtype "
-                               "per projection)",
-                               l, what, dtype_name(t->dtype), names[ref],
-                               dtype_name(first[ref]->dtype));
-        }
-    return 0;
-}
-
-/* Copies a small weight to f32, plus offset (the only weights the backend copies: the norms, a
- * few KiB, and the Gated DeltaNet's conv weights and parameters). */
-static float *take_norm(const wtensor_t *t, float offset, float **cursor) {
-    float *dst = *cursor;
-    int64_t n = t->rows * t->cols;
-    for (int64_t r = 0; r < t->rows; r++)
-        cpu_dequant_rows(t, r, 1, dst + r * t->cols);
-    for (int64_t i = 0; i < n; i++)
-        dst[i] += offset;
-    *cursor += n;
-    return dst;
-}
-
 static int shard_error(const cpu_backend_t *be, err_t *err) {
     return err_prefix(err, "cpu backend: tensor parallel %d, rank %d", be->shard.tp,
                       be->shard.rank);
 }
 
+/* in_proj_qkv or conv1d (need d) of layer l as the rank holds it: one tensor, or its q, k and v
+ * rows as three views (views[6]: qkv's, then conv's). */
+static int bind_qkv(cpu_backend_t *be, const model_weights_t *w, int l, const cpu_need_t *d,
+                    wtensor_t *views, size_t *norm_floats, err_t *err) {
+    cpu_layer_t *L = &be->layers[l];
+    const wtensor_t **parts = d->slot == L_LIN_QKV ? L->qkv : L->conv;
+    wtensor_t *v = views ? views + (d->slot == L_LIN_QKV ? 0 : 3) : NULL;
+    if (cpu_shard_qkv(w, &be->shard, l, d->slot, v, parts, err) < 0) return shard_error(be, err);
+    const model_config_t *c = be->cfg;
+    int64_t kd = model_lin_k_dim(c), rows[3] = {parts[1] ? kd : d->rows, kd, model_lin_v_dim(c)};
+    for (int p = 0; p < 3 && parts[p]; p++)
+        if (cpu_check_tensor(parts[p], d->name, l, rows[p], d->cols, err) < 0) return -1;
+    L->w[d->slot] = parts[0];
+    if (cpu_is_small(d)) *norm_floats += (size_t)(d->rows * d->cols);
+    if (!cpu_is_small(d) && d->cols > be->kmax) be->kmax = (int)d->cols;
+    return 0;
+}
+
 /* Binds layer l's tensors as this rank holds them (cpu_shard.h) into be->layers[l] and checks
  * them against the rank's config; adds the small ones' floats to *norm_floats and widens
- * be->kmax. `views` has room for L_COUNT + n_experts * E_COUNT views. */
+ * be->kmax. `views` has room for L_COUNT + 6 + n_experts * E_COUNT views. */
 static int bind_layer(cpu_backend_t *be, const model_weights_t *w, int l, wtensor_t *views,
                       size_t *norm_floats, err_t *err) {
     const model_config_t *c = be->cfg;
     cpu_layer_t *L = &be->layers[l];
-    need_t need[L_COUNT];
-    for (int i = 0, n = layer_needs(c, l, need); i < n; i++) {
-        const need_t *d = &need[i];
+    cpu_need_t need[L_COUNT];
+    for (int i = 0, n = cpu_layer_needs(c, l, need); i < n; i++) {
+        const cpu_need_t *d = &need[i];
+        if (d->slot == L_LIN_QKV || d->slot == L_LIN_CONV) {
+            if (bind_qkv(be, w, l, d, views ? views + L_COUNT : NULL, norm_floats, err) < 0)
+                return -1;
+            continue;
+        }
         wtensor_t *view = views ? &views[d->slot] : NULL;
         L->w[d->slot] = cpu_shard_layer(w, &be->shard, l, d->slot, view, err);
         if (!L->w[d->slot]) return shard_error(be, err);
-        if (check_tensor(L->w[d->slot], d->name, l, d->rows, d->cols, err) < 0) return -1;
-        if (is_small(d)) *norm_floats += (size_t)(d->rows * d->cols);
-        if (!is_small(d) && d->cols > be->kmax) be->kmax = (int)d->cols;
+        if (cpu_check_tensor(L->w[d->slot], d->name, l, d->rows, d->cols, err) < 0) return -1;
+        if (cpu_is_small(d)) *norm_floats += (size_t)(d->rows * d->cols);
+        if (!cpu_is_small(d) && d->cols > be->kmax) be->kmax = (int)d->cols;
     }
     if (c->layer[l].mlp != MLP_MOE) return 0;
-    if (check_experts(w, l, err) < 0) return -1;
+    if (cpu_check_experts(w, l, err) < 0) return -1;
     L->moe.router = L->w[L_ROUTER];
-    L->moe.experts = cpu_shard_experts(w, &be->shard, l, views ? views + L_COUNT : NULL,
+    L->moe.experts = cpu_shard_experts(w, &be->shard, l, views ? views + L_COUNT + 6 : NULL,
                                        &L->moe.first, &L->moe.end, err);
     if (!L->moe.experts) return shard_error(be, err);
     return 0;
@@ -496,7 +398,7 @@ int cpu_rank_create(const backend_options_t *opts, const model_weights_t *w,
     be->half = c->rotary_dim / 2;
     be->kmax = c->hidden_size; /* the widest GEMM input, widened by bind_layer */
     cpu_shard_vocab(c->vocab_size, shard->rank, shard->tp, &be->v0, &be->vn, &be->vpad);
-    size_t per_layer = L_COUNT + (size_t)c->n_experts * E_COUNT;
+    size_t per_layer = L_COUNT + 6 + (size_t)c->n_experts * E_COUNT;
     be->views =
         shard->tp > 1 ? calloc((size_t)c->n_layers * per_layer + 1, sizeof *be->views) : NULL;
     be->layers = calloc((size_t)c->n_layers, sizeof *be->layers);
@@ -510,9 +412,9 @@ int cpu_rank_create(const backend_options_t *opts, const model_weights_t *w,
     be->lm_head = cpu_shard_lm_head(w, shard, be->views ? &be->views[0] : NULL, err);
     const wtensor_t *final_norm = weights_global(w, G_FINAL_NORM);
     size_t norm_floats = (size_t)H;
-    if (!be->lm_head || check_tensor(be->embed, "embed_tokens", -1, V, H, err) < 0 ||
-        check_tensor(be->lm_head, "lm_head", -1, be->vn, H, err) < 0 ||
-        check_tensor(final_norm, "norm", -1, 1, H, err) < 0) {
+    if (!be->lm_head || cpu_check_tensor(be->embed, "embed_tokens", -1, V, H, err) < 0 ||
+        cpu_check_tensor(be->lm_head, "lm_head", -1, be->vn, H, err) < 0 ||
+        cpu_check_tensor(final_norm, "norm", -1, 1, H, err) < 0) {
         if (!be->lm_head) shard_error(be, err);
         cpu_destroy(&be->base);
         return -1;
@@ -545,14 +447,20 @@ int cpu_rank_create(const backend_options_t *opts, const model_weights_t *w,
     int linear = 0;
     for (int l = 0; l < c->n_layers; l++) {
         cpu_layer_t *L = &be->layers[l];
-        need_t need[L_COUNT];
-        for (int i = 0, n = layer_needs(c, l, need); i < n; i++) {
+        cpu_need_t need[L_COUNT];
+        for (int i = 0, n = cpu_layer_needs(c, l, need); i < n; i++) {
             lslot_t s = need[i].slot;
-            if (is_small(&need[i])) L->norm[s] = take_norm(L->w[s], copy_offset(c, s), &cursor);
+            if (s == L_LIN_CONV) { /* its parts side by side: the rank's q | k | v channels */
+                L->norm[s] = cursor;
+                for (int p = 0; p < 3 && L->conv[p]; p++)
+                    cpu_take_norm(L->conv[p], 0.0f, &cursor);
+            } else if (cpu_is_small(&need[i])) {
+                L->norm[s] = cpu_take_norm(L->w[s], cpu_copy_offset(c, s), &cursor);
+            }
         }
         L->linear = c->layer[l].attn == ATTN_LINEAR ? linear++ : -1;
     }
-    be->final_norm = take_norm(final_norm, c->norm_offset, &cursor);
+    be->final_norm = cpu_take_norm(final_norm, c->norm_offset, &cursor);
     cpu_rope_inv_freq(c->rotary_dim, c->rope_theta, be->inv_freq);
 
     if (c->n_experts > 0) {
@@ -764,7 +672,7 @@ static int linear_attention(cpu_backend_t *be, const be_batch_t *b, int layer, e
     for (int t = 0; t < T; t++)
         cpu_rmsnorm(be->h + (int64_t)t * H, L->norm[L_ATTN_NORM], H, c->rms_norm_eps,
                     be->xn + (int64_t)t * H);
-    cpu_gdn_layer_t gl = {.qkv = L->w[L_LIN_QKV],
+    cpu_gdn_layer_t gl = {.qkv = {L->qkv[0], L->qkv[1], L->qkv[2]},
                           .z = L->w[L_LIN_Z],
                           .b = L->w[L_LIN_B],
                           .a = L->w[L_LIN_A],
@@ -773,10 +681,11 @@ static int linear_attention(cpu_backend_t *be, const be_batch_t *b, int layer, e
                           .a_log = L->norm[L_LIN_A_LOG],
                           .dt_bias = L->norm[L_LIN_DT_BIAS],
                           .norm = L->norm[L_LIN_NORM]};
-    if (cpu_gdn_forward(be->gdn, be->pool, &gl, L->linear, b, be->xn, be->xn, gemm_for_gdn, be,
-                        err) < 0)
-        return -1;
+    int rc = cpu_gdn_forward(be->gdn, be->pool, &gl, L->linear, b, be->xn, be->xn, gemm_for_gdn, be,
+                             err);
+    if ((be->shard.tp > 1 && agree(be, rc, err) < 0) || rc < 0) return -1;
     int64_t n = (int64_t)T * H;
+    if (all_reduce(be, be->xn, n, err) < 0) return -1;
     for (int64_t i = 0; i < n; i++)
         be->h[i] += be->xn[i];
     return 0;
@@ -850,15 +759,6 @@ static int vocab_parallel_logits(cpu_backend_t *be, int n, float *logits, err_t 
                    (size_t)vn * sizeof(float));
     }
     return 0;
-}
-
-/* Every rank learns whether any failed before the step's first collective (rc: this rank's). */
-static int agree(cpu_backend_t *be, int rc, err_t *err) {
-    float failed = rc < 0 ? 1.0f : 0.0f;
-    if (comm_all_reduce_sum(be->shard.comm, &failed, 1, err) < 0) return -1;
-    if (failed > 0 && rc == 0)
-        return err_set(err, "cpu backend: another tensor-parallel rank failed this step");
-    return failed > 0 ? -1 : 0;
 }
 
 static int cpu_forward(backend_t *base, const be_batch_t *b, float *logits, err_t *err) {

@@ -237,7 +237,9 @@ int cpu_gdn_forward(cpu_gdn_t *g, cpu_pool_t *pool, const cpu_gdn_layer_t *L, in
     if (li < 0 || li >= g->n_linear)
         return err_set(err, "cpu backend: linear layer %d of %d", li, g->n_linear);
     if (cpu_gdn_check(g, b, err) < 0 || grow(g, T, err) < 0) return -1;
-    gemm(ctx, x, T, L->qkv, g->qkv, g->C);
+    const int64_t at[3] = {0, g->kd, 2 * (int64_t)g->kd}; /* where q, k and v columns start */
+    for (int p = 0; p < 3; p++)
+        if (L->qkv[p]) gemm(ctx, x, T, L->qkv[p], g->qkv + at[p], g->C);
     gemm(ctx, x, T, L->z, g->z, g->vd);
     gemm(ctx, x, T, L->b, g->b, g->Hv);
     gemm(ctx, x, T, L->a, g->a, g->Hv);

@@ -16,11 +16,10 @@ int cpu_shard_config(const model_config_t *cfg, const cpu_shard_t *s, model_conf
     *out = *cfg;
     if (s->tp == 1) return 0;
     int tp = s->tp;
-    if (model_count_attn(cfg, ATTN_LINEAR) > 0)
-        return err_set(err,
-                       "%s has Gated DeltaNet layers, which the cpu backend does not shard yet "
-                       "(run it at tensor-parallel-size 1)",
-                       cfg->model_type);
+    if (model_count_attn(cfg, ATTN_LINEAR) > 0 &&
+        ((out->lin_k_heads = split(cfg->lin_k_heads, tp, "linear_num_key_heads", err)) < 0 ||
+         (out->lin_v_heads = split(cfg->lin_v_heads, tp, "linear_num_value_heads", err)) < 0))
+        return -1;
     if ((out->n_heads = split(cfg->n_heads, tp, "num_attention_heads", err)) < 0) return -1;
     if (cfg->n_kv_heads >= tp) {
         if ((out->n_kv_heads = split(cfg->n_kv_heads, tp, "num_key_value_heads", err)) < 0)
@@ -75,6 +74,7 @@ const wtensor_t *cpu_shard_layer(const model_weights_t *w, const cpu_shard_t *s,
     int r = s->rank, tp = s->tp, D = c->head_dim;
     int64_t heads = c->n_heads / tp, kvd = (c->n_kv_heads >= tp ? c->n_kv_heads / tp : 1) * D;
     int64_t I = c->intermediate_size / tp;
+    int64_t hv = c->lin_v_heads / tp, vd = hv * c->lin_v_dim; /* Gated DeltaNet value heads */
     switch (slot) {
         case L_Q: {
             int64_t per = c->layer[l].attn == ATTN_GATED ? 2 * D : D;
@@ -92,9 +92,47 @@ const wtensor_t *cpu_shard_layer(const model_weights_t *w, const cpu_shard_t *s,
             return view_of(t, "up_proj", l, r * I, I, 0, t->cols, view, err);
         case L_DOWN:
             return view_of(t, "down_proj", l, 0, t->rows, r * I, I, view, err);
+        case L_LIN_Z:
+            return view_of(t, "in_proj_z", l, r * vd, vd, 0, t->cols, view, err);
+        case L_LIN_B:
+            return view_of(t, "in_proj_b", l, r * hv, hv, 0, t->cols, view, err);
+        case L_LIN_A:
+            return view_of(t, "in_proj_a", l, r * hv, hv, 0, t->cols, view, err);
+        case L_LIN_A_LOG:
+            return view_of(t, "A_log", l, 0, 1, r * hv, hv, view, err);
+        case L_LIN_DT_BIAS:
+            return view_of(t, "dt_bias", l, 0, 1, r * hv, hv, view, err);
+        case L_LIN_OUT:
+            return view_of(t, "out_proj", l, 0, t->rows, r * vd, vd, view, err);
+        case L_LIN_QKV:
+        case L_LIN_CONV:
+            err_set(err, "layer %d: in_proj_qkv and conv1d are three views (cpu_shard_qkv)", l);
+            return NULL;
         default:
             return t; /* norms and the router: replicated */
     }
+}
+
+int cpu_shard_qkv(const model_weights_t *w, const cpu_shard_t *s, int l, lslot_t slot,
+                  wtensor_t views[3], const wtensor_t *parts[3], err_t *err) {
+    const wtensor_t *t = weights_layer(w, l, slot);
+    parts[0] = t;
+    parts[1] = parts[2] = NULL;
+    if (s->tp == 1) return 0;
+    const model_config_t *c = weights_config(w);
+    int r = s->rank, tp = s->tp;
+    int64_t kd = model_lin_k_dim(c), kdr = kd / tp, vdr = model_lin_v_dim(c) / tp;
+    const char *name = slot == L_LIN_QKV ? "in_proj_qkv" : "conv1d";
+    char what[3][48];
+    snprintf(what[0], sizeof what[0], "%s (q rows)", name);
+    snprintf(what[1], sizeof what[1], "%s (k rows)", name);
+    snprintf(what[2], sizeof what[2], "%s (v rows)", name);
+    const int64_t row0[3] = {r * kdr, kd + r * kdr, 2 * kd + r * vdr}, rows[3] = {kdr, kdr, vdr};
+    for (int p = 0; p < 3; p++)
+        if (!(parts[p] =
+                  view_of(t, what[p], l, row0[p], rows[p], 0, t ? t->cols : 0, &views[p], err)))
+            return -1;
+    return 0;
 }
 
 const wtensor_t *cpu_shard_experts(const model_weights_t *w, const cpu_shard_t *s, int l,

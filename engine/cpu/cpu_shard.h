@@ -26,9 +26,14 @@
  *                            read where used).
  *   norms                    replicated.
  *
- * Gated DeltaNet layers (Qwen3.5's linear attention) are not sharded yet: their q | k | v
- * projection and conv are one tensor whose rank slice is three row ranges, which a view cannot
- * express. cpu_shard_config refuses tensor parallelism for models that have them.
+ *   Gated DeltaNet           by heads, as vLLM does: key heads Hk / N and value heads Hv / N
+ *                            each (value head h reads key head h / (Hv / Hk), on the same rank).
+ *                            in_proj_qkv and conv1d are q | k | v rows: a rank's are three row
+ *                            ranges, three views (cpu_shard_qkv) computed side by side;
+ *                            in_proj_z, in_proj_b, in_proj_a, A_log and dt_bias its value
+ *                            heads' rows (or entries); out_proj row-parallel, then an
+ *                            all-reduce; the gated norm's weight (one head's) replicated. Each
+ *                            rank's state slots hold its heads' conv windows and SSM states.
  *
  * Block-FP8 shards must not split a 128 x 128 scale block: wtensor_slice refuses, naming the
  * tensor and the numbers.
@@ -55,16 +60,23 @@ typedef struct cpu_shard {
 } cpu_shard_t;
 
 /* The config rank s computes with: cfg with n_heads, n_kv_heads, intermediate_size and (without
- * ep) moe_intermediate_size divided among the ranks (vocab_size stays the whole vocabulary).
- * Fails naming what does not divide, and for models with Gated DeltaNet layers. */
+ * ep) moe_intermediate_size, lin_k_heads and lin_v_heads divided among the ranks (vocab_size
+ * stays the whole vocabulary). Fails naming what does not divide. */
 int cpu_shard_config(const model_config_t *cfg, const cpu_shard_t *s, model_config_t *out,
                      err_t *err);
 
 /* Layer l's tensor in slot as rank s holds it: the whole tensor (at tp 1, and for replicated
- * ones), or a view written to *view. NULL with err filled when the shard breaks the FP8 block
- * rule or the tensor is missing. */
+ * ones), or a view written to *view (at tp > 1 not for L_LIN_QKV and L_LIN_CONV: cpu_shard_qkv).
+ * NULL with err filled when the shard breaks the FP8 block rule or the tensor is missing. */
 const wtensor_t *cpu_shard_layer(const model_weights_t *w, const cpu_shard_t *s, int l,
                                  lslot_t slot, wtensor_t *view, err_t *err);
+
+/* Layer l's in_proj_qkv (slot L_LIN_QKV) or conv1d (L_LIN_CONV) as rank s holds it: the q rows
+ * of its key heads, the k rows of its key heads and the v rows of its value heads in parts[0..3)
+ * (views written to views[3]); at tp 1 parts[0] is the whole tensor, parts[1] and parts[2]
+ * NULL. -1 with err filled on a bad shard. */
+int cpu_shard_qkv(const model_weights_t *w, const cpu_shard_t *s, int l, lslot_t slot,
+                  wtensor_t views[3], const wtensor_t *parts[3], err_t *err);
 
 /* Layer l's experts as rank s holds them: the checkpoint's [E][E_COUNT] array (tp 1, expert
  * parallel), or views written to views[E * E_COUNT]; *first, *end the experts the rank

@@ -3,7 +3,8 @@
  * - batch invariance: each request's greedy output is the same alone and among 24 concurrent
  *   requests, for token budgets that cut prompts into prefill chunks (the state carried from
  *   chunk to chunk) and a pool small enough to force preemption (asserted), where a preempted
- *   sequence rebuilds its state by recomputation;
+ *   sequence rebuilds its state by recomputation; the same at tensor-parallel size 2, against
+ *   TP 1's tokens alone;
  * - after every run, all KV blocks and all state slots are back;
  * - a request with n = 3 (forks after the prompt, each copying the parent's state), sampled with
  *   top_k 1, gives three choices equal to the greedy request alone. */
@@ -128,6 +129,18 @@ static void test_batch_invariance(void **state) {
                                NULL};
         run_together(flags, true);
     }
+    /* tensor parallel 2 (cpu ranks as threads, each with half the heads: the same bytes per
+     * block and per slot over the two ranks): the same tokens as TP 1 alone */
+    const char *tp2[] = {"tensor-parallel-size",
+                         "2",
+                         "max-num-batched-tokens",
+                         "70",
+                         "kv-cache-memory",
+                         pool,
+                         "max-model-len",
+                         "128",
+                         NULL};
+    run_together(tp2, true);
 }
 
 static void test_forks_copy_state(void **state) {
