@@ -56,7 +56,7 @@ static int kv_head0(const model_config_t *c, int r, int tp) {
 static const wtensor_t *view_of(const wtensor_t *t, const char *name, int l, int64_t row0,
                                 int64_t rows, int64_t col0, int64_t cols, wtensor_t *view,
                                 err_t *err) {
-    char what[96];
+    char what[192];
     snprintf(what, sizeof what, "layer %d %s", l, name);
     if (!t || (!t->data && !t->dummy)) {
         err_set(err, "%s missing", what);

@@ -9,7 +9,7 @@
  * `layer` is -1 for the model-wide tensors. */
 int cpu_check_tensor(const wtensor_t *t, const char *what, int layer, int64_t rows, int64_t cols,
                      err_t *err) {
-    char where[64];
+    char where[96];
     if (layer < 0)
         snprintf(where, sizeof where, "%s", what);
     else

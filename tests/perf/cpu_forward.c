@@ -7,8 +7,10 @@
  *   batch S N        S sequences of 32 tokens of context each, then N steps of S tokens (one
  *                    each): aggregate tokens/s
  *
- * usage: cpu_forward [--model PRESET] [--fp8] [--threads N] [--reps R] [--reference] MEASURE...
- * (--reference: the scalar reference kernels instead of the vector fast paths)
+ * usage: cpu_forward [--model PRESET] [--fp8] [--threads N] [--reps R] [--reference]
+ *                    [--tp N [--ep]] MEASURE...
+ * (--reference: the scalar reference kernels instead of the vector fast paths; --tp: tensor
+ * parallel over N ranks as threads, sharing the --threads; --ep: MoE experts placed whole)
  * Prints one line per measure: its name, the median tokens/s over R repetitions, and each; then
  * the median tokens per CPU-second of the process (robust to a loaded machine with --threads 1,
  * where no thread spins waiting for another). */
@@ -147,7 +149,8 @@ static int cmp_double(const void *a, const void *b) {
 int main(int argc, char **argv) {
     const char *preset = "qwen3-0.6b";
     bool fp8 = false, reference = false;
-    int threads = 0, reps = 3, i = 1;
+    int threads = 0, reps = 3, tp = 1, i = 1;
+    bool ep = false;
     for (; i < argc && argv[i][0] == '-'; i++) {
         if (!strcmp(argv[i], "--model") && i + 1 < argc)
             preset = argv[++i];
@@ -159,12 +162,17 @@ int main(int argc, char **argv) {
             threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
             reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--tp") && i + 1 < argc)
+            tp = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--ep"))
+            ep = true;
         else
             break;
     }
     if (i >= argc || reps < 1 || reps > 64) {
         fprintf(stderr, "usage: cpu_forward [--model PRESET] [--fp8] [--threads N] [--reps R] "
-                        "[--reference] (prefill N | decode DEPTH N | batch SEQS N)...\n");
+                        "[--reference] [--tp N [--ep]] (prefill N | decode DEPTH N | batch SEQS "
+                        "N)...\n");
         return 2;
     }
     model_config_t cfg;
@@ -176,7 +184,10 @@ int main(int argc, char **argv) {
     }
     /* room for 64 sequences of 2,048 tokens, or one of 64 x 2,048 */
     run_t r = {.V = cfg.vocab_size, .stride = 2048 / BS};
-    backend_options_t opts = {.n_threads = threads, .cpu_reference = reference};
+    backend_options_t opts = {.n_threads = threads,
+                              .cpu_reference = reference,
+                              .tensor_parallel_size = tp,
+                              .expert_parallel = ep};
     if (cpu_backend_ops.create(&opts, w, &r.be, &err) < 0 ||
         backend_kv_reserve(r.be, 64 * r.stride, BS, &err) < 0) {
         fprintf(stderr, "cpu_forward: %s\n", err.msg);
