@@ -127,9 +127,6 @@ typedef struct backend_ops {
     /* True when the backend makes --load-format dummy values itself (weights_open with
      * lazy_dummy: no host copy of the random weights). */
     bool makes_dummy_weights;
-    /* True when create takes tensor_parallel_size > 1 (the cpu backend's ranks as threads);
-     * the engine refuses larger sizes for the others (shard_plan_refuse). */
-    bool tensor_parallel;
     /* Optional. Tokens routed to each expert of each MLP_MOE layer since create, cumulative:
      * out [n_layers][n_experts] (rows of other layers stay 0), as of the last forward that
      * returned. Fails for a model without experts. */
@@ -149,6 +146,9 @@ typedef struct backend_ops {
     /* Optional (NULL: none, as on the CPU). The devices the instance runs on, in rank order (one
      * until tensor parallelism runs): fills out[0 .. max) and returns how many there are. */
     int (*devices)(const backend_t *be, backend_device_t *out, int max);
+    /* True when create takes tensor_parallel_size > 1 (the cpu backend's ranks as threads);
+     * the engine refuses larger sizes for the others (shard_plan_refuse). */
+    bool tensor_parallel;
 } backend_ops_t;
 
 /* Every backend instance starts with this header. */
