@@ -66,9 +66,10 @@ typedef struct cpu_layer {
     const wtensor_t *w[L_COUNT];
     const float *norm[L_COUNT]; /* [rows, cols] f32, small slots only */
     int linear;                 /* ATTN_LINEAR: its ordinal among the linear layers */
-    const wtensor_t *qkv[3];    /* ATTN_LINEAR: in_proj_qkv, conv1d as q | k | v parts (one */
-    const wtensor_t *conv[3];   /* whole tensor at tp 1; cpu_shard_qkv) */
-    cpu_moe_weights_t moe;      /* MLP_MOE */
+    /* ATTN_LINEAR: in_proj_qkv and conv1d as q | k | v parts (cpu_shard_qkv; at tp 1 one whole
+     * tensor at [0]) */
+    const wtensor_t *qkv[3], *conv[3];
+    cpu_moe_weights_t moe; /* MLP_MOE */
 } cpu_layer_t;
 
 typedef struct cpu_backend {
@@ -166,8 +167,8 @@ static int all_reduce(cpu_backend_t *be, float *buf, int64_t n, err_t *err) {
     return comm_all_reduce_sum(be->shard.comm, buf, (size_t)n, err);
 }
 
-/* Every rank learns whether any failed (rc: this rank's), before a
- * collective that a failed rank would not reach. */
+/* Every rank learns whether any rank failed (rc: this rank's result), before a collective that a
+ * failed rank would not reach. */
 static int agree(cpu_backend_t *be, int rc, err_t *err) {
     float failed = rc < 0 ? 1.0f : 0.0f;
     if (comm_all_reduce_sum(be->shard.comm, &failed, 1, err) < 0) return -1;
