@@ -2,7 +2,8 @@
  * alone at TP 1, alone at TP 2, and all together at TP 2 under a token budget of 64 with a KV
  * pool of 10 blocks, which forces preemption (asserted): every request's greedy tokens are the
  * same in the three runs, and every block is back in the pool after the batch. For Qwen3 dense
- * (tiny-qwen3) and Qwen3-MoE with experts placed whole (tiny-qwen3-moe, expert parallel). */
+ * (tiny-qwen3) and Qwen3-MoE (tiny-qwen3-moe) with experts sliced (tensor parallel) and placed
+ * whole (expert parallel). Qwen3.5 at TP 2: test_engine_qwen35. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -112,6 +113,11 @@ static void test_tp2_dense(void **state) {
     tp2("tiny-qwen3", false);
 }
 
+static void test_tp2_moe(void **state) {
+    (void)state;
+    tp2("tiny-qwen3-moe", false);
+}
+
 static void test_tp2_moe_ep(void **state) {
     (void)state;
     tp2("tiny-qwen3-moe", true);
@@ -120,6 +126,7 @@ static void test_tp2_moe_ep(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tp2_dense),
+        cmocka_unit_test(test_tp2_moe),
         cmocka_unit_test(test_tp2_moe_ep),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
