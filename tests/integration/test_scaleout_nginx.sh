@@ -1,0 +1,187 @@
+#!/usr/bin/env bash
+# Past one node (server/scale-out.md): two `tachyon serve` replicas behind a real nginx running
+# server/nginx-tachyon.conf (ports substituted), `tachyon bench` through nginx, and one replica
+# killed with SIGKILL while it has requests in flight. What must hold:
+#   - both replicas' /health answered 200 before the kill (and nginx's /health);
+#   - the benchmark finishes (every step runs under a timeout) and counts every request:
+#     successful + failed = N;
+#   - from nginx's access log (one line per request: end time, duration, status, the upstreams
+#     tried): every failed request was in flight on the killed replica at the kill (its last
+#     upstream is the killed one and it ended after the kill): failed <= that count;
+#   - every request nginx received after the kill was answered 200 by the survivor (some tried
+#     the dead replica first: connection refused, then the survivor);
+#   - the survivor's /metrics counts exactly the requests nginx's log says it answered, and the
+#     killed replica had answered some before the kill (both took work);
+#   - afterwards nginx still answers /health and completions (through the survivor).
+# No timing is asserted beyond generous timeouts: on a loaded machine the run is only slower.
+set -uo pipefail
+bin=${TACHYON_BIN:?} fixtures=${TACHYON_FIXTURES:?}
+root=$(cd "$(dirname "$0")/../.." && pwd)
+nginx=$(command -v nginx || echo /usr/sbin/nginx)
+[ -x "$nginx" ] || { echo "FAIL: nginx is not installed (scripts/setup-deps installs it)"; exit 1; }
+
+tmp=$(mktemp -d)
+chmod 755 "$tmp" # nginx's workers run as nobody when the test runs as root
+pids=()
+cleanup() {
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
+    for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+fail() {
+    echo "FAIL: $*"
+    for f in bench.out bench.err nginx.err access.log a.log b.log; do
+        [ -s "$tmp/$f" ] && { echo "---- $f"; tail -40 "$tmp/$f"; }
+    done
+    exit 1
+}
+
+# start_replica NAME: a `tachyon serve` on a free port; sets port_NAME and pid_NAME.
+start_replica() {
+    "$bin" serve --port 0 --threads 1 --kv-cache-memory 64MiB --stats-interval 0 \
+        --model "$fixtures/tiny-qwen3" --served-model-name tiny 2>"$tmp/$1.log" >/dev/null &
+    local pid=$! port
+    pids+=("$pid")
+    port=$("$root/scripts/serve-port" "$tmp/$1.log" "$pid") || fail "replica $1 did not start"
+    printf -v "port_$1" %s "$port"
+    printf -v "pid_$1" %s "$pid"
+}
+start_replica a
+start_replica b
+ra=127.0.0.1:$port_a rb=127.0.0.1:$port_b
+
+# status URL: the HTTP status of a GET (000: no answer).
+status() { curl -s -o /dev/null -m 10 -w '%{http_code}' "$1"; }
+# metric URL NAME: the sum of a series' samples in a replica's /metrics.
+metric() {
+    curl -sf -m 10 "$1/metrics" | awk -v n="$2" '$1 == n || index($1, n "{") == 1 { s += $NF }
+        END { printf "%d\n", s }'
+}
+
+[ "$(status "http://$ra/health")" = 200 ] || fail "replica a: /health did not answer 200"
+[ "$(status "http://$rb/health")" = 200 ] || fail "replica b: /health did not answer 200"
+
+# nginx: the sample's upstream and listen lines pointed at the replicas and a free port, inside
+# a main config whose paths are all in the test's directory. A port taken between choosing and
+# binding it: try another.
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+start_nginx() {
+    sed -e "s/127\.0\.0\.1:8001/$ra/" -e "s/127\.0\.0\.1:8002/$rb/" \
+        -e "s/listen 8000;/listen 127.0.0.1:$port_n;/" "$root/server/nginx-tachyon.conf" \
+        >"$tmp/tachyon.conf"
+    grep -q "server $ra " "$tmp/tachyon.conf" && grep -q "server $rb " "$tmp/tachyon.conf" &&
+        grep -q "listen 127.0.0.1:$port_n;" "$tmp/tachyon.conf" ||
+        fail "server/nginx-tachyon.conf no longer has the lines this test substitutes"
+    mkdir -p "$tmp/temp"
+    cat >"$tmp/nginx.conf" <<EOF
+worker_processes 1;
+events { worker_connections 256; }
+http {
+    log_format scaleout '\$msec \$request_time \$status "\$request_uri" "\$upstream_addr" "\$upstream_status"';
+    access_log $tmp/access.log scaleout;
+    client_body_temp_path $tmp/temp/body;
+    proxy_temp_path $tmp/temp/proxy;
+    fastcgi_temp_path $tmp/temp/fastcgi;
+    uwsgi_temp_path $tmp/temp/uwsgi;
+    scgi_temp_path $tmp/temp/scgi;
+    include $tmp/tachyon.conf;
+}
+EOF
+    "$nginx" -p "$tmp" -c "$tmp/nginx.conf" -g "daemon off; pid $tmp/nginx.pid; error_log stderr;" \
+        2>"$tmp/nginx.err" &
+    pid_n=$!
+    pids+=("$pid_n")
+    for _ in $(seq 100); do
+        [ "$(status "http://127.0.0.1:$port_n/health")" = 200 ] && return 0
+        kill -0 "$pid_n" 2>/dev/null || return 1
+        sleep 0.1
+    done
+    return 1
+}
+for try in 1 2 3; do
+    port_n=$(free_port)
+    start_nginx && break
+    [ "$try" = 3 ] && fail "nginx did not start"
+done
+lb=http://127.0.0.1:$port_n
+
+# The benchmark: 60 requests, 4 at a time, 48 tokens each (least_conn gives each replica about
+# two at a time), through nginx.
+n=60
+timeout 300 "$bin" bench --base-url "$lb" --num-prompts $n --input-len 16 --output-len 48 \
+    --max-concurrency 4 >"$tmp/bench.out" 2>"$tmp/bench.err" &
+bench_pid=$!
+pids+=("$bench_pid")
+
+# Kill replica a once it has answered some requests and has some in flight.
+for _ in $(seq 600); do
+    kill -0 "$bench_pid" 2>/dev/null || fail "the benchmark ended before the kill"
+    done_a=$(metric "http://$ra" 'vllm:request_success_total')
+    busy_a=$(metric "http://$ra" 'tachyon:requests_in_flight')
+    [ "${done_a:-0}" -ge 2 ] && [ "${busy_a:-0}" -ge 1 ] && break
+    sleep 0.1
+done
+[ "${done_a:-0}" -ge 2 ] && [ "${busy_a:-0}" -ge 1 ] || fail "replica a never had work (done $done_a, in flight $busy_a)"
+t_kill=$(date +%s.%N)
+kill -KILL "$pid_a"
+wait "$pid_a" 2>/dev/null
+echo "killed replica a at $t_kill: it had answered $done_a, $busy_a in flight"
+
+wait "$bench_pid"
+rc=$?
+[ "$rc" = 0 ] || fail "tachyon bench exited with $rc"
+field() { sed -n "s/^$1:[[:space:]]*\([0-9]*\).*/\1/p" "$tmp/bench.out" | head -1; }
+ok=$(field "Successful requests") failed=$(field "Failed requests")
+[ -n "$ok" ] && [ -n "$failed" ] || fail "no counts in the report"
+[ $((ok + failed)) = $n ] || fail "successful $ok + failed $failed != $n"
+
+# nginx writes a request's line once it has finished it: wait for all n.
+completions() { grep -c '"/v1/completions"' "$tmp/access.log"; }
+for _ in $(seq 100); do [ "$(completions)" -ge $n ] && break; sleep 0.1; done
+[ "$(completions)" = $n ] || fail "nginx logged $(completions) completions, not $n"
+
+done_b=$(metric "http://$rb" 'vllm:request_success_total')
+read -r in_flight after retried to_b < <(python3 - "$tmp/access.log" "$t_kill" "$ra" "$rb" <<'EOF'
+import re, sys
+log, t_kill, ra, rb = sys.argv[1], float(sys.argv[2]), sys.argv[3], sys.argv[4]
+in_flight = after = retried = to_b = 0
+bad = []
+for line in open(log):
+    end, dur, status, uri, ups = re.match(r'(\S+) (\S+) (\d+) "([^"]*)" "([^"]*)"', line).groups()
+    if uri != "/v1/completions":
+        continue
+    ups = [u.strip() for u in ups.split(",")]
+    end, start = float(end), float(end) - float(dur)
+    last = ups[-1]
+    if last == rb and status == "200":
+        to_b += 1
+    if len(ups) > 1:
+        retried += 1
+    if last == ra and end >= t_kill:
+        in_flight += 1  # on the killed replica when it died (started before: nothing after)
+    if start > t_kill + 0.005 and (status != "200" or last != rb):
+        bad.append(line.strip())
+    after += start > t_kill + 0.005
+for b in bad:
+    print("after the kill, not answered by the survivor:", b, file=sys.stderr)
+print(in_flight, after, retried, to_b if not bad else -1)
+EOF
+)
+echo "bench: $ok successful, $failed failed; nginx: $in_flight in flight on the killed replica," \
+    "$after received after the kill, $retried retried; survivor answered $to_b (its /metrics: $done_b)"
+[ "$to_b" != -1 ] || fail "a request received after the kill was not answered by the survivor"
+[ "$failed" -le "$in_flight" ] ||
+    fail "$failed requests failed, only $in_flight were in flight on the killed replica"
+[ "$done_b" = "$to_b" ] || fail "the survivor's /metrics counts $done_b requests, nginx's log $to_b"
+[ "$after" -ge 1 ] || fail "no request was sent after the kill: the run ended too early"
+
+# The fleet without replica a: nginx still answers, through b.
+[ "$(status "http://$ra/health")" = 000 ] || fail "the killed replica still answers"
+[ "$(status "$lb/health")" = 200 ] || fail "nginx's /health did not answer 200 after the kill"
+for i in 1 2 3; do
+    curl -sf -m 60 "$lb/v1/completions" -H 'Content-Type: application/json' \
+        -d '{"model":"tiny","prompt":"Hello","max_tokens":4}' | grep -q '"finish_reason"' ||
+        fail "completion $i through nginx after the kill failed"
+done
+echo PASS
