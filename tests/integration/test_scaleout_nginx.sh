@@ -37,18 +37,9 @@ fail() {
     exit 1
 }
 
-# start_replica NAME: a `tachyon serve` on a free port; sets port_NAME and pid_NAME.
-start_replica() {
-    "$bin" serve --port 0 --threads 1 --kv-cache-memory 64MiB --stats-interval 0 \
-        --model "$fixtures/tiny-qwen3" --served-model-name tiny 2>"$tmp/$1.log" >/dev/null &
-    local pid=$! port
-    pids+=("$pid")
-    port=$("$root/scripts/serve-port" "$tmp/$1.log" "$pid") || fail "replica $1 did not start"
-    printf -v "port_$1" %s "$port"
-    printf -v "pid_$1" %s "$pid"
-}
-start_replica a
-start_replica b
+source "$root/tests/replica.sh"
+replica a "$tmp" || fail "replica a did not start"
+replica b "$tmp" || fail "replica b did not start"
 ra=127.0.0.1:$port_a rb=127.0.0.1:$port_b
 
 # status URL: the HTTP status of a GET (000: no answer).
