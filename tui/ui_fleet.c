@@ -280,6 +280,41 @@ void ui_fleet_row_text(const ui_fleet_cols_t *c, const ui_fleet_row_t *r, int in
     fit(buf, size, c->width);
 }
 
+// ---------------------------------------------------------------------------------------------
+// A benchmark's rows
+
+#define RUN_URL_W 24
+
+void ui_fleet_run_head_text(char *buf, size_t size) {
+    snprintf(buf, size, "  # %-*s state  requests  gen tokens  gen tok/s  KV%% at end", RUN_URL_W,
+             "replica");
+}
+
+/* a - b of a counter when both reads were good and it did not go down; NaN otherwise. */
+static double delta(const ui_fleet_row_t *b, const ui_fleet_row_t *a, double bv, double av) {
+    return b->up && a->up && av >= bv ? av - bv : NAN;
+}
+
+void ui_fleet_run_text(const ui_fleet_row_t *b, const ui_fleet_row_t *a, int index, double duration,
+                       char *buf, size_t size) {
+    char url[RUN_URL_W + 8];
+    tail_fit(short_url(a->url), RUN_URL_W, url, sizeof url);
+    if (!a->up) {
+        snprintf(buf, size, "%3d %s down  %s%s", index, url, a->why,
+                 b->up ? " (up before the run)" : "");
+        return;
+    }
+    double reqs = delta(b, a, b->m.requests_done, a->m.requests_done);
+    double gen = delta(b, a, b->m.gen_tokens, a->m.gen_tokens);
+    char r[16], g[16], tps[16], kv[16];
+    num(reqs, 0, r, sizeof r);
+    num(gen, 0, g, sizeof g);
+    num(duration > 0 ? gen / duration : NAN, 1, tps, sizeof tps);
+    num(a->m.kv * 100, 1, kv, sizeof kv);
+    if (!isnan(a->m.kv)) strcat(kv, "%");
+    snprintf(buf, size, "%3d %s %-5s %9s %11s %10s %11s", index, url, "up", r, g, tps, kv);
+}
+
 int ui_fleet_metrics_url(const char *url, char *buf, size_t size) {
     size_t n = strlen(url);
     while (n > 0 && url[n - 1] == '/')

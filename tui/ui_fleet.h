@@ -8,7 +8,8 @@
  *
  * The parsing, the rates and the rows' text are pure (unit-tested: tests/unit/test_ui_fleet.c);
  * the sampler (ui_fleet_http.c) reads every replica at once with libcurl's multi interface on a
- * thread of its own, so a replica that hangs never stalls the UI.
+ * thread of its own, so a replica that hangs never stalls the UI; ui_fleet_read does one such
+ * read on the calling thread (`tachyon bench --metrics`, before and after a run).
  *
  *     ui_fleet_sampler_t *sp = ui_fleet_sampler_start(urls, n, 1.0, &err); // UI signals blocked
  *     ui_fleet_row_t rows[n];
@@ -98,6 +99,20 @@ void ui_fleet_row_text(const ui_fleet_cols_t *c, const ui_fleet_row_t *r, int in
 /* The URL a replica's metrics are read from: url with "/metrics" appended unless it ends so
  * (a trailing '/' dropped first). -1 when it does not fit in size. */
 int ui_fleet_metrics_url(const char *url, char *buf, size_t size);
+
+/* Reads the replica of each row (rows[i].url) once, now, on the calling thread, all at once, each
+ * read timing out after timeout_s (at least 1 s); the outcomes update the rows as a sampler's
+ * round does. -1 with err set when n is out of range or a URL is too long. */
+int ui_fleet_read(ui_fleet_row_t *rows, int n, double timeout_s, err_t *err);
+
+/* `tachyon bench --metrics URL...`: a replica's share of a run from its rows read before (b) and
+ * after (a) it: requests finished and tokens generated meanwhile, those tokens over the run's
+ * duration (s), KV use at the end; "-" where a read failed or a counter went down (a restart),
+ * "down" and why when the read after failed. The head, then one line per replica (index 1..),
+ * ASCII, no trailing newline. */
+void ui_fleet_run_head_text(char *buf, size_t size);
+void ui_fleet_run_text(const ui_fleet_row_t *b, const ui_fleet_row_t *a, int index, double duration,
+                       char *buf, size_t size);
 
 /* The sampler: a thread that reads every replica's /metrics at once every period_s seconds
  * (the first read at once; each read times out after period_s, at least 1 s, so a replica that

@@ -1,5 +1,6 @@
-/* ui_fleet's sampler: every replica's /metrics read at once with libcurl's multi interface on a
- * thread of its own, the rows updated under a lock for the UI thread to copy (ui_fleet.h). */
+/* ui_fleet's HTTP side: every replica's /metrics read at once with libcurl's multi interface (a
+ * reader), once on the calling thread (ui_fleet_read) or every period on a sampler thread whose
+ * rows the UI thread copies under a lock (ui_fleet.h). */
 #include <curl/curl.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -21,14 +22,20 @@ typedef struct target {
     bool too_big;
 } target_t;
 
+/* The replicas' handles, read together. */
+typedef struct reader {
+    CURLM *multi;
+    int n;
+    target_t *t;     /* [n] */
+    long timeout_ms; /* of each read */
+} reader_t;
+
 struct ui_fleet_sampler {
     pthread_t thread;
     pthread_mutex_t mu;
     atomic_bool stop;
     double period_s;
-    CURLM *multi;
-    int n;
-    target_t *t;          /* [n], the thread's own */
+    reader_t rd;          /* the thread's own */
     ui_fleet_row_t *rows; /* [n], under mu */
     unsigned seq;         /* under mu: rounds done */
 };
@@ -70,41 +77,84 @@ static void failure(CURLcode rc, long status, const target_t *t, char *why, size
         snprintf(why, size, "HTTP %ld", status);
 }
 
-/* One round: every replica read at once; false when stopped in the middle. */
-static bool round_trip(ui_fleet_sampler_t *sp) {
-    long timeout_ms = sp->period_s > 1 ? (long)(sp->period_s * 1000) : 1000;
-    for (int i = 0; i < sp->n; i++) {
-        target_t *t = &sp->t[i];
-        t->len = 0;
-        t->too_big = false;
-        curl_easy_setopt(t->h, CURLOPT_TIMEOUT_MS, timeout_ms);
-        curl_easy_setopt(t->h, CURLOPT_CONNECTTIMEOUT_MS, timeout_ms);
-        curl_multi_add_handle(sp->multi, t->h);
+static void reader_free(reader_t *rd) {
+    for (int i = 0; rd->t && i < rd->n; i++) {
+        if (rd->t[i].h) curl_easy_cleanup(rd->t[i].h);
+        free(rd->t[i].body);
     }
-    int running = sp->n;
-    while (running > 0 && !atomic_load(&sp->stop)) {
-        curl_multi_perform(sp->multi, &running);
-        if (running > 0) curl_multi_poll(sp->multi, NULL, 0, POLL_MS, NULL);
+    if (rd->multi) curl_multi_cleanup(rd->multi);
+    free(rd->t);
+    memset(rd, 0, sizeof *rd);
+}
+
+static int reader_init(reader_t *rd, const char *const *urls, int n, double timeout_s, err_t *err) {
+    memset(rd, 0, sizeof *rd);
+    if (n < 1 || n > UI_FLEET_MAX)
+        return err_set(err, "between 1 and %d replicas can be watched, not %d", UI_FLEET_MAX, n);
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    rd->n = n;
+    rd->timeout_ms = timeout_s > 1 ? (long)(timeout_s * 1000) : 1000;
+    rd->t = calloc((size_t)n, sizeof *rd->t);
+    rd->multi = curl_multi_init();
+    if (!rd->t || !rd->multi) {
+        reader_free(rd);
+        return err_set(err, "out of memory");
+    }
+    for (int i = 0; i < n; i++) {
+        target_t *t = &rd->t[i];
+        if (strlen(urls[i]) >= UI_FLEET_URL ||
+            ui_fleet_metrics_url(urls[i], t->url, sizeof t->url) < 0) {
+            reader_free(rd);
+            return err_set(err, "the URL \"%.64s...\" is too long", urls[i]);
+        }
+        if (!(t->h = curl_easy_init())) {
+            reader_free(rd);
+            return err_set(err, "cannot start libcurl");
+        }
+        curl_easy_setopt(t->h, CURLOPT_URL, t->url);
+        curl_easy_setopt(t->h, CURLOPT_WRITEFUNCTION, on_body);
+        curl_easy_setopt(t->h, CURLOPT_WRITEDATA, t);
+        curl_easy_setopt(t->h, CURLOPT_NOSIGNAL, 1L);
+        curl_easy_setopt(t->h, CURLOPT_USERAGENT, "tachyon-console");
+        curl_easy_setopt(t->h, CURLOPT_TIMEOUT_MS, rd->timeout_ms);
+        curl_easy_setopt(t->h, CURLOPT_CONNECTTIMEOUT_MS, rd->timeout_ms);
+    }
+    return 0;
+}
+
+/* One round: every replica read at once, the outcomes applied to rows[0, n) (under mu when it
+ * is not NULL). False, rows untouched, when stop was set in the middle. */
+static bool reader_round(reader_t *rd, const atomic_bool *stop, ui_fleet_row_t *rows,
+                         pthread_mutex_t *mu) {
+    for (int i = 0; i < rd->n; i++) {
+        rd->t[i].len = 0;
+        rd->t[i].too_big = false;
+        curl_multi_add_handle(rd->multi, rd->t[i].h);
+    }
+    int running = rd->n;
+    while (running > 0 && !(stop && atomic_load(stop))) {
+        curl_multi_perform(rd->multi, &running);
+        if (running > 0) curl_multi_poll(rd->multi, NULL, 0, POLL_MS, NULL);
     }
     bool stopped = running > 0;
     CURLcode result[UI_FLEET_MAX];
-    for (int i = 0; i < sp->n; i++)
+    for (int i = 0; i < rd->n; i++)
         result[i] = CURLE_OPERATION_TIMEDOUT;
     CURLMsg *msg;
     int left;
-    while ((msg = curl_multi_info_read(sp->multi, &left)))
+    while ((msg = curl_multi_info_read(rd->multi, &left)))
         if (msg->msg == CURLMSG_DONE)
-            for (int i = 0; i < sp->n; i++)
-                if (sp->t[i].h == msg->easy_handle) result[i] = msg->data.result;
-    for (int i = 0; i < sp->n; i++)
-        curl_multi_remove_handle(sp->multi, sp->t[i].h);
+            for (int i = 0; i < rd->n; i++)
+                if (rd->t[i].h == msg->easy_handle) result[i] = msg->data.result;
+    for (int i = 0; i < rd->n; i++)
+        curl_multi_remove_handle(rd->multi, rd->t[i].h);
     if (stopped) return false;
 
     ui_fleet_scrape_t s[UI_FLEET_MAX];
     bool ok[UI_FLEET_MAX];
     char why[UI_FLEET_MAX][96];
-    for (int i = 0; i < sp->n; i++) {
-        target_t *t = &sp->t[i];
+    for (int i = 0; i < rd->n; i++) {
+        target_t *t = &rd->t[i];
         long status = 0;
         curl_easy_getinfo(t->h, CURLINFO_RESPONSE_CODE, &status);
         ok[i] = result[i] == CURLE_OK && status == 200;
@@ -114,12 +164,22 @@ static bool round_trip(ui_fleet_sampler_t *sp) {
             snprintf(why[i], sizeof why[i], "no vLLM metrics");
     }
     double now = engine_now();
-    pthread_mutex_lock(&sp->mu);
-    for (int i = 0; i < sp->n; i++)
-        ui_fleet_row_update(&sp->rows[i], ok[i] ? &s[i] : NULL, why[i], now);
-    sp->seq++;
-    pthread_mutex_unlock(&sp->mu);
+    if (mu) pthread_mutex_lock(mu);
+    for (int i = 0; i < rd->n; i++)
+        ui_fleet_row_update(&rows[i], ok[i] ? &s[i] : NULL, why[i], now);
+    if (mu) pthread_mutex_unlock(mu);
     return true;
+}
+
+int ui_fleet_read(ui_fleet_row_t *rows, int n, double timeout_s, err_t *err) {
+    const char *urls[UI_FLEET_MAX];
+    for (int i = 0; i < n && i < UI_FLEET_MAX; i++)
+        urls[i] = rows[i].url;
+    reader_t rd;
+    if (reader_init(&rd, urls, n, timeout_s, err) < 0) return -1;
+    reader_round(&rd, NULL, rows, NULL);
+    reader_free(&rd);
+    return 0;
 }
 
 static void *sampler_main(void *arg) {
@@ -127,7 +187,10 @@ static void *sampler_main(void *arg) {
     pthread_setname_np(pthread_self(), "tachyon-fleet");
     while (!atomic_load(&sp->stop)) {
         double next = engine_now() + sp->period_s;
-        if (!round_trip(sp)) break;
+        if (!reader_round(&sp->rd, &sp->stop, sp->rows, &sp->mu)) break;
+        pthread_mutex_lock(&sp->mu);
+        sp->seq++;
+        pthread_mutex_unlock(&sp->mu);
         /* the rest of the period in slices, so that a stop is seen within one */
         double left;
         while (!atomic_load(&sp->stop) && (left = next - engine_now()) > 0) {
@@ -140,12 +203,7 @@ static void *sampler_main(void *arg) {
 }
 
 static void sampler_free(ui_fleet_sampler_t *sp) {
-    for (int i = 0; sp->t && i < sp->n; i++) {
-        if (sp->t[i].h) curl_easy_cleanup(sp->t[i].h);
-        free(sp->t[i].body);
-    }
-    if (sp->multi) curl_multi_cleanup(sp->multi);
-    free(sp->t);
+    reader_free(&sp->rd);
     free(sp->rows);
     pthread_mutex_destroy(&sp->mu);
     free(sp);
@@ -153,11 +211,6 @@ static void sampler_free(ui_fleet_sampler_t *sp) {
 
 ui_fleet_sampler_t *ui_fleet_sampler_start(const char *const *urls, int n, double period_s,
                                            err_t *err) {
-    if (n < 1 || n > UI_FLEET_MAX) {
-        err_set(err, "between 1 and %d replicas can be watched, not %d", UI_FLEET_MAX, n);
-        return NULL;
-    }
-    curl_global_init(CURL_GLOBAL_DEFAULT);
     ui_fleet_sampler_t *sp = calloc(1, sizeof *sp);
     if (!sp) {
         err_set(err, "out of memory");
@@ -166,35 +219,17 @@ ui_fleet_sampler_t *ui_fleet_sampler_start(const char *const *urls, int n, doubl
     pthread_mutex_init(&sp->mu, NULL);
     atomic_init(&sp->stop, false);
     sp->period_s = period_s;
-    sp->n = n;
-    sp->t = calloc((size_t)n, sizeof *sp->t);
-    sp->rows = calloc((size_t)n, sizeof *sp->rows);
-    sp->multi = curl_multi_init();
-    if (!sp->t || !sp->rows || !sp->multi) {
+    if (reader_init(&sp->rd, urls, n, period_s, err) < 0) {
+        sampler_free(sp);
+        return NULL;
+    }
+    if (!(sp->rows = calloc((size_t)n, sizeof *sp->rows))) {
         sampler_free(sp);
         err_set(err, "out of memory");
         return NULL;
     }
-    for (int i = 0; i < n; i++) {
-        target_t *t = &sp->t[i];
+    for (int i = 0; i < n; i++)
         ui_fleet_row_init(&sp->rows[i], urls[i]);
-        if (strlen(urls[i]) >= UI_FLEET_URL ||
-            ui_fleet_metrics_url(urls[i], t->url, sizeof t->url) < 0) {
-            sampler_free(sp);
-            err_set(err, "the URL \"%.64s...\" is too long", urls[i]);
-            return NULL;
-        }
-        if (!(t->h = curl_easy_init())) {
-            sampler_free(sp);
-            err_set(err, "cannot start libcurl");
-            return NULL;
-        }
-        curl_easy_setopt(t->h, CURLOPT_URL, t->url);
-        curl_easy_setopt(t->h, CURLOPT_WRITEFUNCTION, on_body);
-        curl_easy_setopt(t->h, CURLOPT_WRITEDATA, t);
-        curl_easy_setopt(t->h, CURLOPT_NOSIGNAL, 1L);
-        curl_easy_setopt(t->h, CURLOPT_USERAGENT, "tachyon-console");
-    }
     if (pthread_create(&sp->thread, NULL, sampler_main, sp) != 0) {
         sampler_free(sp);
         err_set(err, "cannot start the fleet sampler thread");
@@ -207,7 +242,7 @@ bool ui_fleet_sampler_latest(ui_fleet_sampler_t *sp, ui_fleet_row_t *rows, int n
     pthread_mutex_lock(&sp->mu);
     bool newer = sp->seq != *seq;
     if (newer) {
-        memcpy(rows, sp->rows, sizeof *rows * (size_t)(n < sp->n ? n : sp->n));
+        memcpy(rows, sp->rows, sizeof *rows * (size_t)(n < sp->rd.n ? n : sp->rd.n));
         *seq = sp->seq;
     }
     pthread_mutex_unlock(&sp->mu);

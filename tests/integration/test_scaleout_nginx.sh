@@ -18,6 +18,8 @@
 #      the dead replica first: connection refused, then the survivor);
 #    - the survivor's /metrics counts exactly the requests nginx's log says it answered, and the
 #      killed replica had answered some before the kill (both took work);
+#    - the benchmark's --metrics rows: the survivor's requests and tokens during the run as its
+#      /metrics counted them, the killed replica down;
 #    - afterwards nginx still answers /health and completions (through the survivor).
 # No timing is asserted beyond generous timeouts: on a loaded machine the run is only slower.
 set -uo pipefail
@@ -105,11 +107,12 @@ start_nginx() {
 }
 
 # The benchmark: 60 requests, 4 at a time, 48 tokens each (least_conn gives each replica about
-# two at a time), through nginx.
+# two at a time), through nginx; --metrics adds a row per replica to its report.
 n=60
 start_bench() {
     timeout 300 "$bin" bench --base-url "$lb" --num-prompts $n --input-len 16 --output-len 48 \
-        --max-concurrency 4 >"$tmp/bench-$phase.out" 2>"$tmp/bench-$phase.err" &
+        --max-concurrency 4 --metrics "http://$ra" --metrics "http://$rb/metrics" \
+        >"$tmp/bench-$phase.out" 2>"$tmp/bench-$phase.err" &
     bench_pid=$!
     pids+=("$bench_pid")
 }
@@ -156,6 +159,10 @@ moved=$(grep '"/v1/completions"' "$tmp/access-$phase.log" | grep -c ", ")
 echo "drained replica b (it had answered $done_r, $busy_r in flight): bench $ok successful," \
     "$failed failed; $moved requests moved on to a (503 or refused by b)"
 [ "$failed" = 0 ] || fail "$failed requests failed while b drained"
+grep -Eq "^ +1 127\.0\.0\.1:$port_a +up +[1-9][0-9]* +[1-9][0-9]* " "$tmp/bench-$phase.out" ||
+    fail "the report's row of replica a"
+grep -Eq "^ +2 127\.0\.0\.1:$port_b/metrics +down +connection refused \(up before the run\)$" \
+    "$tmp/bench-$phase.out" || fail "the report's row of replica b"
 kill "$pid_n"
 wait "$pid_n" 2>/dev/null
 replica b "$tmp" "$port_b" || fail "replica b did not start again on port $port_b"
@@ -207,6 +214,11 @@ echo "bench: $ok successful, $failed failed; nginx: $in_flight in flight on the 
     fail "$failed requests failed, only $in_flight were in flight on the killed replica"
 [ "$done_b" = "$to_b" ] || fail "the survivor's /metrics counts $done_b requests, nginx's log $to_b"
 [ "$after" -ge 1 ] || fail "no request was sent after the kill: the run ended too early"
+# the report's rows: b's requests and tokens as its /metrics counted them, a down
+grep -Eq "^ +2 127\.0\.0\.1:$port_b/metrics +up +$done_b +$((done_b * 48)) +[0-9.]+ " \
+    "$tmp/bench-$phase.out" || fail "the report's row of replica b (want $done_b requests)"
+grep -Eq "^ +1 127\.0\.0\.1:$port_a +down +connection refused \(up before the run\)$" \
+    "$tmp/bench-$phase.out" || fail "the report's row of replica a"
 
 # The fleet without replica a: nginx still answers, through b.
 [ "$(status "http://$ra/health")" = 000 ] || fail "the killed replica still answers"

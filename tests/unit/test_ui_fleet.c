@@ -1,9 +1,10 @@
 /* ui_fleet: /metrics text to numbers (Tachyon's and vLLM's names, several engines summed, labels
  * with escapes, the deprecated KV name, text that is not vLLM's), rates from counter deltas (a
  * restart gives none), the fleet's total, the table's text exactly as wide as asked (a long URL
- * keeps its end, a down replica says why and for how long), the metrics URL; and the sampler
- * against sockets of this test: a replica answering (its rates), one refusing, one that never
- * answers (timed out), all read at once. */
+ * keeps its end, a down replica says why and for how long), a benchmark's rows (deltas, down,
+ * restarts), the metrics URL; and the sampler against sockets of this test: a replica answering
+ * (its rates), one refusing, one that never answers (timed out), all read at once; one read on
+ * the calling thread. */
 #include <arpa/inet.h>
 #include <math.h>
 #include <netinet/in.h>
@@ -172,6 +173,37 @@ static void test_text(void **state) {
     assert_non_null(strstr(line, "      -          -             -       0"));
 }
 
+static void test_run_text(void **state) {
+    (void)state;
+    char line[UI_FLEET_LINE];
+    ui_fleet_run_head_text(line, sizeof line);
+    assert_string_equal(line,
+                        "  # replica                  state  requests  gen tokens  gen tok/s  "
+                        "KV% at end");
+    ui_fleet_row_t b, a;
+    ui_fleet_row_init(&b, "http://127.0.0.1:8001");
+    ui_fleet_scrape_t s = scrape(100, 0);
+    s.requests_done = 10;
+    ui_fleet_row_update(&b, &s, NULL, 1);
+    a = b;
+    s = scrape(400, 0);
+    s.requests_done = 15;
+    ui_fleet_row_update(&a, &s, NULL, 5);
+    ui_fleet_run_text(&b, &a, 1, 3, line, sizeof line);
+    assert_string_equal(line, "  1 127.0.0.1:8001           up            5         300      100.0"
+                              "       50.0%");
+    ui_fleet_row_t down = b;
+    ui_fleet_row_update(&down, NULL, "HTTP 503", 5);
+    ui_fleet_run_text(&b, &down, 2, 3, line, sizeof line);
+    assert_string_equal(line, "  2 127.0.0.1:8001           down  HTTP 503 (up before the run)");
+    ui_fleet_run_text(&down, &a, 3, 3, line, sizeof line); /* down before: no deltas */
+    assert_non_null(strstr(line, " up            -           -          -       50.0%"));
+    s = scrape(5, 0); /* restarted during the run: its counters went down */
+    ui_fleet_row_update(&a, &s, NULL, 6);
+    ui_fleet_run_text(&b, &a, 4, 3, line, sizeof line);
+    assert_non_null(strstr(line, " up            -           -          -"));
+}
+
 static void test_metrics_url(void **state) {
     (void)state;
     char buf[64];
@@ -257,6 +289,14 @@ static void test_sampler(void **state) {
     assert_string_equal(rows[1].why, "connection refused");
     assert_false(rows[2].up); /* a round waits for the slowest: 1 s at least */
     assert_string_equal(rows[2].why, "timed out");
+    /* one read on this thread: the same outcomes */
+    ui_fleet_row_t once[2];
+    ui_fleet_row_init(&once[0], u0);
+    ui_fleet_row_init(&once[1], u1);
+    assert_int_equal(ui_fleet_read(once, 2, 1, &err), 0);
+    assert_true(once[0].up && once[0].m.running == 1);
+    assert_false(once[1].up);
+    assert_string_equal(once[1].why, "connection refused");
     double t_stop = engine_now();
     ui_fleet_sampler_stop(sp); /* in the middle of a round: at once */
     assert_true(engine_now() - t_stop < 0.9);
@@ -273,9 +313,10 @@ static void test_sampler(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_parse),       cmocka_unit_test(test_rates),
-        cmocka_unit_test(test_total),       cmocka_unit_test(test_text),
-        cmocka_unit_test(test_metrics_url), cmocka_unit_test(test_sampler),
+        cmocka_unit_test(test_parse),    cmocka_unit_test(test_rates),
+        cmocka_unit_test(test_total),    cmocka_unit_test(test_text),
+        cmocka_unit_test(test_run_text), cmocka_unit_test(test_metrics_url),
+        cmocka_unit_test(test_sampler),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
