@@ -128,16 +128,21 @@ static attr_t pair(const watch_t *w, int p) {
     return w->color ? COLOR_PAIR(p) : 0;
 }
 
+/* w->line padded with spaces to the screen's width (a bar). */
+static void pad_line(watch_t *w) {
+    int width = COLS < (int)sizeof w->line ? COLS : (int)sizeof w->line - 1;
+    int n = (int)strlen(w->line);
+    if (n < width) memset(w->line + n, ' ', (size_t)(width - n));
+    w->line[width] = 0;
+}
+
 static void draw_header(watch_t *w, double now) {
     char up[64] = "reading...", age[32];
     if (w->have) snprintf(up, sizeof up, "%d of %d up", w->total.n_up, w->n);
     chart_format_window(w->interval, age, sizeof age);
     snprintf(w->line, sizeof w->line, " Tachyon fleet  %d replica%s, %s  every %s  watching %.0f s",
              w->n, w->n == 1 ? "" : "s", up, age, now - w->t_start);
-    int width = COLS < (int)sizeof w->line ? COLS : (int)sizeof w->line - 1;
-    int n = (int)strlen(w->line);
-    if (n < width) memset(w->line + n, ' ', (size_t)(width - n));
-    w->line[width] = 0;
+    pad_line(w);
     put(0, 0, COLS, A_REVERSE | pair(w, PAIR_HEAD), w->line);
 }
 
@@ -198,10 +203,14 @@ static void draw(watch_t *w) {
                  w->n - shown);
         put(y++, 0, COLS, A_DIM, w->line);
     }
-    ui_fleet_row_text(&c, &w->total, 0, now, w->line, sizeof w->line);
-    put(y++, 0, COLS, A_BOLD, w->line);
+    if (w->have) { /* the total of a round */
+        ui_fleet_row_text(&c, &w->total, 0, now, w->line, sizeof w->line);
+        put(y, 0, COLS, A_BOLD, w->line);
+    }
+    y++;
     draw_chart(w, y + 1, LINES - 1 - (y + 1));
     snprintf(w->line, sizeof w->line, "watching %d replica%s: q quits", w->n, w->n == 1 ? "" : "s");
+    pad_line(w);
     put(LINES - 1, 0, COLS, A_REVERSE, w->line);
     refresh();
 }

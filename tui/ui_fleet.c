@@ -17,25 +17,32 @@ static bool name_char(char ch) {
            ch == '_' || ch == ':';
 }
 
-/* The value of label key in labels[0, n) unescaped into buf; false when it is not there. */
+/* The value of label key in the label set labels[0, n) (name="value" pairs, commas between),
+ * unescaped into buf (cut to size); false when it is not there. */
 static bool label_value(const char *labels, size_t n, const char *key, char *buf, size_t size) {
-    size_t k = strlen(key);
-    for (size_t i = 0; i + k + 2 <= n; i++) {
-        bool start = i == 0 || labels[i - 1] == ',' || labels[i - 1] == ' ';
-        if (!start || memcmp(labels + i, key, k) || labels[i + k] != '=' ||
-            labels[i + k + 1] != '"')
-            continue;
+    size_t k = strlen(key), i = 0;
+    while (i < n) {
+        while (i < n && (labels[i] == ',' || labels[i] == ' '))
+            i++;
+        size_t name = i;
+        while (i < n && name_char(labels[i]))
+            i++;
+        bool match = i - name == k && !memcmp(labels + name, key, k);
+        if (i + 1 >= n || labels[i] != '=' || labels[i + 1] != '"') return false;
         size_t o = 0;
-        for (size_t j = i + k + 2; j < n && labels[j] != '"'; j++) {
-            char ch = labels[j];
-            if (ch == '\\' && j + 1 < n) {
-                ch = labels[++j];
+        for (i += 2; i < n && labels[i] != '"'; i++) {
+            char ch = labels[i];
+            if (ch == '\\' && i + 1 < n) {
+                ch = labels[++i];
                 if (ch == 'n') ch = '\n';
             }
-            if (o + 1 < size) buf[o++] = ch;
+            if (match && o + 1 < size) buf[o++] = ch;
         }
-        buf[o] = 0;
-        return true;
+        i++; /* the closing quote */
+        if (match) {
+            buf[o] = 0;
+            return true;
+        }
     }
     return false;
 }

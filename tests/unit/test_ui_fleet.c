@@ -23,6 +23,7 @@
 #include <cmocka.h>
 
 #include "engine.h"
+#include "metrics.h"
 #include "ui_fleet.h"
 
 static const char tachyon_text[] =
@@ -67,6 +68,44 @@ static void test_parse(void **state) {
     static const char other[] = "# a node exporter\nnode_load1 0.5\n<html>not found</html>\n";
     assert_int_equal(ui_fleet_parse(other, strlen(other), &s), -1);
     assert_int_equal(ui_fleet_parse("", 0, &s), -1);
+}
+
+/* What Tachyon's server exports (server/metrics.c) reads back exactly, a model name that needs
+ * escapes included; a label of another name holding `model_name="..."` does not fool it. */
+static void test_parse_server(void **state) {
+    (void)state;
+    metrics_t *m = metrics_create(4096);
+    assert_non_null(m);
+    stats_snapshot_t *st = calloc(1, sizeof *st);
+    assert_non_null(st);
+    st->running = 3;
+    st->waiting = 9;
+    st->kv_used = 5;
+    st->kv_total = 20;
+    st->prompt_tokens = 123456789012ull;
+    st->generation_tokens = 4242;
+    for (int r = 0; r < 4; r++)
+        st->requests_finished[r] = (uint64_t)(r + 1);
+    metrics_info_t info = {
+        .model_name = "we\"ird\\name\nx", .block_size = 16, .kv_cache_dtype = "auto"};
+    jbuf_t b;
+    jb_init(&b);
+    metrics_render(m, st, &info, &b);
+    assert_false(b.oom);
+    ui_fleet_scrape_t s;
+    assert_int_equal(ui_fleet_parse(b.p, b.len, &s), 0);
+    assert_true(s.running == 3 && s.waiting == 9 && s.kv == 0.25);
+    assert_true(s.prompt_tokens == 123456789012.0 && s.gen_tokens == 4242);
+    assert_true(s.requests_done == 10);
+    assert_string_equal(s.model, "we\"ird\\name\nx");
+    jb_free(&b);
+    free(st);
+    metrics_destroy(m);
+
+    static const char tricky[] =
+        "vllm:num_requests_running{x=\",model_name=\\\"no\\\"\",model_name=\"yes\"} 1\n";
+    assert_int_equal(ui_fleet_parse(tricky, strlen(tricky), &s), 0);
+    assert_string_equal(s.model, "yes");
 }
 
 static ui_fleet_scrape_t scrape(double gen, double prompt) {
@@ -313,10 +352,10 @@ static void test_sampler(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_parse),    cmocka_unit_test(test_rates),
-        cmocka_unit_test(test_total),    cmocka_unit_test(test_text),
-        cmocka_unit_test(test_run_text), cmocka_unit_test(test_metrics_url),
-        cmocka_unit_test(test_sampler),
+        cmocka_unit_test(test_parse),       cmocka_unit_test(test_parse_server),
+        cmocka_unit_test(test_rates),       cmocka_unit_test(test_total),
+        cmocka_unit_test(test_text),        cmocka_unit_test(test_run_text),
+        cmocka_unit_test(test_metrics_url), cmocka_unit_test(test_sampler),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
