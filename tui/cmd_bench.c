@@ -443,6 +443,7 @@ static int apply_flag(cli_bench_t *c, const char *f, const char *v) {
         return copy_str(f, v, o->label, sizeof o->label);
     else if (!strcmp(f, "--metrics")) {
         if (c->n_metrics == UI_FLEET_MAX) return bad(f, v, "too many replicas");
+        if (strlen(v) >= UI_FLEET_URL) return bad(f, v, "URL too long");
         c->metrics[c->n_metrics++] = v;
     } else if (!strcmp(f, "--extra-body")) {
         if (o->extra_body[0]) return bad(f, v, "give --extra-body before the sampling flags");
