@@ -104,9 +104,10 @@ int ui_fleet_parse(const char *text, size_t len, ui_fleet_scrape_t *out) {
         while (q < eol && *q != ' ' && *q != '\t' && *q != '\r' && k + 1 < sizeof num)
             num[k++] = *q++;
         num[k] = 0;
+        bool longer = q < eol && *q != ' ' && *q != '\t' && *q != '\r';
         char *num_end;
         double v = strtod(num, &num_end);
-        if (k == 0 || *num_end) continue;
+        if (k == 0 || *num_end || longer) continue;
         sum[s] += v;
         count[s]++;
         if (!out->model[0] && labels)

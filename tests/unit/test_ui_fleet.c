@@ -42,14 +42,16 @@ static const char tachyon_text[] =
     "vllm:num_requests_running_other 99\n"
     "vllm:num_requests_waiting{model_name=\"a}b\"} 1 1712345678000\n"
     "vllm:num_requests_waiting{broken=\"} 50\n"
-    "vllm:num_requests_waiting{engine=\"0\"} notanumber\n";
+    "vllm:num_requests_waiting{engine=\"0\"} notanumber\n"
+    "vllm:num_requests_waiting 1000000000000000000000000000000000000000000000000000000000000000000"
+    "00000000000000000000000000000000000000000000000000\n";
 
 static void test_parse(void **state) {
     (void)state;
     ui_fleet_scrape_t s;
     assert_int_equal(ui_fleet_parse(tachyon_text, strlen(tachyon_text), &s), 0);
     assert_true(s.running == 5);
-    assert_true(s.waiting == 8); /* a '}' inside a label value, a timestamp; broken lines skipped */
+    assert_true(s.waiting == 8); /* a '}' inside a label value, a timestamp; bad lines skipped */
     assert_true(fabs(s.kv - 0.5) < 1e-9); /* the mean of the engines; the deprecated name unused */
     assert_true(s.gen_tokens == 1000);
     assert_true(s.prompt_tokens == 5000);
