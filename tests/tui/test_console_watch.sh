@@ -4,7 +4,8 @@
 # status line; q quits with status 0 and the terminal restored. Then at 120x40: requests on
 # replica 1 show in its row (running, generation tok/s) and in the fleet's chart; replica 2
 # killed with SIGKILL: its row says down (connection refused, in red), the total counts 1 of 2
-# up. Options that open a model are refused with --watch.
+# up. At 80x24, 20 replicas (19 down): the rows that fit and "... and 3 more". Options that
+# open a model are refused with --watch.
 source "$(dirname "$0")/lib.sh"
 root=$(cd "$(dirname "$0")/../.." && pwd)
 
@@ -54,6 +55,17 @@ for size in 80x24 120x40 200x50 120x40-plain; do
     watch_quit
     tmux_ kill-server
 done
+
+# More replicas than rows at 80x24: the rows that fit, then how many more; the total counts all.
+TUI_W=80 TUI_H=24
+many=("$ua")
+for p in $(seq 2 20); do many+=("http://127.0.0.1:$p"); done # nothing listens there
+tui_run -- console --watch "${many[@]}"
+tui_wait '^ +17 127\.0\.0\.1:17 +down '
+tui_wait '^ +\.\.\. and 3 more \(a taller terminal shows them\)'
+tui_wait '^ +fleet: 1/20 up'
+watch_quit
+tmux_ kill-server
 
 # Requests on replica 1, then replica 2 killed.
 TUI_W=120 TUI_H=40
