@@ -55,9 +55,10 @@ tui_start() {
 }
 
 # tui_run [ENV=VALUE...] -- ARGS...: `tachyon ARGS...` in the pane as tui_start runs the
-# console (the wrapper, the size, the state directory), with no options added.
+# console (the wrapper, the size, the state directory), with no options added; the variables in
+# TUI_ENV (space-separated ENV=VALUE, for tui_sizes) go into its environment too.
 tui_run() {
-    local envs=()
+    local envs=(${TUI_ENV:-})
     while [ $# -gt 0 ] && [ "$1" != "--" ]; do envs+=("$1"); shift; done
     [ $# -gt 0 ] && shift
     cat >"$TUI_DIR/run.sh" <<'EOF'
