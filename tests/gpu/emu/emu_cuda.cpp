@@ -5,7 +5,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
-#include <deque>
 #include <vector>
 
 extern "C" {
@@ -37,15 +36,24 @@ struct Fiber {
     void *sp = nullptr; /* its saved stack pointer while it is not running */
 };
 
-/* One thread's cp.async copies: the open group and the committed ones, oldest first. */
+/* One thread's cp.async copies, in issue order: copies [0, done) have landed; committed group g
+ * ends at group_end[g]; groups [0, groups_done) are waited for; the copies after the last end
+ * are the open group. Flat and cleared, never freed, between blocks: a block of 128 threads used
+ * to build 128 deques, which cost the emulated attention more than its copies. */
 struct CpCopy {
     void *dst;
     const void *src;
     int src_bytes;
 };
 struct CpQueue {
-    std::vector<CpCopy> open;
-    std::deque<std::vector<CpCopy>> groups;
+    std::vector<CpCopy> copies;
+    std::vector<size_t> group_end;
+    size_t done = 0, groups_done = 0;
+    void clear() {
+        copies.clear();
+        group_end.clear();
+        done = groups_done = 0;
+    }
 };
 
 /* The block being run: thread index t is fiber t. */
@@ -149,7 +157,7 @@ void drop(Barrier &b) {
 [[noreturn]] void fiber_main() {
     for (;;) {
         (*blk->body)();
-        blk->cp[blk->cur] = CpQueue{}; /* copies never waited for are dropped */
+        blk->cp[blk->cur].clear(); /* copies never waited for are dropped */
         drop(blk->block);
         drop(blk->warps[blk->cur / 32]);
         blk->done[blk->cur] = 1;
@@ -324,24 +332,24 @@ void emu_ldmatrix_x4(uint32_t r[4], const void *row, bool trans) {
 void emu_cp_async_16(void *dst, const void *src, int src_bytes) {
     check_aligned(dst, "cp.async destination");
     if (src_bytes) check_aligned(src, "cp.async source");
-    blk->cp[blk->cur].open.push_back(CpCopy{dst, src, src_bytes});
+    blk->cp[blk->cur].copies.push_back(CpCopy{dst, src, src_bytes});
 }
 
 void emu_cp_async_commit(void) {
     CpQueue &q = blk->cp[blk->cur];
-    q.groups.push_back(std::move(q.open));
-    q.open.clear();
+    q.group_end.push_back(q.copies.size());
 }
 
 void emu_cp_async_wait(int n) {
     CpQueue &q = blk->cp[blk->cur];
-    while ((int)q.groups.size() > n) {
-        for (const CpCopy &c : q.groups.front()) {
+    while ((int)(q.group_end.size() - q.groups_done) > n) {
+        for (const size_t end = q.group_end[q.groups_done++]; q.done < end; q.done++) {
+            const CpCopy &c = q.copies[q.done];
             memcpy(c.dst, c.src, (size_t)c.src_bytes);
             memset(static_cast<uint8_t *>(c.dst) + c.src_bytes, 0, (size_t)(16 - c.src_bytes));
         }
-        q.groups.pop_front();
     }
+    if (q.done == q.copies.size() && q.groups_done == q.group_end.size()) q.clear();
 }
 
 uint32_t *ops_dynamic_smem_u32(void) {
@@ -387,7 +395,7 @@ void emu_run_grid(dim3 grid, dim3 block, size_t smem, const std::function<void()
                 b.mma.resize(2 * (size_t)n * kMmaRegs);
                 b.exchange_set.assign((size_t)n, 0);
                 b.mma_set.assign((size_t)n, 0);
-                b.cp.assign((size_t)n, CpQueue{});
+                if (b.cp.size() < (size_t)n) b.cp.resize((size_t)n); /* each cleared at exit */
                 b.block = Barrier{};
                 b.block.expected = n;
                 blk = &b;
