@@ -559,8 +559,22 @@ static int cb_devices(const backend_t *base, backend_device_t *out, int max) {
 }
 
 extern "C" const backend_ops_t cuda_backend_ops = {
-    "cuda",        cb_create,      cb_destroy,       cb_kv_block_bytes, cb_kv_reserve,
-    cb_forward,    cb_sample,      cb_describe,      cb_kv_pool_bytes,  cb_configure,
-    true,          cb_expert_load, cb_trace_routing, cb_state_bytes,    cb_state_reserve,
-    cb_state_copy, cb_devices,
+    "cuda",
+    cb_create,
+    cb_destroy,
+    cb_kv_block_bytes,
+    cb_kv_reserve,
+    cb_forward,
+    cb_sample,
+    cb_describe,
+    cb_kv_pool_bytes,
+    cb_configure,
+    true,
+    cb_expert_load,
+    cb_trace_routing,
+    cb_state_bytes,
+    cb_state_reserve,
+    cb_state_copy,
+    cb_devices,
+    false, /* tensor_parallel: the engine refuses N > 1 (shard_plan_refuse) */
 };
