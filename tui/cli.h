@@ -134,6 +134,7 @@ int cmd_console(int argc, char **argv);
 typedef struct cli_stats_line {
     double t;
     uint64_t prompt, gen, queries, hits;
+    uint64_t drafts, draft_tokens, accepted; /* speculative decoding: its part of the line */
     bool active;
 } cli_stats_line_t;
 
