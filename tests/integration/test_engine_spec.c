@@ -9,7 +9,9 @@
  * - the distribution: token counts at output positions 1..4 of 240 sampled requests with drafts
  *   and 240 without (independent seeds) agree by a chi-squared test at the 0.1% level;
  * - max_tokens is never passed and finish reasons and usage stay right when one step emits
- *   several tokens; turning num-speculative-tokens to 0 live stops the drafts. */
+ *   several tokens; stop ids and stop strings met inside an accepted run end the choice there,
+ *   with the text and logprobs of the run without drafts; turning num-speculative-tokens to 0
+ *   live stops the drafts. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -26,6 +28,7 @@
 #include "engine_testutil.h"
 #include "rng.h"
 #include "testutil.h"
+#include "tokenizer.h"
 
 #define N_REQ 8
 #define N_GEN 24
@@ -35,6 +38,11 @@ typedef struct outcome {
     int n[2];
     engine_finish_reason_t reason[2];
     int completion[2];
+    char text[2][1024];
+    size_t text_len[2];
+    engine_token_logprob_t lp[2][N_GEN][3]; /* with logprobs 2 */
+    int32_t stop_token[2];
+    char stop_str[2][32];
 } outcome_t;
 
 static int32_t prompts[N_REQ][64];
@@ -65,11 +73,20 @@ static void collect(engine_stream_t *s, outcome_t *out) {
         assert_true(c >= 0 && c < 2);
         for (int i = 0; i < ev.n_tokens; i++) {
             assert_true(out->n[c] < N_GEN); /* never past max_tokens */
+            if (ev.logprobs && ev.n_top <= 2)
+                memcpy(out->lp[c][out->n[c]], ev.logprobs + (size_t)i * (1 + ev.n_top),
+                       (size_t)(1 + ev.n_top) * sizeof *ev.logprobs);
             out->tok[c][out->n[c]++] = ev.token_ids[i];
         }
+        assert_true(out->text_len[c] + ev.text_len < sizeof out->text[c]);
+        memcpy(out->text[c] + out->text_len[c], ev.text, ev.text_len);
+        out->text_len[c] += ev.text_len;
         if (ev.type == ENGINE_EV_FINISH) {
             out->reason[c] = ev.reason;
             out->completion[c] = ev.completion_tokens;
+            out->stop_token[c] = ev.stop_token;
+            snprintf(out->stop_str[c], sizeof out->stop_str[c], "%s",
+                     ev.stop_str ? ev.stop_str : "");
         }
         engine_event_clear(&ev);
     }
@@ -100,6 +117,13 @@ static void expect_same(const outcome_t *a, const outcome_t *b, int n_choices, c
                 if (a[i].tok[c][k] != b[i].tok[c][k])
                     fail_msg("%s: request %d choice %d: token %d is %d with drafts, %d without",
                              what, i, c, k, b[i].tok[c][k], a[i].tok[c][k]);
+            /* the same text, stop, and logprobs bit for bit (the CPU backend's rows do not
+             * depend on the batch) */
+            assert_int_equal(a[i].text_len[c], b[i].text_len[c]);
+            assert_memory_equal(a[i].text[c], b[i].text[c], a[i].text_len[c]);
+            assert_int_equal(a[i].stop_token[c], b[i].stop_token[c]);
+            assert_string_equal(a[i].stop_str[c], b[i].stop_str[c]);
+            assert_memory_equal(a[i].lp[c], b[i].lp[c], sizeof a[i].lp[c]);
         }
 }
 
@@ -253,6 +277,63 @@ static void test_lengths_and_live_off(void **state) {
     engine_close(eng);
 }
 
+/* Stop ids and stop strings met inside a run of accepted drafts end the choice there, with the
+ * text, finish, stop and logprobs (2 alternatives) of the same request without drafts. */
+static void test_stops_and_logprobs(void **state) {
+    make_prompts(2048);
+    engine_t *eng = tu_open_engine(tu_fixture("tiny-qwen3"), "cpu", NULL);
+    const tokenizer_t *tok = engine_tokenizer(eng);
+    assert_non_null(tok);
+    sampling_params_t p = tu_greedy(N_GEN);
+    run(eng, &p, true, base); /* the outputs to pick stops from */
+    static sampling_params_t ps[N_REQ];
+    for (int i = 0; i < N_REQ; i++) {
+        ps[i] = tu_greedy(N_GEN);
+        ps[i].logprobs = 2;
+        /* stops from output position 16 on (min_tokens): the tiny model's outputs repeat by
+         * then, so drafts are accepted around the stop */
+        const int32_t *t = base[i].tok[0];
+        int at = 16;
+        ps[i].min_tokens = at;
+        if (i % 2) {
+            ps[i].ignore_eos = false;
+            ps[i].stop_token_ids[0] = t[at];
+            ps[i].n_stop_token_ids = 1;
+        } else {
+            char *text = NULL;
+            size_t n_text = 0;
+            err_t err;
+            assert_int_equal(tok_decode(tok, t + at, 2, true, &text, &n_text, &err), 0);
+            ps[i].stop[0] = strndup(text, n_text < 31 ? n_text : 31);
+            ps[i].n_stop = n_text > 0;
+            free(text);
+        }
+    }
+    for (int side = 0; side < 2; side++) {
+        if (side == 1) spec_on(eng, "4");
+        outcome_t *o = side ? got : base;
+        engine_stream_t *s[N_REQ];
+        for (int i = 0; i < N_REQ; i++)
+            s[i] = tu_submit(eng, prompts[i], prompt_len[i], &ps[i]);
+        for (int i = 0; i < N_REQ; i++)
+            collect(s[i], &o[i]);
+    }
+    expect_same(base, got, 1, "stops");
+    int stopped = 0;
+    for (int i = 0; i < N_REQ; i++) {
+        stopped += base[i].reason[0] == ENGINE_FINISH_STOP;
+        sampling_params_free(&ps[i]);
+    }
+    assert_true(stopped >= N_REQ / 2);
+    static stats_snapshot_t snap;
+    expect_idle(eng, &snap);
+    print_message("stops: %d of %d stopped; %llu drafts, %llu accepted\n", stopped, N_REQ,
+                  (unsigned long long)snap.spec_draft_tokens,
+                  (unsigned long long)snap.spec_accepted_tokens);
+    assert_true(snap.spec_accepted_tokens > 0);
+    engine_close(eng);
+}
+
 /* Two-sample chi-squared: counts a[] and b[] over n_cat categories (each with at least 5 in
  * both together); returns the statistic and its degrees of freedom. */
 static double chi2_two_sample(const int *a, const int *b, int n_cat, int *df) {
@@ -358,6 +439,7 @@ int main(void) {
         cmocka_unit_test(test_seeded_sampling_exact),
         cmocka_unit_test(test_seeded_sampling_exact_qwen35),
         cmocka_unit_test(test_lengths_and_live_off),
+        cmocka_unit_test(test_stops_and_logprobs),
         cmocka_unit_test(test_distribution),
     };
     size_t n = 0;
