@@ -4,6 +4,7 @@
  */
 #include "spec.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -195,6 +196,9 @@ void spec_plan(engine_t *e, sched_out_t *out) {
     for (int j = 0; j < sp->n_drafted; j++)
         most += sp->drafted[j]->b.n_draft;
     bool room = GROW(sp->emit, sp->cap_emit, most) == 0; /* else no drafts this step */
+    /* logit rows: one per sequence, and the drafts' as far as the backend takes them */
+    int rows_left = INT_MAX;
+    if (e->be->ops->max_logit_rows) rows_left = e->be->ops->max_logit_rows(e->be) - out->n;
     for (int i = 0; i < out->n; i++) {
         eng_choice_t *q = choice_of(out->seqs[i]);
         int d = q->b.n_draft;
@@ -205,6 +209,7 @@ void spec_plan(engine_t *e, sched_out_t *out) {
         int keep = room ? out->n_new[i] - real : 0;
         if (keep < 0) keep = 0;
         if (keep > d) keep = d;
+        if (keep > rows_left) keep = rows_left > 0 ? rows_left : 0;
         if (keep > 0 && e->has_state) {
             /* the state before the verify, to put back if a draft is rejected */
             err_t err;
@@ -223,6 +228,7 @@ void spec_plan(engine_t *e, sched_out_t *out) {
             out->n_new[i] = real + keep;
         }
         total += keep;
+        rows_left -= keep;
     }
     for (int j = 0; j < sp->n_drafted; j++) {
         eng_choice_t *q = sp->drafted[j];
