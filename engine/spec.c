@@ -161,8 +161,11 @@ void spec_draft(engine_t *e) {
     const spec_drafter_t *d = spec_drafter((spec_method_t)e->f.speculative_method);
     int k = e->f.num_speculative_tokens;
     if (!d || k <= 0) return;
-    int n;
+    int n, bs = kv_block_size(e->kv);
     sched_seq_t *const *run = sched_running(e->sched, &n);
+    /* Blocks drafts may take: what is free beyond one for each running sequence (the most its
+     * own next token needs), so that drafts do not preempt anything. */
+    int spare = kv_available(e->kv) - n;
     for (int i = 0; i < n; i++) {
         sched_seq_t *s = run[i];
         if (!s) continue;
@@ -176,11 +179,15 @@ void spec_draft(engine_t *e) {
         int room = k, n_out = s->n_tokens - s->n_prompt;
         if (q->req->max_tokens - n_out - 1 < room) room = q->req->max_tokens - n_out - 1;
         if (e->mml - 1 - s->n_tokens < room) room = e->mml - 1 - s->n_tokens;
+        int held = (s->n_blocks + (spare > 0 ? spare : 0)) * bs - s->n_tokens;
+        if (held < room) room = held;
         if (room <= 0 || sched_seq_reserve(s, s->n_tokens + room) < 0 ||
             GROW(sp->drafted, sp->cap, sp->n_drafted + 1) < 0)
             continue;
         int got = d->propose(&e->f, s->tokens, s->n_tokens, room, s->tokens + s->n_tokens);
         if (got <= 0) continue;
+        int beyond = s->n_tokens + got - s->n_blocks * bs; /* tokens past its blocks */
+        if (beyond > 0) spare -= (beyond + bs - 1) / bs;
         s->n_tokens += got;
         q->b.n_draft = got;
         q->spec_planned = false;
