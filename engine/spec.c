@@ -101,9 +101,12 @@ int spec_ngram_propose(const int32_t *t, int n, int nmin, int nmax, int k, int32
         int32_t last = pat[g - 1];
         for (int i = n - g - 1; i >= 0; i--) { /* ends before the last token: i + g < n */
             if (t[i + g - 1] != last || memcmp(t + i, pat, (size_t)g * sizeof *t) != 0) continue;
-            int m = n - (i + g) < k ? n - (i + g) : k;
-            memcpy(out, t + i + g, (size_t)m * sizeof *t);
-            return m;
+            /* what followed, up to the end; then as if the drafts were context too (a loop of
+             * period n - (i + g) goes on: "a b a b" drafts "a b a" for k = 3, not "a") */
+            int from = i + g, period = n - from;
+            for (int j = 0; j < k; j++)
+                out[j] = j < period ? t[from + j] : out[j - period];
+            return k;
         }
     }
     return 0;

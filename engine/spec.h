@@ -78,8 +78,10 @@ typedef struct spec_drafter {
 const spec_drafter_t *spec_drafter(spec_method_t m);
 
 /* Prompt lookup: for g from nmax down to nmin, the most recent earlier occurrence of the last g
- * tokens in tokens[0..n) (one that ends before the last token), and the up to k tokens after
- * it. Returns how many were written to out (0: no match). */
+ * tokens in tokens[0..n) (one that ends before the last token), and the k tokens after it; where
+ * those run past the end, the drafts themselves count as context, so a repeating tail goes on
+ * repeating ("x y x y" proposes "x y x" for k = 3, where vLLM's lookup stops at the end with
+ * "x"). Returns how many were written to out: k, or 0 when nothing matches. */
 int spec_ngram_propose(const int32_t *tokens, int n, int nmin, int nmax, int k, int32_t *out);
 
 /* The engine's speculative state (engine_int.h holds a pointer). NULL when out of memory. */

@@ -28,9 +28,10 @@ static void test_ngram(void **state) {
     assert_int_equal(propose(a, 12, 1, 3, 2, out), 2);
     assert_int_equal(out[0], 7);
     assert_int_equal(out[1], 5);
-    /* k larger than what follows the match: only what there is (up to the end) */
-    assert_int_equal(propose(a, 12, 1, 3, 8, out), 5);
-    assert_int_equal(out[4], 3);
+    /* k larger than what follows the match: the tail repeats with its period (5 here) */
+    assert_int_equal(propose(a, 12, 1, 3, 8, out), 8);
+    const int32_t want[] = {7, 5, 1, 2, 3, 7, 5, 1};
+    assert_memory_equal(out, want, sizeof want);
     /* the longest n first: "4 2 3" has no match, "2 3" has, followed by 5 */
     const int32_t b[] = {2, 3, 5, 6, 1, 2, 3, 4, 2, 3};
     assert_int_equal(propose(b, 10, 2, 3, 1, out), 1);
@@ -39,12 +40,18 @@ static void test_ngram(void **state) {
     const int32_t c[] = {1, 2, 1, 9};
     assert_int_equal(propose(c, 4, 2, 3, 3, out), 0);
     const int32_t d[] = {1, 2, 1};
-    assert_int_equal(propose(d, 3, 1, 3, 3, out), 2); /* "1" at 0: followed by 2 1 */
+    assert_int_equal(propose(d, 3, 1, 3, 3, out), 3); /* "1" at 0: followed by 2 1, then 2 */
     assert_int_equal(out[0], 2);
-    /* a run of one token proposes that token; too short a context or k = 0 proposes nothing */
+    assert_int_equal(out[2], 2);
+    /* a run of one token proposes k more; too short a context or k = 0 proposes nothing */
     const int32_t e[] = {5, 5, 5};
-    assert_int_equal(propose(e, 3, 1, 4, 3, out), 1);
-    assert_int_equal(out[0], 5);
+    assert_int_equal(propose(e, 3, 1, 4, 3, out), 3);
+    assert_int_equal(out[2], 5);
+    const int32_t xy[] = {8, 9, 8, 9};
+    assert_int_equal(propose(xy, 4, 2, 2, 3, out), 3);
+    assert_int_equal(out[0], 8);
+    assert_int_equal(out[1], 9);
+    assert_int_equal(out[2], 8);
     assert_int_equal(propose(e, 1, 1, 4, 3, out), 0);
     assert_int_equal(propose(e, 3, 1, 4, 0, out), 0);
     assert_non_null(spec_drafter(SPEC_NGRAM));
