@@ -11,7 +11,7 @@
  * - max_tokens is never passed and finish reasons and usage stay right when one step emits
  *   several tokens; stop ids and stop strings met inside an accepted run end the choice there,
  *   with the text and logprobs of the run without drafts; turning num-speculative-tokens to 0
- *   live stops the drafts. */
+ *   live stops the drafts, and toggling it while a batch runs loses nothing. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -334,6 +334,33 @@ static void test_stops_and_logprobs(void **state) {
     engine_close(eng);
 }
 
+/* num-speculative-tokens changed live while a batch runs (0, 3, 1, 0, ...: from the next step):
+ * nothing is lost and every greedy output is the one without drafts. */
+static void test_live_toggle_during_run(void **state) {
+    make_prompts(2048);
+    engine_t *eng = tu_open_engine(tu_fixture("tiny-qwen3"), "cpu", NULL);
+    sampling_params_t p = tu_greedy(N_GEN);
+    run(eng, &p, true, base);
+    spec_on(eng, "0");
+    engine_stream_t *s[N_REQ];
+    for (int i = 0; i < N_REQ; i++)
+        s[i] = tu_submit(eng, prompts[i], prompt_len[i], &p);
+    static const char *ks[] = {"3", "1", "0", "4"};
+    static stats_snapshot_t snap;
+    for (int t = 0; t < 400; t++) {
+        set_flag(eng, "num-speculative-tokens", ks[t % 4]);
+        engine_stats(eng, &snap);
+        if (snap.running == 0 && snap.waiting == 0 && t > 4) break;
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    for (int i = 0; i < N_REQ; i++)
+        collect(s[i], &got[i]);
+    expect_same(base, got, 1, "toggled");
+    expect_idle(eng, &snap);
+    engine_close(eng);
+}
+
 /* Two-sample chi-squared: counts a[] and b[] over n_cat categories (each with at least 5 in
  * both together); returns the statistic and its degrees of freedom. */
 static double chi2_two_sample(const int *a, const int *b, int n_cat, int *df) {
@@ -440,6 +467,7 @@ int main(void) {
         cmocka_unit_test(test_seeded_sampling_exact_qwen35),
         cmocka_unit_test(test_lengths_and_live_off),
         cmocka_unit_test(test_stops_and_logprobs),
+        cmocka_unit_test(test_live_toggle_during_run),
         cmocka_unit_test(test_distribution),
     };
     size_t n = 0;
