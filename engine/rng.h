@@ -4,6 +4,8 @@
  * weights and a request's seed gives the same samples whatever else runs.
  *
  *     float u = rng_uniform(seed, tensor_id, i);   // [0, 1)
+ *     uint64_t key = rng_key(seed, tensor_id);     // the same numbers, the stream's hash once
+ *     float v = rng_uniform_keyed(key, i);         // == u
  */
 #ifndef TACHYON_RNG_H
 #define TACHYON_RNG_H
@@ -20,14 +22,24 @@ TACHYON_HD static inline uint64_t rng_mix64(uint64_t x) {
     return x ^ (x >> 31);
 }
 
+/* The key of stream `stream` under `seed`: what every element of the stream shares (a loop over
+ * a stream computes it once and calls the _keyed forms). */
+TACHYON_HD static inline uint64_t rng_key(uint64_t seed, uint64_t stream) {
+    return rng_mix64(seed ^ rng_mix64(stream));
+}
+
+TACHYON_HD static inline float rng_uniform_keyed(uint64_t key, uint64_t index) {
+    return (float)(rng_mix64(key + index) >> 40) * (1.0f / 16777216.0f);
+}
+
 /* 64 random bits for element `index` of stream `stream` under `seed`. */
 TACHYON_HD static inline uint64_t rng_bits(uint64_t seed, uint64_t stream, uint64_t index) {
-    return rng_mix64(rng_mix64(seed ^ rng_mix64(stream)) + index);
+    return rng_mix64(rng_key(seed, stream) + index);
 }
 
 /* Uniform in [0, 1) with 24 bits of precision (exact in f32). */
 TACHYON_HD static inline float rng_uniform(uint64_t seed, uint64_t stream, uint64_t index) {
-    return (float)(rng_bits(seed, stream, index) >> 40) * (1.0f / 16777216.0f);
+    return rng_uniform_keyed(rng_key(seed, stream), index);
 }
 
 #endif

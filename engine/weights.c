@@ -7,7 +7,6 @@
 #include <unistd.h>
 
 #include "model_arch.h"
-#include "rng.h"
 #include "safetensors.h"
 
 struct model_weights {
@@ -439,16 +438,6 @@ fail:
 // ---------------------------------------------------------------------------------------------
 // Dummy weights
 
-uint16_t weights_dummy_bf16(uint64_t seed, uint64_t stream, uint64_t i) {
-    float x = (2.0f * rng_uniform(seed, stream, i) - 1.0f) * WEIGHTS_DUMMY_HALF_WIDTH;
-    return dtype_f32_to_bf16(x);
-}
-
-uint8_t weights_dummy_e4m3(uint64_t seed, uint64_t stream, uint64_t i) {
-    float x = (2.0f * rng_uniform(seed, stream, i) - 1.0f) * WEIGHTS_DUMMY_HALF_WIDTH;
-    return dtype_f32_to_e4m3(x / WEIGHTS_DUMMY_FP8_SCALE);
-}
-
 /* Norm vectors and parameters are made eagerly even when lazy: they are tiny and every backend
  * reads them on the host. Both are 1 (A_log 1 and dt_bias 1 decay the Gated DeltaNet's state
  * by about e^-3.5 a token: finite for any length). */
@@ -493,11 +482,9 @@ static int make_dummy(model_weights_t *w, const wspec_t *s, uint64_t stream, uin
         for (size_t i = 0; i < n; i++)
             ((uint16_t *)data)[i] = one;
     } else if (fp8) {
-        for (size_t i = 0; i < n; i++)
-            ((uint8_t *)data)[i] = weights_dummy_e4m3(seed, stream, i);
+        weights_dummy_fill_e4m3(seed, stream, n, data);
     } else {
-        for (size_t i = 0; i < n; i++)
-            ((uint16_t *)data)[i] = weights_dummy_bf16(seed, stream, i);
+        weights_dummy_fill_bf16(seed, stream, n, data);
     }
     return 0;
 }

@@ -122,6 +122,10 @@ int weights_dummy_lazy(const model_config_t *cfg, uint64_t seed, model_weights_t
 #define WEIGHTS_DUMMY_FP8_SCALE  (WEIGHTS_DUMMY_HALF_WIDTH / 448.0f)
 uint16_t weights_dummy_bf16(uint64_t seed, uint64_t stream, uint64_t i);
 uint8_t weights_dummy_e4m3(uint64_t seed, uint64_t stream, uint64_t i);
+/* Elements [0, n) of a stream into dst, the values of the two above (weights_dummy.c: the
+ * stream's hash taken once, and no sanitizer checks in the sanitizer build). */
+void weights_dummy_fill_bf16(uint64_t seed, uint64_t stream, size_t n, uint16_t *dst);
+void weights_dummy_fill_e4m3(uint64_t seed, uint64_t stream, size_t n, uint8_t *dst);
 
 /* How a model is chosen on the command line. */
 typedef enum load_format {

@@ -62,7 +62,7 @@ static void layer_spec(const cuda_backend_t *be, int l, layer_spec_t *s) {
     int64_t H = be->H, D = be->D, qd = be->qd, kvd = be->kvd, I = be->I, Ip = be->I_pad;
     int64_t C = be->C, vd = (int64_t)be->Hv * be->dv, Hv = be->Hv;
     float off = be->cfg->norm_offset;
-    s->n_vec = s->n_lin = 0;
+    *s = layer_spec_t{}; /* all of it: g++ cannot see that n_vec bounds the reads */
     s->vec[s->n_vec++] = vec_spec_t{&y->attn_norm, L_ATTN_NORM, H, 1, off};
     s->vec[s->n_vec++] = vec_spec_t{&y->mlp_norm, L_MLP_NORM, H, 1, off};
     switch (be->cfg->layer[l].attn) {
