@@ -94,22 +94,31 @@ out:
 // Drafters
 
 int spec_ngram_propose(const int32_t *t, int n, int nmin, int nmax, int k, int32_t *out) {
-    if (k <= 0 || nmin < 1) return 0;
+    if (k <= 0 || nmin < 1 || n < 2) return 0;
     if (nmax > n - 1) nmax = n - 1;
-    for (int g = nmax; g >= nmin; g--) {
-        const int32_t *pat = t + n - g;
-        int32_t last = pat[g - 1];
-        for (int i = n - g - 1; i >= 0; i--) { /* ends before the last token: i + g < n */
-            if (t[i + g - 1] != last || memcmp(t + i, pat, (size_t)g * sizeof *t) != 0) continue;
-            /* what followed, up to the end; then as if the drafts were context too (a loop of
-             * period n - (i + g) goes on: "a b a b" drafts "a b a" for k = 3, not "a") */
-            int from = i + g, period = n - from;
-            for (int j = 0; j < k; j++)
-                out[j] = j < period ? t[from + j] : out[j - period];
-            return k;
+    if (nmin > nmax) return 0;
+    /* One pass from the most recent position back: each earlier place of the last token is a
+     * candidate end; the longest match (at most nmax) wins, the most recent on a tie, which is
+     * "for g from nmax down, the most recent occurrence of the last g tokens". */
+    int32_t last = t[n - 1];
+    int best = 0, best_end = -1;
+    for (int e = n - 2; e >= nmin - 1 && best < nmax; e--) {
+        if (t[e] != last) continue;
+        int len = 1, cap = e + 1 < nmax ? e + 1 : nmax;
+        while (len < cap && t[e - len] == t[n - 1 - len])
+            len++;
+        if (len > best) {
+            best = len;
+            best_end = e;
         }
     }
-    return 0;
+    if (best < nmin) return 0;
+    /* what followed, up to the end; then as if the drafts were context too (a loop of period
+     * n - from goes on: "a b a b" drafts "a b a" for k = 3, not "a") */
+    int from = best_end + 1, period = n - from;
+    for (int j = 0; j < k; j++)
+        out[j] = j < period ? t[from + j] : out[j - period];
+    return k;
 }
 
 static int ngram_propose(const flag_values_t *f, const int32_t *tokens, int n, int k,

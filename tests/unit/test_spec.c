@@ -58,6 +58,37 @@ static void test_ngram(void **state) {
     assert_null(spec_drafter(SPEC_NONE));
 }
 
+/* The lookup as the issue states it, the slow way: for g from nmax down to nmin, the most recent
+ * earlier occurrence of the last g tokens; the k tokens after it, the tail repeating. */
+static int propose_naive(const int32_t *t, int n, int nmin, int nmax, int k, int32_t *out) {
+    for (int g = nmax < n - 1 ? nmax : n - 1; g >= nmin && k > 0; g--)
+        for (int i = n - g - 1; i >= 0; i--) {
+            if (memcmp(t + i, t + n - g, (size_t)g * sizeof *t) != 0) continue;
+            for (int j = 0; j < k; j++)
+                out[j] = j < n - (i + g) ? t[i + g + j] : out[j - (n - (i + g))];
+            return k;
+        }
+    return 0;
+}
+
+/* The one-pass lookup agrees with the naive one on random contexts over small alphabets (many
+ * matches of every length). */
+static void test_ngram_matches_naive(void **state) {
+    int32_t t[80], a[8], b[8];
+    for (int trial = 0; trial < 4000; trial++) {
+        int n = 1 + (int)(rng_bits(5, 1, (uint64_t)trial) % 60);
+        int alphabet = 2 + (int)(rng_bits(5, 2, (uint64_t)trial) % 4);
+        for (int i = 0; i < n; i++)
+            t[i] = (int32_t)(rng_bits(5, 3 + (uint64_t)trial, (uint64_t)i) % (uint64_t)alphabet);
+        int nmin = 1 + (int)(rng_bits(5, 4, (uint64_t)trial) % 3);
+        int nmax = nmin + (int)(rng_bits(5, 5, (uint64_t)trial) % 4);
+        int k = 1 + (int)(rng_bits(5, 6, (uint64_t)trial) % 6);
+        int na = propose(t, n, nmin, nmax, k, a), nb = propose_naive(t, n, nmin, nmax, k, b);
+        assert_int_equal(na, nb);
+        assert_memory_equal(a, b, (size_t)na * sizeof *a);
+    }
+}
+
 static const char *parse_err(const char *json) {
     static err_t err;
     flag_values_t v, before;
@@ -201,6 +232,7 @@ static void test_acceptance_rule_distribution(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ngram),
+        cmocka_unit_test(test_ngram_matches_naive),
         cmocka_unit_test(test_config),
         cmocka_unit_test(test_acceptance_rule_distribution),
     };
