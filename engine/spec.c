@@ -176,9 +176,14 @@ void spec_draft(engine_t *e) {
     int n, bs = kv_block_size(e->kv);
     sched_seq_t *const *run = sched_running(e->sched, &n);
     /* Blocks drafts may take: what is free beyond one for each running sequence (the most its
-     * own next token needs), so that drafts do not preempt anything. */
-    int spare = kv_available(e->kv) - n;
-    for (int i = 0; i < n; i++) {
+     * own next token needs), so that drafts do not preempt anything; and tokens: the step's
+     * budget beyond what the running sequences need without drafts, so that every sequence that
+     * would run without drafts still runs (the scheduler plans them in admission order, and the
+     * first ones' drafts must not use up the budget of the last ones). */
+    int spare = kv_available(e->kv) - n, budget = e->f.max_num_batched_tokens;
+    for (int i = 0; i < n; i++)
+        if (run[i]) budget -= run[i]->n_tokens - run[i]->n_computed;
+    for (int i = 0; i < n && budget > 0; i++) {
         sched_seq_t *s = run[i];
         if (!s) continue;
         eng_choice_t *q = choice_of(s);
@@ -193,6 +198,7 @@ void spec_draft(engine_t *e) {
         if (e->mml - 1 - s->n_tokens < room) room = e->mml - 1 - s->n_tokens;
         int held = (s->n_blocks + (spare > 0 ? spare : 0)) * bs - s->n_tokens;
         if (held < room) room = held;
+        if (budget < room) room = budget;
         if (room <= 0 || sched_seq_reserve(s, s->n_tokens + room) < 0 ||
             GROW(sp->drafted, sp->cap, sp->n_drafted + 1) < 0)
             continue;
@@ -200,6 +206,7 @@ void spec_draft(engine_t *e) {
         if (got <= 0) continue;
         int beyond = s->n_tokens + got - s->n_blocks * bs; /* tokens past its blocks */
         if (beyond > 0) spare -= (beyond + bs - 1) / bs;
+        budget -= got;
         s->n_tokens += got;
         q->b.n_draft = got;
         q->spec_planned = false;
