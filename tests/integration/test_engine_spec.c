@@ -11,7 +11,8 @@
  * - max_tokens is never passed and finish reasons and usage stay right when one step emits
  *   several tokens; stop ids and stop strings met inside an accepted run end the choice there,
  *   with the text and logprobs of the run without drafts; turning num-speculative-tokens to 0
- *   live stops the drafts, and toggling it while a batch runs loses nothing. */
+ *   live stops the drafts, and toggling it while a batch runs loses nothing; drafts take only
+ *   the token budget the running decodes leave. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -361,6 +362,33 @@ static void test_live_toggle_during_run(void **state) {
     engine_close(eng);
 }
 
+/* A token budget that the running decodes fill: drafts take only what is left, so every step
+ * with all 8 sequences decoding decodes all 8 (none waits behind another's drafts). */
+static void test_budget_before_drafts(void **state) {
+    make_prompts(2048);
+    const char *const flags[] = {"max-num-batched-tokens", "10", NULL};
+    engine_t *eng = tu_open_engine(tu_fixture("tiny-qwen3"), "cpu", flags);
+    sampling_params_t p = tu_greedy(N_GEN);
+    run(eng, &p, true, base);
+    spec_on(eng, "3");
+    run(eng, &p, true, got);
+    expect_same(base, got, 1, "budget 10");
+    static stats_snapshot_t snap;
+    expect_idle(eng, &snap);
+    int full = 0;
+    for (int i = 0; i < snap.n_steps; i++) {
+        const stats_step_t *st = &snap.steps_ring[i];
+        assert_true(st->prefill_tokens + st->decode_tokens + st->draft_tokens <= 10);
+        if (st->running == N_REQ && st->prefill_tokens == 0) {
+            full++;
+            assert_int_equal(st->decode_tokens, N_REQ);
+            assert_true(st->draft_tokens <= 2);
+        }
+    }
+    assert_true(full > 0);
+    engine_close(eng);
+}
+
 /* Two-sample chi-squared: counts a[] and b[] over n_cat categories (each with at least 5 in
  * both together); returns the statistic and its degrees of freedom. */
 static double chi2_two_sample(const int *a, const int *b, int n_cat, int *df) {
@@ -468,6 +496,7 @@ int main(void) {
         cmocka_unit_test(test_lengths_and_live_off),
         cmocka_unit_test(test_stops_and_logprobs),
         cmocka_unit_test(test_live_toggle_during_run),
+        cmocka_unit_test(test_budget_before_drafts),
         cmocka_unit_test(test_distribution),
     };
     size_t n = 0;
