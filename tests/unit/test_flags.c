@@ -68,7 +68,7 @@ static void test_defaults(void **state) {
     assert_true(v.kv_cache_memory == 0);
     assert_int_equal(v.tensor_parallel_size, 1);
     assert_false(v.enable_expert_parallel);
-    assert_int_equal(v.speculative_method, 0); /* none */
+    assert_int_equal(v.speculative_method, 1); /* ngram: num-speculative-tokens alone turns it on */
     assert_int_equal(v.num_speculative_tokens, 0);
     assert_int_equal(v.prompt_lookup_max, 5);
     assert_int_equal(v.prompt_lookup_min, 5);
