@@ -622,14 +622,7 @@ static void spec_ngram(const char *fixture, int max_token) {
     engine_t *eng = tu_open_engine(tu_fixture(fixture), "cuda", flags);
     for (int i = 0; i < N; i++)
         assert_int_equal(collect(tu_submit(eng, prompts[i], len[i], &p), alone[i], N_GEN), N_GEN);
-    static const char *const spec[][2] = {{"speculative-method", "ngram"},
-                                          {"prompt-lookup-min", "1"},
-                                          {"prompt-lookup-max", "4"},
-                                          {"num-speculative-tokens", "3"}};
-    for (int f = 0; f < 4; f++) {
-        err_t err;
-        if (engine_flag_set(eng, spec[f][0], spec[f][1], &err) < 0) fail_msg("%s", err.msg);
-    }
+    tu_spec_on(eng, "3");
     engine_stream_t *st[N];
     for (int i = 0; i < N; i++)
         st[i] = tu_submit(eng, prompts[i], len[i], &p);

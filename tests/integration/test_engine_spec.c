@@ -133,13 +133,6 @@ static void set_flag(engine_t *eng, const char *name, const char *value) {
     if (engine_flag_set(eng, name, value, &err) < 0) fail_msg("%s: %s", name, err.msg);
 }
 
-static void spec_on(engine_t *eng, const char *k) {
-    set_flag(eng, "speculative-method", "ngram");
-    set_flag(eng, "prompt-lookup-min", "1");
-    set_flag(eng, "prompt-lookup-max", "4");
-    set_flag(eng, "num-speculative-tokens", k);
-}
-
 /* Waits for the engine to go idle with every block (and state slot) back. */
 static void expect_idle(engine_t *eng, stats_snapshot_t *snap) {
     for (int i = 0; i < 400; i++) {
@@ -161,7 +154,7 @@ static void greedy_exact(const char *fixture, int max_token, const char *pool) {
     engine_t *eng = tu_open_engine(tu_fixture(fixture), "cpu", flags);
     sampling_params_t p = tu_greedy(N_GEN);
     run(eng, &p, false, base);
-    spec_on(eng, "1");
+    tu_spec_on(eng, "1");
     run(eng, &p, true, got);
     expect_same(base, got, 1, "together, k 1");
     set_flag(eng, "num-speculative-tokens", "3");
@@ -184,7 +177,7 @@ static void greedy_exact(const char *fixture, int max_token, const char *pool) {
     const char *const small[] = {
         "max-model-len", "128", "kv-cache-memory", pool, "max-num-batched-tokens", "48", NULL};
     eng = tu_open_engine(tu_fixture(fixture), "cpu", small);
-    spec_on(eng, "3");
+    tu_spec_on(eng, "3");
     run(eng, &p, true, got);
     expect_same(base, got, 1, "preempted");
     expect_idle(eng, &snap);
@@ -230,7 +223,7 @@ static void seeded_exact(const char *fixture, int max_token) {
     p.has_seed = true;
     p.seed = 4242;
     run(eng, &p, true, base);
-    spec_on(eng, "3");
+    tu_spec_on(eng, "3");
     run(eng, &p, true, got);
     expect_same(base, got, 2, "seeded");
     static stats_snapshot_t snap;
@@ -256,7 +249,7 @@ static void test_seeded_sampling_exact_qwen35(void **state) {
 static void test_lengths_and_live_off(void **state) {
     make_prompts(2048);
     engine_t *eng = tu_open_engine(tu_fixture("tiny-qwen3"), "cpu", NULL);
-    spec_on(eng, "4");
+    tu_spec_on(eng, "4");
     static const int lengths[] = {1, 2, 5, 7, 13};
     for (int m = 0; m < 5; m++) {
         sampling_params_t p = tu_greedy(lengths[m]);
@@ -311,7 +304,7 @@ static void test_stops_and_logprobs(void **state) {
         }
     }
     for (int side = 0; side < 2; side++) {
-        if (side == 1) spec_on(eng, "4");
+        if (side == 1) tu_spec_on(eng, "4");
         outcome_t *o = side ? got : base;
         engine_stream_t *s[N_REQ];
         for (int i = 0; i < N_REQ; i++)
@@ -342,7 +335,7 @@ static void test_live_toggle_during_run(void **state) {
     engine_t *eng = tu_open_engine(tu_fixture("tiny-qwen3"), "cpu", NULL);
     sampling_params_t p = tu_greedy(N_GEN);
     run(eng, &p, true, base);
-    spec_on(eng, "0");
+    tu_spec_on(eng, "0");
     engine_stream_t *s[N_REQ];
     for (int i = 0; i < N_REQ; i++)
         s[i] = tu_submit(eng, prompts[i], prompt_len[i], &p);
@@ -370,7 +363,7 @@ static void test_budget_before_drafts(void **state) {
     engine_t *eng = tu_open_engine(tu_fixture("tiny-qwen3"), "cpu", flags);
     sampling_params_t p = tu_greedy(N_GEN);
     run(eng, &p, true, base);
-    spec_on(eng, "3");
+    tu_spec_on(eng, "3");
     run(eng, &p, true, got);
     expect_same(base, got, 1, "budget 10");
     static stats_snapshot_t snap;
@@ -433,7 +426,7 @@ static void test_distribution(void **state) {
     static int32_t toks[2][N_DIST][5];
     for (int side = 0; side < 2; side++) {
         if (side == 0)
-            spec_on(eng, "3");
+            tu_spec_on(eng, "3");
         else
             set_flag(eng, "num-speculative-tokens", "0");
         engine_stream_t *s[N_DIST];
