@@ -228,6 +228,14 @@ static const flag_def_t FLAGS[] = {
      .max = SPEC_MAX_NGRAM,
      .def = "5",
      .help = "ngram drafts: the shortest n-gram looked up (above prompt-lookup-max: that)"},
+    {.name = "speculative-disable-by-batch-size",
+     .type = FLAG_INT,
+     .apply = FLAG_LIVE,
+     FIELD(speculative_disable_by_batch_size),
+     .min = 0,
+     .max = 65536,
+     .def = "0",
+     .help = "no drafts in a step while this many sequences run (0 = drafts at any batch size)"},
 };
 
 #define N_FLAGS ((int)(sizeof FLAGS / sizeof FLAGS[0]))

@@ -80,10 +80,11 @@ typedef struct flag_values {
     int tensor_parallel_size;
     bool enable_expert_parallel;
     /* speculative decoding (live; spec.h) */
-    int speculative_method;     /* spec_method_t */
-    int num_speculative_tokens; /* drafts per sequence and step (0 = off) */
-    int prompt_lookup_max;      /* ngram: the longest n-gram looked up */
-    int prompt_lookup_min;      /* ngram: the shortest */
+    int speculative_method;                /* spec_method_t */
+    int num_speculative_tokens;            /* drafts per sequence and step (0 = off) */
+    int prompt_lookup_max;                 /* ngram: the longest n-gram looked up */
+    int prompt_lookup_min;                 /* ngram: the shortest */
+    int speculative_disable_by_batch_size; /* no drafts while this many sequences run (0: off) */
 } flag_values_t;
 
 typedef struct flag_def {

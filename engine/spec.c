@@ -28,7 +28,7 @@ static int config_int(const cJSON *item, int lo, int hi, int *out, err_t *err) {
 int spec_parse_config(const char *json, struct flag_values *v, err_t *err) {
     cJSON *root = json_parse(json, strlen(json), err);
     if (!root) return -1;
-    int rc = -1, k = -1, nmax = -1, nmin = -1;
+    int rc = -1, k = -1, nmax = -1, nmin = -1, off_at = 0;
     bool ngram = false;
     if (!cJSON_IsObject(root)) {
         err_set(err, "must be a JSON object, such as "
@@ -57,10 +57,12 @@ int spec_parse_config(const char *json, struct flag_values *v, err_t *err) {
             if (config_int(item, 1, SPEC_MAX_NGRAM, &nmax, err) < 0) goto out;
         } else if (strcmp(key, "prompt_lookup_min") == 0) {
             if (config_int(item, 1, SPEC_MAX_NGRAM, &nmin, err) < 0) goto out;
+        } else if (strcmp(key, "disable_by_batch_size") == 0) {
+            if (config_int(item, 0, 65536, &off_at, err) < 0) goto out;
         } else {
             err_set(err,
                     "unknown key \"%.60s\" (known: method, num_speculative_tokens, "
-                    "prompt_lookup_max, prompt_lookup_min)",
+                    "prompt_lookup_max, prompt_lookup_min, disable_by_batch_size)",
                     key);
             goto out;
         }
@@ -84,6 +86,7 @@ int spec_parse_config(const char *json, struct flag_values *v, err_t *err) {
     v->num_speculative_tokens = k;
     v->prompt_lookup_max = nmax;
     v->prompt_lookup_min = nmin;
+    v->speculative_disable_by_batch_size = off_at;
     rc = 0;
 out:
     cJSON_Delete(root);
@@ -173,8 +176,11 @@ void spec_draft(engine_t *e) {
     const spec_drafter_t *d = spec_drafter((spec_method_t)e->f.speculative_method);
     int k = e->f.num_speculative_tokens;
     if (!d || k <= 0) return;
-    int n, bs = kv_block_size(e->kv);
+    int n, bs = kv_block_size(e->kv), off_at = e->f.speculative_disable_by_batch_size;
     sched_seq_t *const *run = sched_running(e->sched, &n);
+    /* vLLM's disable_by_batch_size: at high concurrency a step is compute-bound and drafts cost
+     * more than they save (the seeds' MTP runs) */
+    if (off_at > 0 && sched_num_running(e->sched) >= off_at) return;
     /* Blocks drafts may take: what is free beyond one for each running sequence (the most its
      * own next token needs), so that drafts do not preempt anything; and tokens: the step's
      * budget beyond what the running sequences need without drafts, so that every sequence that

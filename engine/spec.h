@@ -63,8 +63,9 @@ struct be_batch;
 /* Parses vLLM's --speculative-config JSON into the speculative flags of v: "method" ("ngram";
  * "mtp" and the other vLLM methods are refused: not supported yet), "num_speculative_tokens"
  * (1..SPEC_MAX_TOKENS), "prompt_lookup_max" / "prompt_lookup_min" (1..SPEC_MAX_NGRAM, min <=
- * max; one given sets both, neither gives 5 and 5 as vLLM does). Unknown keys are refused. On
- * failure v is unchanged and the message says why. */
+ * max; one given sets both, neither gives 5 and 5 as vLLM does), "disable_by_batch_size" (0..65536:
+ * no drafts in a step while that many sequences run; 0, the default, never). Unknown keys are
+ * refused. On failure v is unchanged and the message says why. */
 int spec_parse_config(const char *json, struct flag_values *v, err_t *err);
 
 /* A drafter: proposes at most k tokens to follow tokens[0..n) (a sequence's prompt and output)

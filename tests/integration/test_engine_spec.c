@@ -245,7 +245,8 @@ static void test_seeded_sampling_exact_qwen35(void **state) {
 }
 
 /* max_tokens not a multiple of what steps emit, and a max_tokens of 1 (no drafts then), with
- * the finish reason length and usage equal to the tokens streamed; then drafts off live. */
+ * the finish reason length and usage equal to the tokens streamed; then drafts off live by batch
+ * size (only while fewer than 8 run: the batch's start and end) and by num-speculative-tokens 0. */
 static void test_lengths_and_live_off(void **state) {
     make_prompts(2048);
     engine_t *eng = tu_open_engine(tu_fixture("tiny-qwen3"), "cpu", NULL);
@@ -263,8 +264,21 @@ static void test_lengths_and_live_off(void **state) {
     static stats_snapshot_t before, after;
     expect_idle(eng, &before);
     assert_true(before.spec_draft_tokens > 0);
-    set_flag(eng, "num-speculative-tokens", "0");
+    /* 8 sequences at once: speculative-disable-by-batch-size 8 leaves them without drafts but
+     * while fewer run (the first ones admitted before the rest arrive) */
     sampling_params_t p = tu_greedy(N_GEN);
+    uint64_t drafted[2];
+    for (int limit = 0; limit < 2; limit++) {
+        set_flag(eng, "speculative-disable-by-batch-size", limit ? "0" : "8");
+        run(eng, &p, true, got);
+        expect_idle(eng, &after);
+        drafted[limit] = after.spec_draft_tokens - before.spec_draft_tokens;
+        before = after;
+    }
+    print_message("drafts with 8 running: %llu under the limit of 8, %llu without a limit\n",
+                  (unsigned long long)drafted[0], (unsigned long long)drafted[1]);
+    assert_true(drafted[1] > 0 && drafted[0] * 4 < drafted[1]);
+    set_flag(eng, "num-speculative-tokens", "0");
     run(eng, &p, true, got);
     expect_idle(eng, &after);
     assert_int_equal(after.spec_draft_tokens, before.spec_draft_tokens);

@@ -79,7 +79,7 @@ static void test_defaults(void **state) {
 static void test_table_round_trip(void **state) {
     (void)state;
     int n = flags_count();
-    assert_int_equal(n, 26);
+    assert_int_equal(n, 27);
     assert_null(flags_at(n));
     assert_null(flags_at(-1));
     flag_values_t v;

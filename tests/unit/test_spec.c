@@ -112,6 +112,12 @@ static void test_config(void **state) {
     assert_int_equal(v.num_speculative_tokens, 3);
     assert_int_equal(v.prompt_lookup_max, 4);
     assert_int_equal(v.prompt_lookup_min, 2);
+    assert_int_equal(v.speculative_disable_by_batch_size, 0);
+    assert_int_equal(spec_parse_config("{\"method\":\"ngram\",\"num_speculative_tokens\":2,"
+                                       "\"disable_by_batch_size\":16}",
+                                       &v, &err),
+                     0);
+    assert_int_equal(v.speculative_disable_by_batch_size, 16);
     /* one bound sets both; none gives 5 and 5 */
     assert_int_equal(
         spec_parse_config(
