@@ -648,6 +648,7 @@ static void *engine_main(void *arg) {
             if (ran) record_step(e, &st);
             record_active(e, false);
             expert_load_poll(e->experts, false, engine_now());
+            if (e->step_delay_us) usleep((useconds_t)e->step_delay_us);
         }
         free_done(e);
     }
@@ -877,6 +878,7 @@ static int load_text(engine_t *e, const char *tokenizer_path, err_t *err) {
     if (primary < 0) primary = e->cfg->eos_token_id;
     e->n_stop_ids = genconfig_stop_ids(&e->gc, primary, e->stop_ids, GENCONFIG_MAX_EOS + 1);
     if (e->tok) e->max_chunk = tok_stream_max_chunk(e->tok);
+    e->step_delay_us = scripted_step_delay_us();
     return scripted_load(e->tok, &e->scripted, err);
 }
 

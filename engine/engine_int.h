@@ -96,6 +96,7 @@ struct engine {
     struct expert_load *experts; /* MoE models: the expert-load statistics, or NULL */
     struct scripted *scripted;   /* replies scripted for tests, or NULL */
     struct spec *spec;           /* speculative decoding's per-step state (spec.h) */
+    int step_delay_us;           /* a pause after each step, for tests (scripted.h), or 0 */
     bool has_state;              /* the model keeps recurrent state per sequence (Qwen3.5): state
                                     slots in the pool, prefix caching off, forks copy state */
 

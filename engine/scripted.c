@@ -86,3 +86,11 @@ const int32_t *scripted_match(const scripted_t *s, const int32_t *prompt, int n_
     *n = (int)hit->n_ids;
     return hit->ids;
 }
+
+int scripted_step_delay_us(void) {
+    const char *ms = getenv("TACHYON_TEST_STEP_DELAY_MS");
+    if (!ms) return 0;
+    char *end;
+    long v = strtol(ms, &end, 10);
+    return *end || v <= 0 || v > 10000 ? 0 : (int)v * 1000;
+}

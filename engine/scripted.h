@@ -8,6 +8,10 @@
  *     [{"when": "weather in Paris", "reply": "<tool_call>\n{...}\n</tool_call>"}, ...]
  *
  * Off (no variable): scripted_load gives NULL and costs nothing.
+ *
+ * TACHYON_TEST_STEP_DELAY_MS paces the engine for tests that need requests in flight for
+ * seconds (the console's drain on quit): the engine thread sleeps that long after each step
+ * that leaves work, so such a request costs little CPU however slow the build (sanitizers).
  */
 #ifndef TACHYON_SCRIPTED_H
 #define TACHYON_SCRIPTED_H
@@ -26,5 +30,8 @@ void scripted_free(scripted_t *s);
 
 /* The reply for a prompt: its token ids (owned by s) and count, or NULL when no rule matches. */
 const int32_t *scripted_match(const scripted_t *s, const int32_t *prompt, int n_prompt, int *n);
+
+/* Microseconds of TACHYON_TEST_STEP_DELAY_MS (0 to 10000 ms), 0 when unset or not a number. */
+int scripted_step_delay_us(void);
 
 #endif

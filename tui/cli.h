@@ -125,6 +125,8 @@ int cmd_bench(int argc, char **argv);
 int cmd_bench_parse_workload(bench_options_t *o, int argc, char **argv, char *msg, size_t size);
 /* `tachyon` / `tachyon console`: the ncurses console with the engine and server embedded. */
 int cmd_console(int argc, char **argv);
+/* `tachyon console --watch URL...` (console_watch.c): the fleet of replicas, no model. */
+int cmd_console_watch(int argc, char **argv);
 
 /* The periodic stats line of `tachyon serve` (and the console's log), as vLLM's
  * LoggingStatLogger writes it: throughputs since the previous line, running and waiting requests,

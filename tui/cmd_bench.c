@@ -16,6 +16,7 @@
 #include "mdir.h"
 #include "statedir.h"
 #include "tokenizer.h"
+#include "ui_fleet.h"
 
 static const char bench_usage[] =
     "usage: tachyon bench [OPTIONS]\n"
@@ -66,6 +67,10 @@ static const char bench_usage[] =
     "  --result-dir DIR              where (default .)\n"
     "  --result-filename NAME        default LABEL-RATEqps[-concurrencyN]-MODEL-DATE.json\n"
     "  --label NAME                  result label (default: the backend)\n"
+    "  --metrics URL                 a replica's /metrics (its root or metrics URL), read before\n"
+    "                                and after the run: a row per replica with the requests it\n"
+    "                                finished, the tokens it generated and its tok/s (repeatable:\n"
+    "                                the replicas behind a load balancer)\n"
     "  --list-profiles               print the bundled profiles and exit\n";
 
 static atomic_bool stop_flag;
@@ -278,6 +283,8 @@ static int parse_goodput(const char *v, bench_options_t *o) {
 typedef struct cli_bench {
     bench_options_t o;
     const char *host, *tokenizer, *result_dir, *result_filename;
+    const char *metrics[UI_FLEET_MAX]; /* --metrics URLs */
+    int n_metrics;
     int port;
     bool base_url_set, output_len_set, save, list_profiles, help;
     bench_report_style_t style;
@@ -320,6 +327,7 @@ static const char *const value_flags[] = {"--backend",
                                           "--result-dir",
                                           "--result-filename",
                                           "--label",
+                                          "--metrics",
                                           "--extra-body",
                                           "--temperature",
                                           "--top-p",
@@ -433,7 +441,11 @@ static int apply_flag(cli_bench_t *c, const char *f, const char *v) {
         c->result_filename = v;
     else if (!strcmp(f, "--label"))
         return copy_str(f, v, o->label, sizeof o->label);
-    else if (!strcmp(f, "--extra-body")) {
+    else if (!strcmp(f, "--metrics")) {
+        if (c->n_metrics == UI_FLEET_MAX) return bad(f, v, "too many replicas");
+        if (strlen(v) >= UI_FLEET_URL) return bad(f, v, "URL too long");
+        c->metrics[c->n_metrics++] = v;
+    } else if (!strcmp(f, "--extra-body")) {
         if (o->extra_body[0]) return bad(f, v, "give --extra-body before the sampling flags");
         return copy_str(f, v, o->extra_body, sizeof o->extra_body);
     } else if (!strcmp(f, "--temperature"))
@@ -500,7 +512,7 @@ int cmd_bench_parse_workload(bench_options_t *o, int argc, char **argv, char *ms
     int rc = parse_args(&c, argc, argv);
     if (rc == 0 && (c.base_url_set || c.host || c.port || c.o.model[0] || c.o.api_key[0] ||
                     c.tokenizer || c.save || c.list_profiles || c.help || c.result_dir ||
-                    c.result_filename || c.style != BENCH_REPORT_VLLM))
+                    c.result_filename || c.style != BENCH_REPORT_VLLM || c.n_metrics))
         rc = fail("the target, tokenizer and output options are the console's own here");
     if (rc < 0) {
         snprintf(msg, size, "%s", flag_error);
@@ -662,6 +674,38 @@ static int sweep(int argc, char **argv) {
     return rc;
 }
 
+/* --metrics: the replicas' rows read before the run, and after it. */
+typedef struct replicas {
+    ui_fleet_row_t before[UI_FLEET_MAX], after[UI_FLEET_MAX];
+    int n;
+} replicas_t;
+
+static int replicas_before(replicas_t *rp, const cli_bench_t *c) {
+    rp->n = c->n_metrics;
+    for (int i = 0; i < rp->n; i++)
+        ui_fleet_row_init(&rp->before[i], c->metrics[i]);
+    err_t err;
+    if (ui_fleet_read(rp->before, rp->n, 5, &err) < 0) {
+        fprintf(stderr, "tachyon bench: --metrics: %s\n", err.msg);
+        return -1;
+    }
+    return 0;
+}
+
+static void replicas_after(replicas_t *rp, double duration) {
+    memcpy(rp->after, rp->before, sizeof rp->after[0] * (size_t)rp->n);
+    err_t err;
+    if (ui_fleet_read(rp->after, rp->n, 5, &err) < 0) return; /* read before: cannot fail */
+    char line[UI_FLEET_LINE];
+    printf("Replicas (their /metrics before and after the run):\n");
+    ui_fleet_run_head_text(line, sizeof line);
+    printf("%s\n", line);
+    for (int i = 0; i < rp->n; i++) {
+        ui_fleet_run_text(&rp->before[i], &rp->after[i], i + 1, duration, line, sizeof line);
+        printf("%s\n", line);
+    }
+}
+
 int cmd_bench(int argc, char **argv) {
     if (argc >= 2 && !strcmp(argv[1], "compare")) return compare(argc - 1, argv + 1);
     if (argc >= 2 && !strcmp(argv[1], "sweep")) return sweep(argc - 1, argv + 1);
@@ -687,6 +731,11 @@ int cmd_bench(int argc, char **argv) {
     struct sigaction old;
     catch_sigint(&c.o, &old);
 
+    replicas_t reps = {0};
+    if (c.n_metrics && replicas_before(&reps, &c) < 0) {
+        lt_close(&lt);
+        return 1;
+    }
     bool tty = isatty(STDERR_FILENO);
     bench_result_t *r = NULL;
     bench_err_t e;
@@ -700,6 +749,7 @@ int cmd_bench(int argc, char **argv) {
     }
     if (r->stopped) fprintf(stderr, "tachyon bench: stopped; partial result\n");
     bench_report_print(stdout, r, c.style);
+    if (c.n_metrics) replicas_after(&reps, r->metrics.duration);
     fflush(stdout);
     rc = r->stopped ? 130 : 0;
     if (c.save && save(&c, r, "")) rc = 1;

@@ -65,6 +65,8 @@ static const char console_usage[] =
     "                       grow (default 30; 0 = never)\n"
     "  --no-mouse           leave the mouse to the terminal (its selection) instead of the\n"
     "                       wheel scrolling the pane and clicks on F-keys and charts\n"
+    "  --watch URL [URL...] watch replicas' /metrics instead, one row each; opens no model\n"
+    "                       (tachyon console --watch --help)\n"
     "\n" CLI_SERVER_HELP CLI_ENGINE_HELP;
 
 static volatile sig_atomic_t got_sigint, got_sigterm;
@@ -568,6 +570,9 @@ int cmd_console(int argc, char **argv) {
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
+    for (int i = 1; i < argc; i++) /* watching a fleet: no model, no server */
+        if (!strcmp(argv[i], "--watch") || !strncmp(argv[i], "--watch=", 8))
+            return cmd_console_watch(argc, argv);
     cli_engine_t ce;
     cli_server_t sv;
     if (cli_engine_args(&ce, &argc, argv) < 0 || cli_server_args(&sv, &argc, argv) < 0) return 2;

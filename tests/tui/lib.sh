@@ -50,6 +50,17 @@ tui_start() {
     local envs=()
     while [ $# -gt 0 ] && [ "$1" != "--" ]; do envs+=("$1"); shift; done
     [ $# -gt 0 ] && shift
+    tui_run "${envs[@]}" -- console --model "$TACHYON_FIXTURES/tiny-qwen3" --port 0 --threads 2 \
+        --results-dir "$TUI_DIR/results" ${TUI_EXTRA:-} "$@"
+}
+
+# tui_run [ENV=VALUE...] -- ARGS...: `tachyon ARGS...` in the pane as tui_start runs the
+# console (the wrapper, the size, the state directory), with no options added; the variables in
+# TUI_ENV (space-separated ENV=VALUE, for tui_sizes) go into its environment too.
+tui_run() {
+    local envs=(${TUI_ENV:-})
+    while [ $# -gt 0 ] && [ "$1" != "--" ]; do envs+=("$1"); shift; done
+    [ $# -gt 0 ] && shift
     cat >"$TUI_DIR/run.sh" <<'EOF'
 #!/bin/bash
 dir=$1; shift
@@ -66,9 +77,7 @@ EOF
     TUI_SOCKS+=("$TUI_SOCK")
     tmux_ new-session -d -s t -x "${TUI_W:-120}" -y "${TUI_H:-40}" \
         env -u NO_COLOR LANG=C.UTF-8 LC_ALL= TERM=screen XDG_STATE_HOME="$TUI_DIR/state" "${envs[@]}" \
-        bash "$TUI_DIR/run.sh" "$TUI_DIR" "$TACHYON_BIN" console \
-        --model "$TACHYON_FIXTURES/tiny-qwen3" --port 0 --threads 2 \
-        --results-dir "$TUI_DIR/results" ${TUI_EXTRA:-} "$@"
+        bash "$TUI_DIR/run.sh" "$TUI_DIR" "$TACHYON_BIN" "$@"
 }
 
 tui_screen() { tmux_ capture-pane -p -t t; }

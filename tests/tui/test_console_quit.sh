@@ -9,6 +9,9 @@ source "$(dirname "$0")/lib.sh"
 command -v curl >/dev/null || { echo "SKIP: curl not installed"; exit 77; }
 
 model="$TACHYON_FIXTURES/tiny-qwen3"
+# The engine pauses 20 ms after each step (scripted.h) where requests must stay in flight for
+# seconds: they then cost little CPU, at any build's speed.
+paced=TACHYON_TEST_STEP_DELAY_MS=20
 url() { tui_screen | head -1 | grep -Eo 'http://127\.0\.0\.1:[0-9]+'; }
 # outside N TOKENS: N completion requests from another client, in the background
 outside() {
@@ -58,10 +61,12 @@ tui_keys C-c
 tui_wait 'run #1 \(stopped: partial\)|not kept as a result|benchmark stopped \(stopped while preparing' 60
 tui_wait '^ready \| F1Help'
 still_running
-tui_send '/clear' Enter
+tmux_ kill-server
 
 # the console's own reply, queued behind other clients' requests: the first Ctrl-C stops the
 # reply only; the next one says how many requests of other clients are in flight
+tui_start "$paced" -- --max-num-seqs 1 --max-num-batched-tokens 256 --shutdown-timeout 120
+tui_wait '^ready \|'
 outside 3 "$(tokens_for 3)"
 tui_wait 'engine: 1 running, [12] waiting'
 tui_send 'Tell me a long story' Enter
@@ -88,7 +93,7 @@ tmux_ kill-server
 
 # SIGTERM drains as it does for tachyon serve; so does SIGHUP
 for sig in TERM HUP; do
-    tui_start -- --max-num-seqs 1 --shutdown-timeout 120
+    tui_start "$paced" -- --max-num-seqs 1 --shutdown-timeout 120
     tui_wait '^ready \|'
     # 8 s of tokens each (as measured once, at the start): on a machine whose load falls after
     # the measurement, 3 s worth finished before the drain could be seen
@@ -110,7 +115,7 @@ for sig in TERM HUP; do
 done
 
 # a second Ctrl-C aborts them and quits
-tui_start -- --max-num-seqs 1
+tui_start "$paced" -- --max-num-seqs 1
 tui_wait '^ready \|'
 outside 2 "$(tokens_for 4)"
 tui_wait 'engine: 1 running, 1 waiting'

@@ -94,5 +94,7 @@ run() {
     tui_wait 'requests table: live, by age'
 }
 
-TUI_EXTRA="--max-num-seqs 1" tui_sizes run
+# paced (the engine pauses 20 ms after each step, scripted.h): the long request stays in flight
+# at little CPU, at any build's speed
+TUI_ENV=TACHYON_TEST_STEP_DELAY_MS=20 TUI_EXTRA="--max-num-seqs 1" tui_sizes run
 echo PASS
