@@ -142,6 +142,9 @@ typedef struct backend_ops {
     /* Optional (NULL: none, as on the CPU). The devices the instance runs on, in rank order (one
      * until tensor parallelism runs): fills out[0 .. max) and returns how many there are. */
     int (*devices)(const backend_t *be, backend_device_t *out, int max);
+    /* Optional (NULL: no limit). Logit rows one forward can give the `sample` op (speculative
+     * drafts ask for several per sequence); the engine drafts less rather than pass it. */
+    int (*max_logit_rows)(const backend_t *be);
 } backend_ops_t;
 
 /* Every backend instance starts with this header. */
