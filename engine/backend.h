@@ -146,6 +146,9 @@ typedef struct backend_ops {
     /* Optional (NULL: none, as on the CPU). The devices the instance runs on, in rank order (one
      * until tensor parallelism runs): fills out[0 .. max) and returns how many there are. */
     int (*devices)(const backend_t *be, backend_device_t *out, int max);
+    /* Optional (NULL: no limit). Logit rows one forward can give the `sample` op (speculative
+     * drafts ask for several per sequence); the engine drafts less rather than pass it. */
+    int (*max_logit_rows)(const backend_t *be);
     /* True when create takes tensor_parallel_size > 1 (the cpu backend's ranks as threads);
      * the engine refuses larger sizes for the others (shard_plan_refuse). */
     bool tensor_parallel;

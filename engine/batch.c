@@ -44,6 +44,7 @@ void batch_seq_init(batch_seq_t *q, const sampling_params_t *sp, uint64_t seed, 
     q->sp = sp;
     q->seed = seed;
     q->choice = choice;
+    q->n_draft = 0;
 }
 
 void batch_forget(step_batch_t *sb, batch_seq_t *q) {
@@ -59,7 +60,7 @@ static int grow_to(void *arr, int cap, int need, size_t size, int *out) {
     return grow_array_int(arr, out, need, size);
 }
 
-static int reserve(step_batch_t *sb, int n_tokens, int n_seqs, size_t n_table) {
+static int reserve(step_batch_t *sb, int n_tokens, int n_seqs, int n_rows, size_t n_table) {
     int cap;
     if (n_tokens > sb->cap_tok) {
         int old = sb->cap_tok;
@@ -73,8 +74,6 @@ static int reserve(step_batch_t *sb, int n_tokens, int n_seqs, size_t n_table) {
         int old = sb->cap_seq, need = n_seqs + 1;
         if (grow_to(&sb->qstart, old, need, sizeof *sb->qstart, &cap) < 0 ||
             grow_to(&sb->ctx_len, old, need, sizeof *sb->ctx_len, &cap) < 0 ||
-            grow_to(&sb->logit_rows, old, need, sizeof *sb->logit_rows, &cap) < 0 ||
-            grow_to(&sb->logit_seq, old, need, sizeof *sb->logit_seq, &cap) < 0 ||
             grow_to(&sb->state_slots, old, need, sizeof *sb->state_slots, &cap) < 0 ||
             grow_to(&sb->row_out, old, need, sizeof *sb->row_out, &cap) < 0 ||
             grow_to(&sb->row_seq, old, need, sizeof *sb->row_seq, &cap) < 0)
@@ -83,11 +82,13 @@ static int reserve(step_batch_t *sb, int n_tokens, int n_seqs, size_t n_table) {
             sb->row_seq[r] = NULL;
         sb->cap_seq = cap;
     }
-    if (n_seqs > sb->cap_rows) {
+    if (n_rows > sb->cap_rows) {
         int old = sb->cap_rows;
-        if (grow_to(&sb->rows, old, n_seqs, sizeof *sb->rows, &cap) < 0 ||
-            grow_to(&sb->rows_owner, old, n_seqs, sizeof *sb->rows_owner, &cap) < 0 ||
-            grow_to(&sb->results, old, n_seqs, sizeof *sb->results, &cap) < 0)
+        if (grow_to(&sb->rows, old, n_rows, sizeof *sb->rows, &cap) < 0 ||
+            grow_to(&sb->rows_owner, old, n_rows, sizeof *sb->rows_owner, &cap) < 0 ||
+            grow_to(&sb->results, old, n_rows, sizeof *sb->results, &cap) < 0 ||
+            grow_to(&sb->logit_rows, old, n_rows, sizeof *sb->logit_rows, &cap) < 0 ||
+            grow_to(&sb->logit_seq, old, n_rows, sizeof *sb->logit_seq, &cap) < 0)
             return -1;
         for (int r = old; r < cap; r++)
             sb->rows_owner[r] = NULL;
@@ -163,7 +164,8 @@ int batch_build(step_batch_t *sb, const sched_out_t *plan, double t0, be_batch_t
         sb->table_gen++;
     }
     int rows = n + 1 > sb->cap_seq ? n + 1 : sb->cap_seq;
-    if (reserve(sb, plan->n_tokens, n, (size_t)rows * (size_t)sb->stride) < 0) return -1;
+    if (reserve(sb, plan->n_tokens, n, n + sb->n_drafts, (size_t)rows * (size_t)sb->stride) < 0)
+        return -1;
     assign_rows(sb, plan);
     /* Locals, restrict: the stores below alias nothing else, so nothing is reloaded per row. */
     sched_seq_t *const *seqs = plan->seqs;
@@ -200,7 +202,10 @@ int batch_build(step_batch_t *sb, const sched_out_t *plan, double t0, be_batch_t
             decode += is_decode;
             prefill += !is_decode;
         } else {
-            prefill += n_new;
+            int d = q->n_draft; /* drafts: neither prompt nor decode */
+            prefill += n_new - (d > 0 ? d + 1 : 0);
+            decode += d > 0;
+            counts->draft += d;
             for (int pos = c0; pos < c0 + n_new; pos++, t++) {
                 tokens[t] = seq_tokens[pos];
                 positions[t] = pos;
@@ -213,12 +218,13 @@ int batch_build(step_batch_t *sb, const sched_out_t *plan, double t0, be_batch_t
             row[k] = blocks[k];
         q->row_blocks = nb;
         if (c0 + n_new == s->n_tokens) {
-            int l = n_logits++;
-            logit_rows[l] = t - 1;
+            int l = n_logits++, d = q->n_draft;
+            int n_out = s->n_tokens - d - s->n_prompt;
+            logit_rows[l] = t - 1 - d;
             logit_seq[l] = i;
             /* q->srow first: a new choice may sit where a finished one was freed */
             if (q->srow == l && srows_owner[l] == q && srows[l].prompt == seq_tokens) {
-                srows[l].n_output = s->n_tokens - s->n_prompt;
+                srows[l].n_output = n_out;
             } else {
                 if (q->srow >= 0 && srows_owner[q->srow] == q)
                     srows_owner[q->srow] = NULL; /* one row per choice, cleared when it ends */
@@ -226,13 +232,22 @@ int batch_build(step_batch_t *sb, const sched_out_t *plan, double t0, be_batch_t
                                            .prompt = seq_tokens,
                                            .n_prompt = s->n_prompt,
                                            .output = seq_tokens + s->n_prompt,
-                                           .n_output = s->n_tokens - s->n_prompt,
+                                           .n_output = n_out,
                                            .eos_ids = eos,
                                            .n_eos = n_eos,
                                            .seed = q->seed,
                                            .choice = q->choice};
                 srows_owner[l] = q;
                 q->srow = l;
+            }
+            /* the drafts' rows: fresh each step, owned by none */
+            for (int j = 1; j <= d; j++) {
+                int lj = n_logits++;
+                logit_rows[lj] = t - 1 - d + j;
+                logit_seq[lj] = i;
+                srows[lj] = srows[l];
+                srows[lj].n_output = n_out + j;
+                srows_owner[lj] = NULL;
             }
         }
     }

@@ -48,6 +48,9 @@ typedef struct batch_seq {
     const sampling_params_t *sp;
     uint64_t seed;
     int choice;
+    /* Speculative drafts (spec.h) at the end of s.tokens this step: the batch asks for logits at
+     * the last n_draft + 1 positions, one sampler row each */
+    int n_draft;
 } batch_seq_t;
 
 static inline batch_seq_t *batch_seq_of(sched_seq_t *s) {
@@ -57,6 +60,7 @@ static inline batch_seq_t *batch_seq_of(sched_seq_t *s) {
 /* A step's counts for the stats. */
 typedef struct batch_counts {
     int prefill, decode;     /* tokens of prompts (and recomputation), and decodes */
+    int draft;               /* speculative drafts */
     uint64_t prefix_queried; /* prompt tokens looked up in the prefix cache this step */
     uint64_t prefix_hit;     /* of which found */
 } batch_counts_t;
@@ -68,6 +72,7 @@ typedef struct step_batch {
     /* Called for a sequence's first scheduling (its t_sched is set): rare, so a call. */
     void (*on_first)(void *ctx, batch_seq_t *q);
     void *ctx;
+    int n_drafts; /* the plan's drafts (sum of n_draft): logit rows beyond one per sequence */
     /* the varlen batch, grown geometrically and kept */
     int32_t *tokens, *pos;
     int64_t *slots;
@@ -99,7 +104,10 @@ void batch_free(step_batch_t *sb);
 void batch_seq_init(batch_seq_t *q, const sampling_params_t *sp, uint64_t seed, int choice);
 
 /* Lays the plan out in *b (valid until the next build), fills a sampler row for each row that
- * gets logits, and notes first schedulings at t0. -1 when out of memory. */
+ * gets logits, and notes first schedulings at t0. A sequence with drafts gets n_draft + 1
+ * consecutive logit rows, the j-th sampled with the output count of its position (n_output +
+ * j: its rng index, and the drafts before it in the penalties' view); sb->n_drafts must be
+ * their sum. -1 when out of memory. */
 int batch_build(step_batch_t *sb, const sched_out_t *plan, double t0, be_batch_t *b,
                 batch_counts_t *counts);
 

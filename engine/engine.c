@@ -24,6 +24,7 @@
 #include "rng.h"
 #include "scripted.h"
 #include "shard_plan.h"
+#include "spec.h"
 
 #define AUTO_POOL_MAX (4ull << 30) /* bytes: the automatic pool is 25% of RAM, at most this */
 #define TOKENS_AHEAD  64           /* room for output tokens reserved at submit */
@@ -270,6 +271,7 @@ static void on_first_scheduled(void *ctx, batch_seq_t *q) {
 
 /* Every request with a sequence in the failed step ends with the error. */
 static void fail_step(engine_t *e, const sched_out_t *out, const char *what, const char *msg) {
+    spec_drop(e);
     fprintf(stderr, "tachyon: engine: %s failed: %s\n", what, msg);
     char buf[sizeof(((err_t *)0)->msg) + 32];
     snprintf(buf, sizeof buf, "%s failed: %s", what, msg);
@@ -312,8 +314,13 @@ static bool step(engine_t *e, stats_step_t *st) {
     double t0 = engine_now();
     sched_out_t out;
     sched_seq_t *failed;
-    while (sched_schedule(e->sched, &out, &failed) < 0)
+    e->spec_step_accepted = 0;
+    spec_draft(e);
+    while (sched_schedule(e->sched, &out, &failed) < 0) {
+        spec_drop(e);
         output_end_request(e, choice_of(failed)->req, ENGINE_FINISH_ERROR, "out of memory");
+    }
+    spec_plan(e, &out);
     if (out.n == 0) {
         e->stalled = out.n_preempted == 0;
         e->extra_preempted += out.n_preempted;
@@ -353,11 +360,14 @@ static bool step(engine_t *e, stats_step_t *st) {
         fail_step(e, &out, "sampling", err.msg);
         goto record;
     }
+    const bool *emit = spec_verify(e, &out, &b); /* NULL: every row */
     sched_advance(e->sched, &out);
     if (e->has_state) fork_at_points(e, &out);
-    stats_add_generation_tokens(e->stats, (uint64_t)b.n_logits);
+    stats_add_generation_tokens(e->stats,
+                                (uint64_t)(b.n_logits - counts.draft + e->spec_step_accepted));
     double now = engine_now();
     for (int l = 0; l < b.n_logits; l++) {
+        if (emit && !emit[l]) continue;
         eng_choice_t *q = choice_of(out.seqs[e->batch.logit_seq[l]]);
         /* forks first: a choice 0 that ends on its first token still shares its prompt */
         if (q->b.choice == 0 && q->req->n_started < q->req->n) output_fork_choices(e, q->req);
@@ -376,6 +386,8 @@ record:
                          .state_total = e->num_slots,
                          .prefill_tokens = counts.prefill,
                          .decode_tokens = counts.decode,
+                         .draft_tokens = counts.draft,
+                         .accepted = e->spec_step_accepted,
                          .preempted = out.n_preempted + e->extra_preempted};
     e->extra_preempted = 0;
     return true;
@@ -824,6 +836,7 @@ static void engine_free(engine_t *e) {
     expert_load_free(e->experts);
     backend_destroy(e->be);
     scripted_free(e->scripted);
+    spec_destroy(e->spec);
     tok_destroy(e->tok);
     mdir_close(e->tok_dir);
     weights_destroy(e->w);
@@ -942,7 +955,8 @@ int engine_open(const engine_opts_t *o, engine_t **out, err_t *err) {
     sched_config_t sc = sched_config_of(&f);
     e->stats = stats_create();
     e->sched = sched_create(e->kv, &sc);
-    if (!e->stats || !e->sched) {
+    e->spec = spec_create();
+    if (!e->stats || !e->sched || !e->spec) {
         err_set(err, "out of memory");
         goto fail;
     }

@@ -7,6 +7,7 @@
  *   output.c   output processing: tokens to events, stop conditions and strings, finishes,
  *              forks for n > 1 (output.h)
  *   stream.c   the per-request event queue (stream.h for readers, stream_int.h for the engine)
+ *   spec.c     speculative decoding: drafts, their plan, acceptance (spec.h)
  *
  * A request (eng_req_t) has n choices (eng_choice_t); each choice is one scheduler sequence.
  * Fields under "shared, under mu" are written by any thread holding mu; the rest belong to the
@@ -49,6 +50,10 @@ typedef struct eng_choice {
     double t_first, t_last; /* first and latest token; 0 = not yet */
     size_t n_pend, cap_pend;
     char *pend; /* [cap_pend] decoded text not emitted yet (a possible stop string start) */
+    /* speculative decoding this step (spec.c): planned with its drafts, and the state slot its
+     * recurrent state was copied to before the verify (-1: none) */
+    bool spec_planned;
+    int32_t spec_snap;
 } eng_choice_t;
 
 static inline eng_choice_t *choice_of(sched_seq_t *s) {
@@ -90,6 +95,7 @@ struct engine {
     stats_t *stats;
     struct expert_load *experts; /* MoE models: the expert-load statistics, or NULL */
     struct scripted *scripted;   /* replies scripted for tests, or NULL */
+    struct spec *spec;           /* speculative decoding's per-step state (spec.h) */
     int step_delay_us;           /* a pause after each step, for tests (scripted.h), or 0 */
     bool has_state;              /* the model keeps recurrent state per sequence (Qwen3.5): state
                                     slots in the pool, prefix caching off, forks copy state */
@@ -124,7 +130,8 @@ struct engine {
     eng_req_t *done; /* finished requests, freed after their events are pushed */
     bool stalled;    /* the last step had nothing to run: wait for news */
     int extra_preempted;
-    stats_step_t last_rec; /* the last step recorded (its gauges) */
+    stats_step_t last_rec;  /* the last step recorded (its gauges) */
+    int spec_step_accepted; /* drafts accepted in this step (spec.c) */
     /* output processing (output.c): the step's inter-token latencies, grouped (every choice
      * that also got a token in the previous step has the same one): [n_itl] (value s, count);
      * and the streams with events written this step */

@@ -9,6 +9,7 @@
 #include <strings.h>
 
 #include "sampling.h"
+#include "spec.h"
 
 #define FIELD(f) offsetof(flag_values_t, f), sizeof(((flag_values_t *)0)->f)
 
@@ -16,6 +17,7 @@ static const char *const POLICY_CHOICES[] = {"fcfs", "priority", NULL};
 static const char *const GENCONFIG_CHOICES[] = {"auto", "vllm", NULL};
 static const char *const KV_DTYPE_CHOICES[] = {"auto", "fp8", NULL};
 static const char *const SSM_DTYPE_CHOICES[] = {"auto", "float32", "bfloat16", NULL};
+static const char *const SPEC_METHOD_CHOICES[] = {"none", "ngram", NULL};
 static const char *const BOOL_VALUES[] = {"true", "false", NULL};
 static const char *const UNSET_VALUES[] = {"unset", NULL};
 
@@ -195,6 +197,45 @@ static const flag_def_t FLAGS[] = {
      FIELD(enable_expert_parallel),
      .def = "false",
      .help = "MoE: place whole experts on each GPU instead of slicing every expert"},
+    {.name = "speculative-method",
+     .type = FLAG_ENUM,
+     .apply = FLAG_LIVE,
+     FIELD(speculative_method),
+     .choices = SPEC_METHOD_CHOICES,
+     .def = "ngram",
+     .help = "speculative drafts: ngram (prompt lookup, no extra weights) or none"},
+    {.name = "num-speculative-tokens",
+     .type = FLAG_INT,
+     .apply = FLAG_LIVE,
+     FIELD(num_speculative_tokens),
+     .min = 0,
+     .max = SPEC_MAX_TOKENS,
+     .def = "0",
+     .help = "drafts verified per sequence and step (0 = speculation off)"},
+    {.name = "prompt-lookup-max",
+     .type = FLAG_INT,
+     .apply = FLAG_LIVE,
+     FIELD(prompt_lookup_max),
+     .min = 1,
+     .max = SPEC_MAX_NGRAM,
+     .def = "5",
+     .help = "ngram drafts: the longest n-gram of the last tokens looked up in the context"},
+    {.name = "prompt-lookup-min",
+     .type = FLAG_INT,
+     .apply = FLAG_LIVE,
+     FIELD(prompt_lookup_min),
+     .min = 1,
+     .max = SPEC_MAX_NGRAM,
+     .def = "5",
+     .help = "ngram drafts: the shortest n-gram looked up (above prompt-lookup-max: that)"},
+    {.name = "speculative-disable-by-batch-size",
+     .type = FLAG_INT,
+     .apply = FLAG_LIVE,
+     FIELD(speculative_disable_by_batch_size),
+     .min = 0,
+     .max = 65536,
+     .def = "0",
+     .help = "no drafts in a step while this many sequences run (0 = drafts at any batch size)"},
 };
 
 #define N_FLAGS ((int)(sizeof FLAGS / sizeof FLAGS[0]))
@@ -590,6 +631,13 @@ int flags_parse_arg(const char *arg, const char *next, flag_values_t *v, int *us
     const char *body = arg + 2;
     const char *eq = strchr(body, '=');
     size_t n = eq ? (size_t)(eq - body) : strlen(body);
+    if (name_eq("speculative-config", body, n)) {
+        const char *json = eq ? eq + 1 : next;
+        if (!json) return err_set(err, "--speculative-config needs a JSON object");
+        if (spec_parse_config(json, v, err) < 0) return err_prefix(err, "--speculative-config");
+        *used = eq ? 1 : 2;
+        return 1;
+    }
     const flag_def_t *f = find_n(body, n);
     if (!f) {
         if (n <= 3 || !(strncmp(body, "no-", 3) == 0 || strncmp(body, "no_", 3) == 0)) return 0;

@@ -79,6 +79,12 @@ typedef struct flag_values {
     /* model (reload) */
     int tensor_parallel_size;
     bool enable_expert_parallel;
+    /* speculative decoding (live; spec.h) */
+    int speculative_method;                /* spec_method_t */
+    int num_speculative_tokens;            /* drafts per sequence and step (0 = off) */
+    int prompt_lookup_max;                 /* ngram: the longest n-gram looked up */
+    int prompt_lookup_min;                 /* ngram: the shortest */
+    int speculative_disable_by_batch_size; /* no drafts while this many sequences run (0: off) */
 } flag_values_t;
 
 typedef struct flag_def {
@@ -120,6 +126,7 @@ void flags_format(const flag_def_t *f, const flag_values_t *v, char *buf, size_t
 /* Tries one command-line argument of the table's flags, so that any subcommand can loop over
  * argv with it around its own options:
  *     --name value   --name=value   --bool-name [BOOL]   --no-bool-name (false)
+ * and vLLM's --speculative-config JSON, which sets the speculative flags (spec.h).
  * `next` is the following argv entry (NULL at the end). A boolean takes `next` only when it is
  * a boolean word (true/false, on/off, yes/no, 1/0); otherwise it is true and `next` is left.
  * Returns 1 and sets *used to the argv entries consumed (1 or 2), 0 when arg is not a flag of

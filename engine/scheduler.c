@@ -176,6 +176,11 @@ int sched_num_running(const sched_t *s) {
     return s->n_running - s->n_holes;
 }
 
+sched_seq_t *const *sched_running(const sched_t *s, int *n) {
+    *n = s->n_running;
+    return s->running;
+}
+
 int sched_num_waiting(const sched_t *s) {
     return s->n_waiting;
 }

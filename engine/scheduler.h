@@ -165,6 +165,9 @@ int sched_schedule(sched_t *s, sched_out_t *out, sched_seq_t **failed);
 int sched_advance(sched_t *s, const sched_out_t *out);
 
 int sched_num_running(const sched_t *s);
+/* The running sequences in admission order, *n of them; an entry may be NULL (a sequence removed
+ * since the last sched_schedule). Valid until the scheduler is next changed. */
+sched_seq_t *const *sched_running(const sched_t *s, int *n);
 int sched_num_waiting(const sched_t *s);
 /* Sequences in the scheduler (running + waiting). */
 static inline bool sched_has_work(const sched_t *s) {

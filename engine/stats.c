@@ -292,6 +292,29 @@ double stats_hist_quantile(const stats_hist_t *h, double q) {
     return start + (end - start) * ((rank - (double)below) / (double)h->counts[b]);
 }
 
+void stats_add_spec(stats_t *st, uint64_t drafts, uint64_t draft_tokens, uint64_t accepted,
+                    const uint64_t *accepted_per_pos, int n_pos) {
+    if (n_pos > STATS_SPEC_POS) n_pos = STATS_SPEC_POS;
+    pthread_mutex_lock(&st->mu);
+    st->head.spec_drafts += drafts;
+    st->head.spec_draft_tokens += draft_tokens;
+    st->head.spec_accepted_tokens += accepted;
+    for (int j = 0; j < n_pos; j++)
+        st->head.spec_accepted_per_pos[j] += accepted_per_pos[j];
+    if (n_pos > st->head.spec_k) st->head.spec_k = n_pos;
+    pthread_mutex_unlock(&st->mu);
+}
+
+double stats_spec_acceptance_rate(const stats_snapshot_t *s) {
+    if (s->spec_draft_tokens == 0) return NAN;
+    return (double)s->spec_accepted_tokens / (double)s->spec_draft_tokens;
+}
+
+double stats_spec_mean_length(const stats_snapshot_t *s) {
+    if (s->spec_drafts == 0) return NAN;
+    return 1.0 + (double)s->spec_accepted_tokens / (double)s->spec_drafts;
+}
+
 void stats_rates(const stats_snapshot_t *s, double window_s, double *prompt_tps, double *gen_tps) {
     *prompt_tps = 0;
     *gen_tps = 0;
@@ -314,6 +337,7 @@ void stats_rates(const stats_snapshot_t *s, double window_s, double *prompt_tps,
         if (s->steps_ring[i].prefill_tokens > 0)
             prompt += (uint64_t)s->steps_ring[i].prefill_tokens;
         if (s->steps_ring[i].decode_tokens > 0) gen += (uint64_t)s->steps_ring[i].decode_tokens;
+        if (s->steps_ring[i].accepted > 0) gen += (uint64_t)s->steps_ring[i].accepted;
     }
     *prompt_tps = (double)prompt / span;
     *gen_tps = (double)gen / span;

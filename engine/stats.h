@@ -33,9 +33,14 @@ typedef struct stats_step {
     int state_used;     /* recurrent-state slots held by sequences (models with state) */
     int state_total;    /* state slots in the pool (0: the model keeps no state) */
     int prefill_tokens; /* tokens scheduled this step that were prompt (or recompute) */
-    int decode_tokens;  /* tokens scheduled this step that were decodes */
+    int decode_tokens;  /* tokens scheduled this step that were decodes (a sequence's last sampled
+                           token; its drafts are counted apart) */
     int preempted;      /* sequences preempted this step */
+    int draft_tokens;   /* speculative drafts verified this step (spec.h) */
+    int accepted;       /* of which accepted: each adds a token to the step's output */
 } stats_step_t;
+
+#define STATS_SPEC_POS 16 /* draft positions counted (SPEC_MAX_TOKENS) */
 
 /* One finished choice. Latencies in seconds; a value < 0 is not recorded (e.g. no TTFT for a
  * request aborted before its first token). */
@@ -129,6 +134,11 @@ typedef struct stats_snapshot {
     uint64_t prefix_queries, prefix_hits; /* prompt tokens looked up / found in the cache */
     uint64_t requests_finished[4];        /* by engine_finish_reason_t */
     uint64_t requests_submitted;
+    /* speculative decoding (vllm:spec_decode_*): sequences that verified drafts in a step,
+     * drafts verified, drafts accepted, and accepted per draft position */
+    uint64_t spec_drafts, spec_draft_tokens, spec_accepted_tokens;
+    uint64_t spec_accepted_per_pos[STATS_SPEC_POS];
+    int spec_k; /* positions used so far (the largest num_speculative_tokens verified) */
     /* latency histograms, seconds */
     stats_hist_t ttft, tpot, itl, e2e, queue;
     /* vLLM's request phases: prefill = first scheduled to first token (ttft - queue), decode =
@@ -171,6 +181,14 @@ void stats_add_prompt_tokens(stats_t *st, uint64_t prompt);
 /* Tokens sampled (appended to sequences), first tokens included: vllm:generation_tokens_total. */
 void stats_add_generation_tokens(stats_t *st, uint64_t sampled);
 void stats_add_prefix(stats_t *st, uint64_t queried, uint64_t hit);
+/* A step's speculative counts: `drafts` sequences verified `draft_tokens` drafts, `accepted` of
+ * them accepted; accepted_per_pos[j] (j < n_pos) those accepted at draft position j. */
+void stats_add_spec(stats_t *st, uint64_t drafts, uint64_t draft_tokens, uint64_t accepted,
+                    const uint64_t *accepted_per_pos, int n_pos);
+/* Acceptance rate (accepted / drafts verified) and mean acceptance length (tokens per verified
+ * sequence and step: 1 + accepted / sequences, as vLLM counts it); NaN before any draft. */
+double stats_spec_acceptance_rate(const stats_snapshot_t *s);
+double stats_spec_mean_length(const stats_snapshot_t *s);
 /* Starts tracking expert load: n_layers MoE layers (their model indices in layers) of
  * n_experts each, from time t (engine_now()). -1 (nothing tracked) when the cells do not fit
  * or out of memory. */
@@ -190,7 +208,8 @@ double stats_hist_quantile(const stats_hist_t *h, double q);
  * the newest recorded (not "now": an idle engine keeps its last rates; compare the newest t with
  * the clock to tell). prompt = sum(prefill_tokens) / window, generation = sum(decode_tokens) /
  * window, so generation leaves out each request's first token (sampled at the end of its
- * prefill); the generation_tokens counter includes it. When the ring no longer reaches back a
+ * prefill); the generation_tokens counter includes it. Accepted speculative drafts count as
+ * generated tokens (rejected ones do not). When the ring no longer reaches back a
  * whole window, the rates are over the span it does hold. Both 0 with no steps. */
 void stats_rates(const stats_snapshot_t *s, double window_s, double *prompt_tps, double *gen_tps);
 

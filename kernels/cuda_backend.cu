@@ -547,7 +547,8 @@ extern "C" void cuda_backend_graph_stats(const backend_t *base, long *replays, i
 
 /* Positional: the fields of backend_ops_t in order (name, create, destroy, kv_block_bytes,
  * kv_reserve, forward, sample, describe, kv_pool_bytes, configure, makes_dummy_weights,
- * expert_load, trace_routing, state_bytes, state_reserve, state_copy). */
+ * expert_load, trace_routing, state_bytes, state_reserve, state_copy, devices,
+ * max_logit_rows). */
 /* One device until tensor parallelism runs: the one create chose. */
 static int cb_devices(const backend_t *base, backend_device_t *out, int max) {
     const cuda_backend_t *be = (const cuda_backend_t *)base;
@@ -556,6 +557,11 @@ static int cb_devices(const backend_t *base, backend_device_t *out, int max) {
         snprintf(out[0].pci_bus_id, sizeof out[0].pci_bus_id, "%s", be->pci_bus_id);
     }
     return 1;
+}
+
+/* The device logits buffer's rows: what cb_sample can take from one forward. */
+static int cb_max_logit_rows(const backend_t *base) {
+    return ((const cuda_backend_t *)base)->cap_l;
 }
 
 extern "C" const backend_ops_t cuda_backend_ops = {
@@ -576,5 +582,6 @@ extern "C" const backend_ops_t cuda_backend_ops = {
     cb_state_reserve,
     cb_state_copy,
     cb_devices,
+    cb_max_logit_rows,
     false, /* tensor_parallel: the engine refuses N > 1 (shard_plan_refuse) */
 };

@@ -157,6 +157,26 @@ static void experts(out_t *o, const stats_experts_t *x) {
           x->window_s);
 }
 
+/* Speculative decoding, as vLLM's SpecDecodingProm names it (its counters gain _total when
+ * exposed): verified drafts, draft tokens, accepted ones, and accepted ones per draft position
+ * for the positions used so far. */
+static void spec_decode(out_t *o, const stats_snapshot_t *s) {
+    counter(o, "vllm:spec_decode_num_drafts_total", "Number of spec decoding drafts.",
+            (double)s->spec_drafts);
+    counter(o, "vllm:spec_decode_num_draft_tokens_total", "Number of draft tokens.",
+            (double)s->spec_draft_tokens);
+    counter(o, "vllm:spec_decode_num_accepted_tokens_total", "Number of accepted tokens.",
+            (double)s->spec_accepted_tokens);
+    head(o, "vllm:spec_decode_num_accepted_tokens_per_pos_total", "counter",
+         "Accepted tokens per draft position.");
+    for (int j = 0; j < s->spec_k && j < STATS_SPEC_POS; j++) {
+        char lbl[32];
+        snprintf(lbl, sizeof lbl, "position=\"%d\"", j);
+        sample(o, "vllm:spec_decode_num_accepted_tokens_per_pos_total", lbl,
+               (double)s->spec_accepted_per_pos[j]);
+    }
+}
+
 void metrics_render(metrics_t *m, const stats_snapshot_t *s, const metrics_info_t *info,
                     jbuf_t *out) {
     jbuf_t lab;
@@ -192,6 +212,7 @@ void metrics_render(metrics_t *m, const stats_snapshot_t *s, const metrics_info_
             (double)s->prompt_tokens);
     counter(&o, "vllm:generation_tokens_total", "Number of generation tokens processed.",
             (double)s->generation_tokens);
+    spec_decode(&o, s);
 
     head(&o, "vllm:request_success_total", "counter", "Count of successfully processed requests.");
     for (int r = 0; r < 4; r++) {

@@ -21,7 +21,9 @@ case $name in
         run+=("$build")
         want='^engine instructions per step at [0-9]+ sequences: [0-9]+'
         ;;
-    cpu-speed.sh | tokenizer-speed.sh | health-latency.sh | crosscheck.sh) run+=("$build/tachyon") ;;
+    cpu-speed.sh | tokenizer-speed.sh | health-latency.sh | crosscheck.sh | spec-ngram.sh)
+        run+=("$build/tachyon")
+        ;;
     console-cost.sh)
         export TACHYON_BIN=$build/tachyon
         want='^  mean total tok/s: console open [0-9.]+, headless [0-9.]+'

@@ -43,6 +43,17 @@ int tu_prompt(int i, int32_t *ids) {
     return n;
 }
 
+void tu_spec_on(engine_t *eng, const char *k) {
+    const char *const flags[][2] = {{"speculative-method", "ngram"},
+                                    {"prompt-lookup-min", "1"},
+                                    {"prompt-lookup-max", "4"},
+                                    {"num-speculative-tokens", k}};
+    err_t err = {{0}};
+    for (int f = 0; f < 4; f++)
+        if (engine_flag_set(eng, flags[f][0], flags[f][1], &err) < 0)
+            fail_msg("%s: %s", flags[f][0], err.msg);
+}
+
 sampling_params_t tu_greedy(int max_tokens) {
     sampling_params_t p;
     sampling_params_init(&p);

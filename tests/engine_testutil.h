@@ -26,6 +26,9 @@ engine_stream_t *tu_submit(engine_t *eng, const int32_t *prompt, int n, const sa
  * (ids < 2048) into ids[96]; returns the length. */
 int tu_prompt(int i, int32_t *ids);
 
+/* Turns on n-gram speculative drafts live: k drafts, prompt lookup of 1..4 tokens. */
+void tu_spec_on(engine_t *eng, const char *k);
+
 /* Greedy decoding of max_tokens tokens, EOS ignored. */
 sampling_params_t tu_greedy(int max_tokens);
 

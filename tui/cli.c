@@ -337,6 +337,16 @@ bool cli_stats_line(cli_stats_line_t *st, const stats_snapshot_t *s, double now,
                  "Prefix cache hit rate: %.1f%%",
                  dp / dt, dg / dt, s->running, s->waiting,
                  s->kv_total ? 100.0 * s->kv_used / s->kv_total : 0.0, dq ? 100.0 * dh / dq : 0.0);
+    uint64_t dd = s->spec_draft_tokens - st->draft_tokens,
+             da = s->spec_accepted_tokens - st->accepted;
+    size_t len = strlen(buf);
+    if (report && dd > 0 && len < size) /* as vLLM's SpecDecoding metrics line */
+        snprintf(buf + len, size - len,
+                 ", Spec decode: mean acceptance length %.2f, acceptance rate %.1f%%",
+                 1.0 + (double)da / (double)(s->spec_drafts - st->drafts), 100.0 * da / dd);
+    st->drafts = s->spec_drafts;
+    st->draft_tokens = s->spec_draft_tokens;
+    st->accepted = s->spec_accepted_tokens;
     st->active = active;
     st->t = now;
     st->prompt = s->prompt_tokens;

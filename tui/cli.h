@@ -136,6 +136,7 @@ int cmd_console_watch(int argc, char **argv);
 typedef struct cli_stats_line {
     double t;
     uint64_t prompt, gen, queries, hits;
+    uint64_t drafts, draft_tokens, accepted; /* speculative decoding: its part of the line */
     bool active;
 } cli_stats_line_t;
 

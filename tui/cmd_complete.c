@@ -59,7 +59,7 @@ static int encode_prompt(engine_t *eng, const char *text, bool chat, bool no_thi
     return 0;
 }
 
-static void print_stats(int n_prompt, int n_out, double ttft_s, double e2e_s) {
+static void print_stats(engine_t *eng, int n_prompt, int n_out, double ttft_s, double e2e_s) {
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     int n_decode = n_out > 0 ? n_out - 1 : 0;
@@ -70,6 +70,15 @@ static void print_stats(int n_prompt, int n_out, double ttft_s, double e2e_s) {
             "peak memory: %.1f MiB\n",
             n_prompt, ttft_s * 1e3, ttft_s > 0 ? n_prompt / ttft_s : 0, n_decode, decode_s * 1e3,
             decode_s > 0 ? n_decode / decode_s : 0, ru.ru_maxrss / 1024.0);
+    static stats_snapshot_t snap;
+    engine_stats(eng, &snap);
+    if (snap.spec_drafts > 0)
+        fprintf(stderr,
+                "speculative: %llu drafts verified in %llu steps, %llu accepted (acceptance rate "
+                "%.1f%%, mean acceptance length %.2f)\n",
+                (unsigned long long)snap.spec_draft_tokens, (unsigned long long)snap.spec_drafts,
+                (unsigned long long)snap.spec_accepted_tokens,
+                100.0 * stats_spec_acceptance_rate(&snap), stats_spec_mean_length(&snap));
 }
 
 int cmd_complete(int argc, char **argv) {
@@ -236,7 +245,7 @@ int cmd_complete(int argc, char **argv) {
     }
     printf("\n");
     fe_reply_release(reply);
-    if (stats) print_stats(req.n_prompt, n_out, ttft, e2e);
+    if (stats) print_stats(ce.eng, req.n_prompt, n_out, ttft, e2e);
     rc = failed;
 close:
     free(prompt);

@@ -20,11 +20,13 @@ void ui_ops_from_stats(const stats_snapshot_t *s, double now, double window_s, u
         o->finished[i] = s->requests_finished[i];
     o->queue_ms = NAN;
     double step = 0, fwd = 0, tokens = 0;
-    int n = 0, preempted = 0;
+    int n = 0, preempted = 0, drafted = 0, accepted = 0;
     for (int i = s->n_steps - 1; i >= 0; i--) {
         const stats_step_t *st = &s->steps_ring[i];
         if (st->t <= now - window_s) break;
         preempted += st->preempted;
+        drafted += st->draft_tokens;
+        accepted += st->accepted;
         if (st->prefill_tokens + st->decode_tokens == 0) continue; /* the engine went idle */
         step += st->step_ms;
         fwd += st->forward_ms;
@@ -35,6 +37,8 @@ void ui_ops_from_stats(const stats_snapshot_t *s, double now, double window_s, u
     o->forward_ms = n ? fwd / n : NAN;
     o->tokens_per_step = n ? tokens / n : NAN;
     o->preempt_per_s = window_s > 0 ? preempted / window_s : 0;
+    o->spec_accept_pct = drafted ? 100.0 * accepted / drafted : NAN;
+    o->spec_mean_len = s->spec_drafts ? stats_spec_mean_length(s) : 0;
 }
 
 ui_vstyle_t ui_vitals_grade(double pct) {
@@ -236,6 +240,17 @@ static void ops_fields(placer_t *p, const ui_ops_t *o) {
     num(p, true, "preempt ", o->preempt_per_s > 0 ? UI_VS_WARN : UI_VS_VALUE, "%.1f/s",
         o->preempt_per_s);
     num(p, true, "queue ", UI_VS_VALUE, "%.0f ms", o->queue_ms);
+    if (o->spec_mean_len >= 1) { /* speculative decoding has run */
+        f = (field_t){0};
+        add(&f, UI_VS_LABEL, "spec acc ");
+        if (isnan(o->spec_accept_pct))
+            add(&f, UI_VS_VALUE, "-");
+        else
+            add(&f, UI_VS_VALUE, "%.0f%%", o->spec_accept_pct);
+        add(&f, UI_VS_LABEL, " len ");
+        add(&f, UI_VS_VALUE, "%.2f", o->spec_mean_len);
+        place(p, &f, true);
+    }
     f = (field_t){0};
     add(&f, UI_VS_LABEL, "done ");
     add(&f, UI_VS_VALUE, "stop %llu len %llu abort %llu", (unsigned long long)o->finished[0],

@@ -4,7 +4,8 @@
  * process's CPU % and resident memory; then the engine's numbers as vLLM's periodic log line and
  * /metrics carry them: KV cache used/total in tokens and blocks, the concurrency the pool holds
  * at max-model-len, prefix-cache hit rate, step and forward time, tokens per step, preemptions
- * per second, queue time, and finished requests by reason (errors highlighted).
+ * per second, queue time, speculative acceptance (when drafts run), and finished requests by
+ * reason (errors highlighted).
  *
  * Pure (no curses): ui_vitals_lay places the fields as styled segments on rows of a given
  * width; a field that does not fit its row goes to the next one (GPU rows drop their last
@@ -35,6 +36,9 @@ typedef struct ui_ops {
     double tokens_per_step;     /* mean tokens scheduled per step; NaN: none */
     double preempt_per_s;       /* over the window */
     double queue_ms;            /* mean queue time of recent requests; NaN: none */
+    double spec_accept_pct;     /* speculative drafts accepted over the window, %; NaN: none */
+    double spec_mean_len;       /* tokens per verifying sequence and step since start (>= 1);
+                                   0: speculative decoding has not run */
     uint64_t finished[4];       /* by engine_finish_reason_t: stop, length, abort, error */
 } ui_ops_t;
 

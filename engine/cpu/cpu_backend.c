@@ -45,6 +45,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "backend.h"
@@ -286,6 +287,27 @@ static int ensure_logits(cpu_backend_t *be, int n, err_t *err) {
 /* ---------------------------------------------------------------------------------------------
  * create / destroy */
 
+/* The KV pools are mapped, not calloc'ed: they come as untouched zero pages, paid for when first
+ * written, and go back whole when unmapped; and the sanitizer build's allocator, which writes an
+ * eighth of an allocation's size of shadow memory when it hands it out and again when it is
+ * freed, never sees them (a 4 GiB pool cost every sanitized start about a CPU-second). */
+static float *map_zeroed(size_t floats) {
+    void *p = mmap(NULL, floats * sizeof(float), PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+static void free_kv_pool(cpu_backend_t *be) {
+    if (be->k_pool || be->v_pool) {
+        size_t bytes = be->layer_floats * (size_t)be->cfg->n_layers * sizeof(float);
+        if (be->k_pool) munmap(be->k_pool, bytes);
+        if (be->v_pool) munmap(be->v_pool, bytes);
+    }
+    be->k_pool = be->v_pool = NULL;
+    be->num_blocks = be->block_size = 0;
+    be->layer_floats = 0;
+}
+
 static void cpu_destroy(backend_t *base) {
     cpu_backend_t *be = (cpu_backend_t *)base;
     if (!be) return;
@@ -302,8 +324,7 @@ static void cpu_destroy(backend_t *base) {
         free(be->scores[i]);
     free(be->wbuf);
     free(be->scores);
-    free(be->k_pool);
-    free(be->v_pool);
+    free_kv_pool(be);
     cpu_gdn_destroy(be->gdn);
     free(be->inv_freq);
     free(be->norms);
@@ -502,10 +523,7 @@ static size_t cpu_kv_block_bytes(const backend_t *base, int block_size) {
 static int cpu_kv_reserve(backend_t *base, int num_blocks, int block_size, err_t *err) {
     cpu_backend_t *be = (cpu_backend_t *)base;
     const model_config_t *c = be->cfg;
-    free(be->k_pool);
-    free(be->v_pool);
-    be->k_pool = be->v_pool = NULL;
-    be->num_blocks = be->block_size = 0;
+    free_kv_pool(be);
     if (num_blocks < 1 || block_size < 1)
         return err_set(err, "cpu backend: KV pool of %d blocks of %d tokens", num_blocks,
                        block_size);
@@ -516,19 +534,16 @@ static int cpu_kv_reserve(backend_t *base, int num_blocks, int block_size, err_t
         total > SIZE_MAX / sizeof(float))
         return err_set(err, "cpu backend: KV pool of %d blocks of %d tokens is too large",
                        num_blocks, block_size);
-    /* calloc: large pools come as untouched zero pages, paid for when first written */
-    be->k_pool = calloc(total, sizeof(float));
-    be->v_pool = calloc(total, sizeof(float));
-    if (!be->k_pool || !be->v_pool) {
-        free(be->k_pool);
-        free(be->v_pool);
-        be->k_pool = be->v_pool = NULL;
-        return err_set(err, "cpu backend: out of memory for a KV pool of %d blocks (%zu MiB)",
-                       num_blocks, 2 * total * sizeof(float) >> 20);
-    }
+    be->k_pool = map_zeroed(total);
+    be->v_pool = map_zeroed(total);
     be->num_blocks = num_blocks;
     be->block_size = block_size;
     be->layer_floats = layer_floats;
+    if (!be->k_pool || !be->v_pool) {
+        free_kv_pool(be);
+        return err_set(err, "cpu backend: out of memory for a KV pool of %d blocks (%zu MiB)",
+                       num_blocks, 2 * total * sizeof(float) >> 20);
+    }
     return 0;
 }
 

@@ -16,7 +16,8 @@
  * - the engine's batch invariance with backend "cuda": each request's greedy output is the same
  *   alone and among 32 concurrent ones (16 in the host emulation), for several token budgets,
  *   graphs on and off, and a pool small enough to preempt, on tiny-qwen3 and tiny-qwen3-moe; a
- *   seeded sampled request gives the same tokens alone and in a batch.
+ *   seeded sampled request gives the same tokens alone and in a batch; with n-gram speculative
+ *   drafts (the verify step's k + 1 rows per sequence) the greedy tokens are those without.
  * - dummy qwen3-0.6b (FP8 and BF16) generated on the device equals weights_dummy's host values
  *   on sampled elements, read back through the fused / padded device layout; so do the experts
  *   of a dummy Qwen3-MoE (the MoE fixture's config).
@@ -600,6 +601,55 @@ static void test_engine_qwen35_invariance(void **state) {
     }
 }
 
+/* Speculative decoding with n-gram drafts (engine/spec.h) on the cuda backend: the verify step
+ * is a chunk of k + 1 query tokens with a logit row for each, sampled on the device. Each
+ * request's greedy output with drafts (k = 3), all at once, equals its output without, alone;
+ * on tiny-qwen3 and on tiny-qwen3.5, where a rejected draft puts the recurrent state back
+ * (state_copy). Prompts say a passage three times, so drafts are found and accepted. */
+static void spec_ngram(const char *fixture, int max_token) {
+    enum { N = 8 };
+    static int32_t prompts[N][64], alone[N][N_GEN], together[N][N_GEN];
+    int len[N];
+    for (int i = 0; i < N; i++) {
+        len[i] = 0;
+        for (int r = 0; r < 3; r++)
+            for (int t = 0; t < 10 + i; t++)
+                prompts[i][len[i]++] =
+                    (int32_t)(rng_bits(77, (uint64_t)i, (uint64_t)t) % max_token);
+    }
+    sampling_params_t p = tu_greedy(N_GEN);
+    const char *const flags[] = {"max-model-len", "128", "gpu-memory-utilization", "0.3", NULL};
+    engine_t *eng = tu_open_engine(tu_fixture(fixture), "cuda", flags);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(collect(tu_submit(eng, prompts[i], len[i], &p), alone[i], N_GEN), N_GEN);
+    tu_spec_on(eng, "3");
+    engine_stream_t *st[N];
+    for (int i = 0; i < N; i++)
+        st[i] = tu_submit(eng, prompts[i], len[i], &p);
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(collect(st[i], together[i], N_GEN), N_GEN);
+        for (int k = 0; k < N_GEN; k++)
+            if (together[i][k] != alone[i][k])
+                fail_msg("%s request %d: token %d is %d with drafts, %d without", fixture, i, k,
+                         together[i][k], alone[i][k]);
+    }
+    static stats_snapshot_t snap;
+    engine_stats(eng, &snap);
+    print_message("%s: %llu drafts verified, %llu accepted\n", fixture,
+                  (unsigned long long)snap.spec_draft_tokens,
+                  (unsigned long long)snap.spec_accepted_tokens);
+    assert_true(snap.spec_accepted_tokens > 0);
+    engine_close(eng);
+}
+
+static void test_engine_spec_ngram(void **state) {
+    spec_ngram("tiny-qwen3", 2048);
+}
+
+static void test_engine_spec_ngram_qwen35(void **state) {
+    spec_ngram("tiny-qwen3.5", 1000);
+}
+
 /* --kv-cache-dtype fp8: greedy outputs alone and batched agree (against each other: the e4m3
  * cache legitimately changes tokens relative to bf16). */
 static void test_engine_fp8_kv(void **state) {
@@ -806,6 +856,8 @@ int main(void) {
         cmocka_unit_test(test_engine_batch_invariance_moe),
         cmocka_unit_test(test_engine_qwen35_invariance),
         cmocka_unit_test(test_engine_seeded_sampling),
+        cmocka_unit_test(test_engine_spec_ngram),
+        cmocka_unit_test(test_engine_spec_ngram_qwen35),
         cmocka_unit_test(test_engine_fp8_kv),
     };
     /* TEST_FILTER / TEST_SKIP: comma-separated patterns of the tests to run / to leave out, e.g.

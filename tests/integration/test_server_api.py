@@ -468,6 +468,40 @@ def test_admin_flags():
     assert code == 200
 
 
+def test_speculative_live():
+    """n-gram speculative drafts switched on and off live through /admin/flags: a streamed
+    greedy completion is the same with drafts (chunks may carry several tokens; usage counts
+    tokens), and the vllm:spec_decode_* counters move only while drafts are on."""
+    ids = [5, 6, 7, 8, 9, 10] * 3
+    body = {"prompt": ids, "max_tokens": 40, "temperature": 0, "ignore_eos": True, "stream": True,
+            "stream_options": {"include_usage": True}}
+    code, _, chunks, _, _ = stream(A, "/v1/completions", body)
+    plain, u0 = check_stream_shape(chunks, chat=False, usage=True)
+    before = A.wait_idle()
+    for name, value in (("speculative-method", "ngram"), ("prompt-lookup-min", 1), ("prompt-lookup-max", 4),
+                        ("num-speculative-tokens", 3)):
+        code, r = post_json(A, "/admin/flags/" + name, {"value": value})
+        assert code == 200, r
+    try:
+        code, _, chunks, _, _ = stream(A, "/v1/completions", body)
+        texts, u = check_stream_shape(chunks, chat=False, usage=True)
+        assert texts[0] == plain[0] and u["usage"] == u0["usage"], (texts, u)
+        assert u["usage"]["completion_tokens"] == 40
+        on = A.wait_idle()
+        drafted = metric(on, "vllm:spec_decode_num_draft_tokens_total")
+        assert drafted > metric(before, "vllm:spec_decode_num_draft_tokens_total")
+        assert metric(on, "vllm:spec_decode_num_accepted_tokens_total") > 0
+        assert metric(on, "vllm:spec_decode_num_accepted_tokens_per_pos_total", position="0") > 0
+        assert metric(on, "vllm:generation_tokens_total") - metric(before, "vllm:generation_tokens_total") == 40
+    finally:
+        code, r = post_json(A, "/admin/flags/num-speculative-tokens", {"value": 0})
+        assert code == 200, r
+    code, _, chunks, _, _ = stream(A, "/v1/completions", body)
+    texts, _ = check_stream_shape(chunks, chat=False, usage=True)
+    assert texts[0] == plain[0]
+    assert metric(A.wait_idle(), "vllm:spec_decode_num_draft_tokens_total") == drafted
+
+
 # -- reasoning parser and auth (server B) ------------------------------------------------------
 
 def test_auth():
@@ -721,8 +755,9 @@ TESTS = [test_models, test_served_model_names_vllm_form, test_health_version_pin
          test_chat_max_completion_tokens_precedence, test_chat_stream_rules, test_stream_usage_options,
          test_completions_stream, test_stream_equals_nonstream_sampled, test_n_choices_stream,
          test_chat_logprobs, test_stop_strings, test_stop_token_ids, test_model_not_found,
-         test_tokenize_detokenize, test_metrics, test_admin_flags, test_auth, test_api_key_from_env,
-         test_reasoning_nonstream, test_reasoning_stream, test_reasoning_thinking_disabled,
+         test_tokenize_detokenize, test_metrics, test_admin_flags, test_speculative_live, test_auth,
+         test_api_key_from_env, test_reasoning_nonstream, test_reasoning_stream,
+         test_reasoning_thinking_disabled,
          test_overload_503_and_keepalive, test_nonstream_disconnect_is_noticed,
          test_shutdown_answers_in_flight, test_drain_refuses_new_connections,
          test_sighup_keeps_serving]

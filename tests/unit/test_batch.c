@@ -100,20 +100,22 @@ static void check_batch(fixture_t *f, const sched_out_t *p, const be_batch_t *b)
         const int32_t *row = b->block_tables + (size_t)r * (size_t)b->block_table_stride;
         for (int k = 0; k < s->n_blocks; k++)
             assert_int_equal(row[k], s->blocks[k]);
-        if (s->n_computed + n_new == s->n_tokens) {
-            int l = n_logits++;
-            assert_int_equal(b->logit_rows[l], t0 + n_new - 1);
+        /* the last sampled token's row, then one per draft, each counting the drafts before
+         * it as output */
+        for (int j = 0; s->n_computed + n_new == s->n_tokens && j <= q->n_draft; j++) {
+            int l = n_logits++, d = q->n_draft;
+            assert_int_equal(b->logit_rows[l], t0 + n_new - 1 - d + j);
             assert_int_equal(f->sb.logit_seq[l], i);
             const sampler_row_t *sr = &f->sb.rows[l];
             assert_ptr_equal(sr->params, &f->sp);
             assert_ptr_equal(sr->prompt, s->tokens);
             assert_int_equal(sr->n_prompt, s->n_prompt);
             assert_ptr_equal(sr->output, s->tokens + s->n_prompt);
-            assert_int_equal(sr->n_output, s->n_tokens - s->n_prompt);
+            assert_int_equal(sr->n_output, s->n_tokens - d - s->n_prompt + j);
             assert_int_equal(sr->seed, q->seed);
             assert_int_equal(sr->choice, q->choice);
             assert_int_equal(sr->n_eos, 2);
-            assert_ptr_equal(f->sb.rows_owner[l], q);
+            assert_ptr_equal(f->sb.rows_owner[l], j == 0 ? q : NULL);
         }
     }
     assert_int_equal(b->n_logits, n_logits);
@@ -226,8 +228,47 @@ static void test_rows_rewritten_after_preemption(void **state) {
     free(f);
 }
 
+/* Speculative drafts (spec.h): a decode with 3 drafts computes 4 tokens and gets 4 logit rows,
+ * the drafts counted apart from prompt and decode tokens; its neighbour's rows follow. The next
+ * step, drafts gone, the rows are one per sequence again and the decode's sampler row is
+ * rewritten where a draft row had been. */
+static void test_draft_rows(void **state) {
+    fixture_t *f = malloc(sizeof *f);
+    setup(f);
+    make_seq(f, 0, 4, 9, 5); /* a decode at 5, with drafts at 6, 7, 8 */
+    f->seqs[0].n_draft = 3;
+    make_seq(f, 1, 4, 6, 5); /* a plain decode */
+    f->sb.n_drafts = 3;
+    int which[] = {0, 1}, n_new[] = {4, 1};
+    sched_out_t p = plan_of(f, which, n_new, 2);
+    be_batch_t b;
+    batch_counts_t c;
+    assert_int_equal(batch_build(&f->sb, &p, 1.0, &b, &c), 0);
+    check_batch(f, &p, &b);
+    assert_int_equal(b.n_logits, 5);
+    assert_int_equal(c.decode, 2);
+    assert_int_equal(c.prefill, 0);
+    assert_int_equal(c.draft, 3);
+    /* two drafts accepted: the engine takes them out and appends the run */
+    f->seqs[0].s.n_tokens -= 3;
+    f->seqs[0].n_draft = 0;
+    f->sb.n_drafts = 0;
+    p.n_new[0] = 3;
+    advance(f, &p);
+    assert_int_equal(f->seqs[0].s.n_computed, 8);
+    f->seqs[0].s.n_tokens = 9;
+    int n_new2[] = {1, 1};
+    p = plan_of(f, which, n_new2, 2);
+    assert_int_equal(batch_build(&f->sb, &p, 2.0, &b, &c), 0);
+    check_batch(f, &p, &b);
+    assert_int_equal(b.n_logits, 2);
+    teardown(f);
+    free(f);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_draft_rows),
         cmocka_unit_test(test_layout_and_persistence),
         cmocka_unit_test(test_rows_rewritten_after_preemption),
     };

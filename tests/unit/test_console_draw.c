@@ -451,6 +451,36 @@ static void test_bench_and_flag(void **state) {
 /* The numbers band: a row per GPU (the fake's numbers), the engine's numbers wrapped on the
  * rows under it, an error count in the error colour (bold and underlined without colours);
  * without a GPU the reason and the process's numbers; the GPU chart named after the GPUs. */
+/* Speculative decoding in the numbers band: acceptance over the window, mean length since start;
+ * absent while no draft has run. */
+static void test_vitals_spec(void **state) {
+    (void)state;
+    stats_snapshot_t *s = calloc(1, sizeof *s);
+    s->n_steps = 2;
+    s->steps_ring[0] =
+        (stats_step_t){.t = 9.0, .decode_tokens = 2, .draft_tokens = 6, .accepted = 3};
+    s->steps_ring[1] =
+        (stats_step_t){.t = 9.5, .decode_tokens = 2, .draft_tokens = 2, .accepted = 1};
+    ui_ops_t ops;
+    ui_ops_from_stats(s, 10.0, 5.0, &ops);
+    assert_true(ops.spec_mean_len == 0); /* the counters say no draft ran yet */
+    static ui_vseg_t segs[UI_VITALS_MAX_SEGS];
+    int rows, n = ui_vitals_lay(NULL, &ops, 400, 4, segs, UI_VITALS_MAX_SEGS, &rows);
+    for (int i = 0; i < n; i++)
+        assert_null(strstr(segs[i].text, "spec"));
+    s->spec_drafts = 4;
+    s->spec_draft_tokens = 8;
+    s->spec_accepted_tokens = 4;
+    ui_ops_from_stats(s, 10.0, 5.0, &ops);
+    assert_true(ops.spec_accept_pct == 50.0 && ops.spec_mean_len == 2.0);
+    n = ui_vitals_lay(NULL, &ops, 400, 4, segs, UI_VITALS_MAX_SEGS, &rows);
+    char line[512] = "";
+    for (int i = 0; i < n; i++)
+        strncat(line, segs[i].text, sizeof line - strlen(line) - 1);
+    assert_non_null(strstr(line, "spec acc 50% len 2.00"));
+    free(s);
+}
+
 static void test_vitals(void **state) {
     fixture_t *f = *state;
     ui_gpu_sample_t *g = &f->gpu;
@@ -708,6 +738,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_help, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bench_and_flag, setup, teardown),
         cmocka_unit_test_setup_teardown(test_vitals, setup, teardown),
+        cmocka_unit_test(test_vitals_spec),
         cmocka_unit_test_setup_teardown(test_zoom_log_fkeys, setup, teardown),
         cmocka_unit_test_setup_teardown(test_requests_focus, setup, teardown),
         cmocka_unit_test_setup_teardown(test_loading, setup, teardown),

@@ -68,6 +68,10 @@ static void test_defaults(void **state) {
     assert_true(v.kv_cache_memory == 0);
     assert_int_equal(v.tensor_parallel_size, 1);
     assert_false(v.enable_expert_parallel);
+    assert_int_equal(v.speculative_method, 1); /* ngram: num-speculative-tokens alone turns it on */
+    assert_int_equal(v.num_speculative_tokens, 0);
+    assert_int_equal(v.prompt_lookup_max, 5);
+    assert_int_equal(v.prompt_lookup_min, 5);
 }
 
 /* One row per field: names unique, fields distinct and inside the struct, every default parses
@@ -75,7 +79,7 @@ static void test_defaults(void **state) {
 static void test_table_round_trip(void **state) {
     (void)state;
     int n = flags_count();
-    assert_int_equal(n, 22);
+    assert_int_equal(n, 27);
     assert_null(flags_at(n));
     assert_null(flags_at(-1));
     flag_values_t v;

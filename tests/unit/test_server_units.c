@@ -178,6 +178,31 @@ static void test_metrics(void **state) {
     assert_null(strstr(b.p, "moe_expert")); /* a dense model has no expert series */
     jb_free(&b);
 
+    /* speculative decoding: the counters, and accepted tokens per draft position used */
+    s->spec_drafts = 10;
+    s->spec_draft_tokens = 30;
+    s->spec_accepted_tokens = 12;
+    s->spec_accepted_per_pos[0] = 7;
+    s->spec_accepted_per_pos[1] = 4;
+    s->spec_accepted_per_pos[2] = 1;
+    s->spec_k = 3;
+    jb_init(&b);
+    metrics_render(m, s, &info, &b);
+    snprintf(want, sizeof want,
+             "vllm:spec_decode_num_drafts_total{%s} 10.0\n"
+             "# HELP vllm:spec_decode_num_draft_tokens_total Number of draft tokens.\n"
+             "# TYPE vllm:spec_decode_num_draft_tokens_total counter\n"
+             "vllm:spec_decode_num_draft_tokens_total{%s} 30.0\n",
+             l, l);
+    assert_non_null(strstr(b.p, want));
+    snprintf(want, sizeof want, "vllm:spec_decode_num_accepted_tokens_total{%s} 12.0\n", l);
+    assert_non_null(strstr(b.p, want));
+    snprintf(want, sizeof want,
+             "vllm:spec_decode_num_accepted_tokens_per_pos_total{%s,position=\"2\"} 1.0\n", l);
+    assert_non_null(strstr(b.p, want));
+    assert_null(strstr(b.p, "position=\"3\""));
+    jb_free(&b);
+
     /* an MoE model: a counter per (layer, expert) and each layer's imbalance in the window */
     s->experts.n_layers = 2;
     s->experts.n_experts = 4;

@@ -434,13 +434,42 @@ static void test_expert_load(void **state) {
     stats_destroy(st);
 }
 
+/* Speculative decoding's counters: drafts, draft tokens, accepted ones per position; the rate and
+ * the mean acceptance length; accepted drafts count in the generation rate. */
+static void test_spec_counters(void **state) {
+    (void)state;
+    stats_t *st = stats_create();
+    stats_snapshot_t *s = snap_new();
+    stats_snapshot(st, s);
+    assert_true(isnan(stats_spec_acceptance_rate(s)) && isnan(stats_spec_mean_length(s)));
+    const uint64_t pos1[] = {3, 2, 1}, pos2[] = {1};
+    stats_add_spec(st, 4, 12, 6, pos1, 3); /* 4 sequences verified 3 drafts each */
+    stats_add_spec(st, 2, 2, 1, pos2, 1);
+    stats_step_t step = {.t = 1, .decode_tokens = 4, .draft_tokens = 12, .accepted = 6};
+    stats_record_step(st, &step);
+    step.t = 2;
+    stats_record_step(st, &step);
+    stats_snapshot(st, s);
+    assert_true(s->spec_drafts == 6 && s->spec_draft_tokens == 14 && s->spec_accepted_tokens == 7);
+    assert_true(s->spec_accepted_per_pos[0] == 4 && s->spec_accepted_per_pos[1] == 2 &&
+                s->spec_accepted_per_pos[2] == 1 && s->spec_accepted_per_pos[3] == 0);
+    assert_int_equal(s->spec_k, 3);
+    assert_true(fabs(stats_spec_acceptance_rate(s) - 0.5) < 1e-12);
+    assert_true(fabs(stats_spec_mean_length(s) - (1.0 + 7.0 / 6.0)) < 1e-12);
+    double prompt, gen;
+    stats_rates(s, 0.5, &prompt, &gen);
+    assert_true(fabs(gen - 10 / 0.5) < 1e-9); /* the last step: 4 decodes + 6 accepted */
+    free(s);
+    stats_destroy(st);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bounds),      cmocka_unit_test(test_bucket_placement),
         cmocka_unit_test(test_quantile),    cmocka_unit_test(test_ring_order),
         cmocka_unit_test(test_counters),    cmocka_unit_test(test_rates),
         cmocka_unit_test(test_concurrent),  cmocka_unit_test(test_itl_batched),
-        cmocka_unit_test(test_expert_load),
+        cmocka_unit_test(test_expert_load), cmocka_unit_test(test_spec_counters),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
