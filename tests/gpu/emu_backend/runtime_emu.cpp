@@ -8,8 +8,9 @@
 
 #include <cuda_runtime.h>
 
-#define EMU_DEVICE_BYTES (2ull << 30) /* what cudaMemGetInfo reports (the tests size their pools
-                                        * as a fraction of it, and the backend zeroes them) */
+#define EMU_DEVICE_BYTES                                                                           \
+    (2ull << 30) /* what cudaMemGetInfo reports (the tests size their pools                        \
+                  * as a fraction of it, and the backend zeroes them) */
 
 extern "C" {
 
