@@ -8,9 +8,9 @@
 
 #include <cuda_runtime.h>
 
-#define EMU_DEVICE_BYTES                                                                           \
-    (2ull << 30) /* what cudaMemGetInfo reports (the tests size their pools                        \
-                  * as a fraction of it, and the backend zeroes them) */
+/* What cudaMemGetInfo reports: the tests size their pools as a fraction of it, and the backend
+ * zeroes its KV pool at every engine open. */
+#define EMU_DEVICE_BYTES (2ull << 30)
 
 extern "C" {
 
