@@ -29,7 +29,9 @@ TACHYON_HD static inline uint64_t rng_key(uint64_t seed, uint64_t stream) {
 }
 
 TACHYON_HD static inline float rng_uniform_keyed(uint64_t key, uint64_t index) {
-    return (float)(rng_mix64(key + index) >> 40) * (1.0f / 16777216.0f);
+    /* the 24 bits through int32: the same value, and a loop over i vectorizes (x86 has no
+     * vector conversion from 64-bit integers before AVX-512) */
+    return (float)(int32_t)(uint32_t)(rng_mix64(key + index) >> 40) * (1.0f / 16777216.0f);
 }
 
 /* 64 random bits for element `index` of stream `stream` under `seed`. */

@@ -1,5 +1,5 @@
 """The official `openai` Python client against `tachyon serve`: what a real application sees
-(run by test_openai.sh in the .venv/test environment)."""
+(run by test_openai.sh in setup-venv's environment)."""
 import asyncio
 import os
 import sys

@@ -1,5 +1,5 @@
 """Tool calling with the official `openai` client against `tachyon serve` (run by
-test_openai_tools.sh in .venv/test). The tiny model cannot be taught to call tools, so its replies
+test_openai_tools.sh in setup-venv's environment). The tiny model cannot be taught to call tools, so its replies
 are scripted (TACHYON_SCRIPTED_OUTPUTS: the engine overrides the sampled tokens with a reply
 chosen by the prompt's text); everything else is real: the chat templates render tools and the
 history of calls, the parsers find the calls in the model's tokens, the wire carries them as vLLM
