@@ -249,7 +249,10 @@ static void sample(console_t *c) {
                     .tpot_sum = s->tpot.sum,
                     .tpot_n = s->tpot.count,
                     .queue_sum = s->queue.sum,
-                    .queue_n = s->queue.count};
+                    .queue_n = s->queue.count,
+                    .spec_steps = s->spec_drafts,
+                    .spec_drafted = s->spec_draft_tokens,
+                    .spec_accepted = s->spec_accepted_tokens};
     int cap = (int)(sizeof c->hist / sizeof c->hist[0]);
     if (c->n_hist == cap) {
         memmove(c->hist, c->hist + 1, (size_t)(cap - 1) * sizeof *c->hist);
@@ -284,6 +287,17 @@ static void sample(console_t *c) {
     if (!isnan(tpot)) c->last_tpot = tpot;
     ui_series_push(&c->series[M_TTFT], ttft);
     ui_series_push(&c->series[M_TPOT], tpot);
+    /* speculative decoding over the same window: tokens drafted and accepted per verify step */
+    double steps = (double)(k.spec_steps - o->spec_steps);
+    ui_series_push(&c->series[M_SPEC_ACCEPTED],
+                   steps > 0 ? (double)(k.spec_accepted - o->spec_accepted) / steps : NAN);
+    ui_series_push(&c->series[M_SPEC_DRAFTED],
+                   steps > 0 ? (double)(k.spec_drafted - o->spec_drafted) / steps : NAN);
+    bool spec = c->cur_flags.num_speculative_tokens > 0 || s->spec_drafts > 0;
+    if (spec != c->spec_chart) {
+        c->spec_chart = spec;
+        con_relayout(c);
+    }
     sample_machine(c, k.t, o);
     if (k.t - c->stats_line.t >= STATS_LINE_S) {
         char line[512];

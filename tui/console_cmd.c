@@ -396,7 +396,8 @@ void con_relayout(console_t *c) {
     ui_vitals_lay(&c->gpu_s, &c->ops, COLS, 16, c->vsegs, UI_VITALS_MAX_SEGS, &rows);
     if (COLS != c->band_cols || rows > c->band_rows) c->band_rows = rows;
     c->band_cols = COLS;
-    layout_compute_idle(COLS, LINES, c->band_rows, c->chat_idle, &c->lay);
+    layout_compute_idle(COLS, LINES, c->band_rows, c->chat_idle,
+                        c->spec_chart ? LAYOUT_MAX_CHARTS : LAYOUT_CHARTS, &c->lay);
     c->dirty = true;
 }
 

@@ -189,7 +189,7 @@ typedef struct chart_spec {
     double floor;                /* the y range's smallest top */
 } chart_spec_t;
 
-static const chart_spec_t chart_specs[LAYOUT_CHARTS] = {
+static const chart_spec_t chart_specs[LAYOUT_MAX_CHARTS] = {
     {"seqs", "", M_RUNNING, M_WAITING, "running", "waiting", "run", "wait", PAIR_S1, PAIR_S2, false,
      1},
     {"KV cache", "%", M_KV, -1, "used", NULL, "", NULL, PAIR_S1, 0, true, 100},
@@ -198,6 +198,10 @@ static const chart_spec_t chart_specs[LAYOUT_CHARTS] = {
     {"TTFT", "ms", M_TTFT, -1, "mean", NULL, "", NULL, PAIR_S4, 0, false, 1},
     {"TPOT", "ms", M_TPOT, -1, "mean", NULL, "", NULL, PAIR_S3, 0, false, 1},
     {"GPU", "%", M_DEV_UTIL, M_DEV_MEM, "util", "mem", "u", "m", PAIR_S1, PAIR_S2, true, 100},
+    /* speculative decoding, tokens per verify step: accepted of drafted (layout.h: shown while
+     * it is configured or has run) */
+    {"spec", "", M_SPEC_ACCEPTED, M_SPEC_DRAFTED, "accepted", "drafted", "acc", "dft", PAIR_S1,
+     PAIR_S2, false, 1},
 };
 
 typedef struct title_seg {

@@ -52,6 +52,8 @@ enum {
     M_TPOT,
     M_DEV_UTIL, /* %: the GPUs' mean utilisation, or the process's CPU (of all cores) */
     M_DEV_MEM,  /* %: the GPUs' mean memory use, or the process's resident set of the machine's */
+    M_SPEC_ACCEPTED, /* speculative decoding: draft tokens accepted per verify step (5 s mean) */
+    M_SPEC_DRAFTED,  /* draft tokens proposed per verify step */
     N_METRICS
 };
 

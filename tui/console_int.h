@@ -48,6 +48,7 @@ typedef struct counters {
     uint64_t prompt, gen;
     double ttft_sum, tpot_sum, queue_sum;
     uint64_t ttft_n, tpot_n, queue_n;
+    uint64_t spec_steps, spec_drafted, spec_accepted; /* speculative decoding's verify steps */
 } counters_t;
 
 typedef struct console {
@@ -73,6 +74,7 @@ typedef struct console {
     ui_series_t series[N_METRICS];
     counters_t hist[32]; /* recent counter readings, for rates and latency windows */
     int n_hist;
+    bool spec_chart;             /* speculative decoding configured or run: its chart is shown */
     double last_ttft, last_tpot; /* ms, latest non-empty window */
     int window;                  /* index into console_cmd.c's windows (con_window_s) */
     double next_sample;

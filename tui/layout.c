@@ -24,11 +24,12 @@ static layout_rect_t rect(int x, int y, int w, int h) {
 }
 
 void layout_compute(int w, int h, int band_want, layout_t *out) {
-    layout_compute_idle(w, h, band_want, false, out);
+    layout_compute_idle(w, h, band_want, false, LAYOUT_CHARTS, out);
 }
 
-void layout_compute_idle(int w, int h, int band_want, bool idle, layout_t *out) {
+void layout_compute_idle(int w, int h, int band_want, bool idle, int n_charts, layout_t *out) {
     memset(out, 0, sizeof *out);
+    n_charts = clamp(n_charts, LAYOUT_CHARTS, LAYOUT_MAX_CHARTS);
     out->min_w = LAYOUT_MIN_W;
     out->min_h = LAYOUT_MIN_H;
     if (w < LAYOUT_MIN_W || h < LAYOUT_MIN_H) {
@@ -53,8 +54,9 @@ void layout_compute_idle(int w, int h, int band_want, bool idle, layout_t *out) 
     int main_w, cols, rows, chart_h, band;
     for (;;) {
         main_w = w - side_w;
-        cols = main_w >= 150 ? 6 : main_w >= 84 ? 3 : 2;
-        rows = LAYOUT_CHARTS / cols;
+        /* one row where wide, two on medium terminals, two columns where narrow */
+        cols = main_w >= 150 ? n_charts : main_w >= 84 ? (n_charts + 1) / 2 : 2;
+        rows = (n_charts + cols - 1) / cols;
         /* The charts take a bit under half the body; the chat pane keeps at least CHAT_MIN_H
          * rows (LAYOUT_MIN_H leaves room for both at the smallest chart height). */
         chart_h = clamp(body_h * (idle ? IDLE_SHARE : 45) / 100 / rows, CHART_MIN_H,
@@ -63,16 +65,22 @@ void layout_compute_idle(int w, int h, int band_want, bool idle, layout_t *out) 
         if (side_w && chart_h * rows < SIDE_MIN_H) chart_h = (SIDE_MIN_H + rows - 1) / rows;
         while (chart_h > CHART_MIN_H && chart_h * rows > body_h - CHAT_MIN_H)
             chart_h--;
+        if (chart_h * rows > body_h - CHAT_MIN_H && n_charts > LAYOUT_CHARTS) {
+            /* no room for the extra charts' rows: the base ones only */
+            layout_compute_idle(w, h, band_want, idle, LAYOUT_CHARTS, out);
+            return;
+        }
         band = chart_h * rows;
         if (!side_w || band >= SIDE_MIN_H) break;
         side_w = 0; /* too short for the side column: charts take the whole width */
     }
     out->chart_cols = cols;
     out->chart_rows = rows;
-    out->n_charts = LAYOUT_CHARTS;
-    for (int i = 0; i < LAYOUT_CHARTS; i++) {
+    out->n_charts = n_charts;
+    for (int i = 0; i < n_charts; i++) {
         int c = i % cols, r = i / cols;
-        int x0 = main_w * c / cols, x1 = main_w * (c + 1) / cols;
+        int in_row = n_charts - r * cols < cols ? n_charts - r * cols : cols;
+        int x0 = main_w * c / in_row, x1 = main_w * (c + 1) / in_row;
         out->charts[i] = rect(x0, body_y + r * chart_h, x1 - x0, chart_h);
     }
 

@@ -20,9 +20,12 @@
 
 #include <stdbool.h>
 
-#define LAYOUT_CHARTS 6 /* running, waiting, KV cache, prompt tok/s, generation tok/s, latency */
-#define LAYOUT_MIN_W  60
-#define LAYOUT_MIN_H  16
+/* running, waiting, KV cache, prompt tok/s, generation tok/s, latency; and the most: with
+ * speculative decoding's tokens per step, shown while it is configured or has run */
+#define LAYOUT_CHARTS     6
+#define LAYOUT_MAX_CHARTS 7
+#define LAYOUT_MIN_W      60
+#define LAYOUT_MIN_H      16
 
 typedef struct layout_rect {
     int x, y, w, h; /* columns and rows from the top left; w = h = 0: not shown */
@@ -33,9 +36,9 @@ typedef struct layout {
     int min_w, min_h;
     layout_rect_t header;
     layout_rect_t vitals; /* the numbers band under the header; optional */
-    layout_rect_t charts[LAYOUT_CHARTS];
-    int n_charts;               /* LAYOUT_CHARTS unless too small */
-    int chart_cols, chart_rows; /* grid of the charts */
+    layout_rect_t charts[LAYOUT_MAX_CHARTS];
+    int n_charts;               /* as asked (LAYOUT_CHARTS or more); 0 when too small */
+    int chart_cols, chart_rows; /* grid of the charts; a last row short of charts spreads them */
     layout_rect_t flags;        /* optional */
     layout_rect_t requests;     /* optional */
     layout_rect_t chat;         /* chat and command output */
@@ -44,12 +47,13 @@ typedef struct layout {
 } layout_t;
 
 /* Fills *out for a terminal of w columns and h rows (any values, also 0 or negative), with up
- * to band rows for the numbers band. */
+ * to band rows for the numbers band and LAYOUT_CHARTS charts. */
 void layout_compute(int w, int h, int band, layout_t *out);
 
-/* The same with the chat idle: the charts take most of the body (and grow taller), the chat pane
- * what is left (at least its minimum). */
-void layout_compute_idle(int w, int h, int band, bool idle, layout_t *out);
+/* The same with n_charts charts (LAYOUT_CHARTS .. LAYOUT_MAX_CHARTS), and the chat idle or not:
+ * idle, the charts take most of the body (and grow taller), the chat pane what is left (at least
+ * its minimum). */
+void layout_compute_idle(int w, int h, int band, bool idle, int n_charts, layout_t *out);
 
 bool layout_rect_empty(layout_rect_t r);
 

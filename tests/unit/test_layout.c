@@ -29,9 +29,9 @@ static int shown(const layout_t *l, layout_rect_t *out) {
     return n;
 }
 
-static void check_size(int w, int h, int band, bool idle) {
+static void check_size(int w, int h, int band, bool idle, int n_charts) {
     layout_t l;
-    layout_compute_idle(w, h, band, idle, &l);
+    layout_compute_idle(w, h, band, idle, n_charts, &l);
     assert_int_equal(l.min_w, LAYOUT_MIN_W);
     assert_int_equal(l.min_h, LAYOUT_MIN_H);
     if (w < LAYOUT_MIN_W || h < LAYOUT_MIN_H) {
@@ -39,8 +39,11 @@ static void check_size(int w, int h, int band, bool idle) {
         return;
     }
     assert_false(l.too_small);
-    assert_int_equal(l.n_charts, LAYOUT_CHARTS);
-    assert_int_equal(l.chart_cols * l.chart_rows, LAYOUT_CHARTS);
+    /* the extra charts where their rows fit (always from 84 columns at 24 rows), else none */
+    assert_true(l.n_charts == n_charts || l.n_charts == LAYOUT_CHARTS);
+    if (w >= 84 && h >= 24 && band <= 4) assert_int_equal(l.n_charts, n_charts);
+    assert_true(l.chart_cols * l.chart_rows >= l.n_charts);
+    assert_true(l.chart_cols * (l.chart_rows - 1) < l.n_charts);
 
     /* always shown, with the sizes they need */
     assert_true(l.header.y == 0 && l.header.h == 1 && l.header.w == w);
@@ -64,7 +67,7 @@ static void check_size(int w, int h, int band, bool idle) {
     if (band == 0) assert_true(layout_rect_empty(l.vitals));
     if (h >= 24 && band) assert_true(l.vitals.h >= (band < 4 ? band : 4)); /* 80x24 has room */
 
-    layout_rect_t r[LAYOUT_CHARTS + 7];
+    layout_rect_t r[LAYOUT_MAX_CHARTS + 7];
     int n = shown(&l, r);
     long area = 0;
     for (int i = 0; i < n; i++) {
@@ -85,7 +88,8 @@ static void test_all_sizes(void **state) {
         for (int h = 12; h <= 100; h++)
             for (int band = 0; band <= 8; band += 4)
                 for (int idle = 0; idle < 2; idle++)
-                    check_size(w, h, band, idle);
+                    for (int n = LAYOUT_CHARTS; n <= LAYOUT_MAX_CHARTS; n++)
+                        check_size(w, h, band, idle, n);
 }
 
 static void test_degenerate(void **state) {
@@ -112,6 +116,13 @@ static void test_known_sizes(void **state) {
     assert_false(l.too_small);
     assert_int_equal(l.chart_cols, 2);
     assert_true(layout_rect_empty(l.flags));
+    layout_compute_idle(120, 40, 0, false, LAYOUT_MAX_CHARTS, &l); /* with the spec chart */
+    assert_int_equal(l.n_charts, LAYOUT_MAX_CHARTS);
+    assert_int_equal(l.chart_cols, 4);
+    assert_int_equal(l.chart_rows, 2);
+    assert_int_equal(l.charts[6].x + l.charts[6].w, l.flags.x);    /* the short row spread out */
+    layout_compute_idle(200, 50, 0, false, LAYOUT_MAX_CHARTS, &l); /* one row */
+    assert_int_equal(l.chart_rows, 1);
     layout_compute(LAYOUT_MIN_W, LAYOUT_MIN_H, 0, &l);
     assert_false(l.too_small);
     layout_compute(LAYOUT_MIN_W - 1, LAYOUT_MIN_H, 0, &l);
