@@ -98,7 +98,8 @@ typedef struct cpu_backend {
     uint64_t *expert_counts; /* [n_layers][n_experts] tokens routed since create */
     int32_t *trace;          /* trace_routing's [n_layers][T][k], or NULL */
 
-    /* KV pool, f32 [n_layers][num_blocks][block_size][n_kv_heads][head_dim] each */
+    /* KV pool, f32 [kv layers][num_blocks][block_size][n_kv_heads][head_dim] each: the softmax
+     * attention layers only (kv_layers), in layer order; a Gated DeltaNet layer keeps no K/V */
     float *k_pool, *v_pool;
     int num_blocks, block_size;
     size_t layer_floats;
@@ -297,9 +298,22 @@ static float *map_zeroed(size_t floats) {
     return p == MAP_FAILED ? NULL : p;
 }
 
+/* Layers with a K/V cache: all but the linear-attention ones. */
+static int kv_layers(const model_config_t *c) {
+    return c->n_layers - model_count_attn(c, ATTN_LINEAR);
+}
+
+/* Layer l's place in the KV pool: how many K/V layers come before it. */
+static int kv_layer_index(const model_config_t *c, int l) {
+    int k = 0;
+    for (int i = 0; i < l; i++)
+        k += c->layer[i].attn != ATTN_LINEAR;
+    return k;
+}
+
 static void free_kv_pool(cpu_backend_t *be) {
     if (be->k_pool || be->v_pool) {
-        size_t bytes = be->layer_floats * (size_t)be->cfg->n_layers * sizeof(float);
+        size_t bytes = be->layer_floats * (size_t)kv_layers(be->cfg) * sizeof(float);
         if (be->k_pool) munmap(be->k_pool, bytes);
         if (be->v_pool) munmap(be->v_pool, bytes);
     }
@@ -517,7 +531,7 @@ static int cpu_create(const backend_options_t *opts, const model_weights_t *w, b
 static size_t cpu_kv_block_bytes(const backend_t *base, int block_size) {
     const cpu_backend_t *be = (const cpu_backend_t *)base;
     const model_config_t *c = be->cfg;
-    return 2 * (size_t)c->n_layers * (size_t)block_size * (size_t)model_kv_dim(c) * sizeof(float);
+    return 2 * (size_t)kv_layers(c) * (size_t)block_size * (size_t)model_kv_dim(c) * sizeof(float);
 }
 
 static int cpu_kv_reserve(backend_t *base, int num_blocks, int block_size, err_t *err) {
@@ -530,7 +544,7 @@ static int cpu_kv_reserve(backend_t *base, int num_blocks, int block_size, err_t
     size_t layer_floats, total;
     if (__builtin_mul_overflow((size_t)num_blocks, (size_t)block_size, &layer_floats) ||
         __builtin_mul_overflow(layer_floats, (size_t)model_kv_dim(c), &layer_floats) ||
-        __builtin_mul_overflow(layer_floats, (size_t)c->n_layers, &total) ||
+        __builtin_mul_overflow(layer_floats, (size_t)kv_layers(c), &total) ||
         total > SIZE_MAX / sizeof(float))
         return err_set(err, "cpu backend: KV pool of %d blocks of %d tokens is too large",
                        num_blocks, block_size);
@@ -622,8 +636,8 @@ static int full_attention(cpu_backend_t *be, const be_batch_t *b, int layer, err
     gemm(be, be->xn, T, L->w[L_V], be->v, kvd);
 
     /* q, k = rope(rmsnorm(q, q_norm)), rope(rmsnorm(k, k_norm)); kv_cache[slot_mapping] = k, v */
-    float *k_layer = be->k_pool + (size_t)layer * be->layer_floats;
-    float *v_layer = be->v_pool + (size_t)layer * be->layer_floats;
+    size_t kv_offset = (size_t)kv_layer_index(c, layer) * be->layer_floats;
+    float *k_layer = be->k_pool + kv_offset, *v_layer = be->v_pool + kv_offset;
     for (int t = 0; t < T; t++) {
         const float *cs = be->rope_cos + (int64_t)t * half, *sn = be->rope_sin + (int64_t)t * half;
         for (int h = 0; h < c->n_heads; h++) {

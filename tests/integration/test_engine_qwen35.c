@@ -113,12 +113,13 @@ static void test_batch_invariance(void **state) {
         const char *flags[] = {"max-num-batched-tokens", budgets[b], "max-model-len", "128", NULL};
         run_together(flags, false);
     }
-    /* The CPU backend's KV block: 8 layers x K,V x 16 tokens x 2 heads x 64 x f32 = 128 KiB; a
-     * state slot: 6 linear layers x (3 x 256 conv + 4 x 32 x 32 SSM) floats = 114 KiB. This pool
-     * leaves room for eight slots and eight blocks beside them: eight sequences run at a time
-     * and their blocks run out. */
+    /* The CPU backend's KV block: 2 attention layers x K,V x 16 tokens x 2 heads x 64 x f32 =
+     * 32 KiB (the 6 linear layers keep no K/V); a state slot: 6 linear layers x (3 x 256 conv +
+     * 4 x 32 x 32 SSM) floats = 114 KiB. The engine keeps one max-model-len sequence's blocks (8)
+     * and gives the rest to slots, so this pool is eight slots and eight blocks: eight sequences
+     * run at a time and their blocks run out. */
     static char pool[32];
-    snprintf(pool, sizeof pool, "%d", 12 * 131072 + 4 * 116736);
+    snprintf(pool, sizeof pool, "%d", 8 * 32768 + 8 * 116736);
     for (int b = 0; b < 3; b++) {
         const char *flags[] = {"max-num-batched-tokens",
                                budgets[b],

@@ -198,11 +198,12 @@ static void test_greedy_exact_moe(void **state) {
     greedy_exact("tiny-qwen3-moe", 2048, "983040");
 }
 
-/* tiny-qwen3.5: a KV block is 128 KiB (8 layers... as test_engine_qwen35 counts), a state slot
- * 114 KiB: room for 12 blocks and a few slots (some spare for the drafts' snapshots). */
+/* tiny-qwen3.5: a KV block is 32 KiB (its 2 attention layers, as test_engine_qwen35 counts), a
+ * state slot 114 KiB: eight blocks (one max-model-len sequence's, which the engine keeps before it
+ * makes slots) and ten slots (some spare for the drafts' snapshots). */
 static void test_greedy_exact_qwen35(void **state) {
     static char pool[32];
-    snprintf(pool, sizeof pool, "%d", 12 * 131072 + 6 * 116736);
+    snprintf(pool, sizeof pool, "%d", 8 * 32768 + 10 * 116736);
     greedy_exact("tiny-qwen3.5", 1000, pool);
 }
 

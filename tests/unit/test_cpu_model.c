@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "testutil.h"
 #include "weights.h"
 
 enum { BS = 16, NB = 40, STRIDE = 8, MAXT = 200 };
@@ -485,6 +486,27 @@ static void test_w8a8_emulation_close_not_equal(void **state) {
 
 /* --- errors and misc -------------------------------------------------------------------------- */
 
+/* A hybrid model's KV block holds its softmax-attention layers only: tiny-qwen3.5's 2 of 8 (the
+ * Gated DeltaNet layers keep recurrent state slots instead), a quarter of a block over every
+ * layer. */
+static void test_hybrid_kv_block(void **state) {
+    model_source_t src = {.model = tu_fixture("tiny-qwen3.5"), .format = LOAD_AUTO};
+    model_weights_t *w;
+    err_t err;
+    if (weights_open(&src, &w, &err) < 0) fail_msg("%s", err.msg);
+    const model_config_t *c = weights_config(w);
+    int attn = c->n_layers - model_count_attn(c, ATTN_LINEAR);
+    assert_true(attn > 0 && attn < c->n_layers);
+    backend_options_t opts = {.n_threads = 1};
+    backend_t *be;
+    assert_int_equal(cpu_backend_ops.create(&opts, w, &be, &err), 0);
+    assert_int_equal(be->ops->kv_block_bytes(be, 16),
+                     2 * (size_t)attn * 16 * (size_t)model_kv_dim(c) * sizeof(float));
+    assert_int_equal(be->ops->kv_reserve(be, 4, 16, &err), 0);
+    be->ops->destroy(be);
+    weights_destroy(w);
+}
+
 static void test_errors_and_describe(void **state) {
     model_weights_t *w = tiny(false);
     const model_config_t *c = weights_config(w);
@@ -561,6 +583,7 @@ int main(void) {
         cmocka_unit_test(test_fast_paths_equal_reference),
         cmocka_unit_test(test_w8a8_emulation_close_not_equal),
         cmocka_unit_test(test_errors_and_describe),
+        cmocka_unit_test(test_hybrid_kv_block),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
