@@ -98,8 +98,9 @@ typedef struct cpu_backend {
     uint64_t *expert_counts; /* [n_layers][n_experts] tokens routed since create */
     int32_t *trace;          /* trace_routing's [n_layers][T][k], or NULL */
 
-    /* KV pool, f32 [kv layers][num_blocks][block_size][n_kv_heads][head_dim] each: the softmax
-     * attention layers only (kv_layers), in layer order; a Gated DeltaNet layer keeps no K/V */
+    /* KV pool, f32 [kv layers][num_blocks][n_kv_heads][block_size][head_dim] each (cpu_ops.h: a
+     * head's rows of a block together): the softmax attention layers only (kv_layers), in layer
+     * order; a Gated DeltaNet layer keeps no K/V */
     float *k_pool, *v_pool;
     int num_blocks, block_size;
     size_t layer_floats;
@@ -650,10 +651,12 @@ static int full_attention(cpu_backend_t *be, const be_batch_t *b, int layer, err
             cpu_rmsnorm(x, L->norm[L_K_NORM], D, c->rms_norm_eps, x);
             cpu_rope_apply(x, 2 * half, cs, sn);
         }
-        int64_t slot = b->slot_mapping[t];
-        if (slot >= 0) {
-            memcpy(k_layer + slot * kvd, be->k + (int64_t)t * kvd, (size_t)kvd * sizeof(float));
-            memcpy(v_layer + slot * kvd, be->v + (int64_t)t * kvd, (size_t)kvd * sizeof(float));
+        int64_t slot = b->slot_mapping[t], bs = be->block_size;
+        for (int h = 0; slot >= 0 && h < c->n_kv_heads; h++) { /* cpu_ops.h: head-major blocks */
+            int64_t at = ((slot / bs * c->n_kv_heads + h) * bs + slot % bs) * D;
+            const int64_t from = (int64_t)t * kvd + (int64_t)h * D;
+            memcpy(k_layer + at, be->k + from, (size_t)D * sizeof(float));
+            memcpy(v_layer + at, be->v + from, (size_t)D * sizeof(float));
         }
     }
 

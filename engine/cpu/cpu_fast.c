@@ -322,10 +322,9 @@ FAST_INLINE void pv_run(__m256 (*acc)[4], int hn, const float *pw, int64_t pw_st
 }
 
 /* The PV product of hn (<= 2) heads, 32 output dims at a time; D % 32 == 0. */
-FAST_INLINE void pv_heads(int hn, const float *pw, int64_t pw_stride, const cpu_attn_t *a,
-                          const float *v_base, const int32_t *table, int n_keys, float *out) {
+FAST_INLINE void pv_heads(int hn, const float *pw, int64_t pw_stride, const cpu_attn_t *a, int kvh,
+                          const int32_t *table, int n_keys, float *out) {
     int D = a->head_dim, bs = a->block_size;
-    int64_t tok_stride = (int64_t)a->n_kv_heads * D;
     for (int d0 = 0; d0 < D; d0 += 32) {
         __m256 acc[2][4];
 #pragma GCC unroll 2
@@ -334,9 +333,9 @@ FAST_INLINE void pv_heads(int hn, const float *pw, int64_t pw_stride, const cpu_
             for (int j = 0; j < 4; j++)
                 acc[g][j] = _mm256_setzero_ps();
         for (int p0 = 0, b = 0; p0 < n_keys; p0 += bs, b++) {
-            const float *v = v_base + (int64_t)table[b] * bs * tok_stride + d0;
+            const float *v = cpu_kv_rows(a->v_cache, a, table[b], kvh) + d0;
             int n = n_keys - p0 < bs ? n_keys - p0 : bs;
-            pv_run(acc, hn, pw + p0, pw_stride, v, tok_stride, n);
+            pv_run(acc, hn, pw + p0, pw_stride, v, D, n);
         }
 #pragma GCC unroll 2
         for (int g = 0; g < hn; g++)
@@ -346,14 +345,14 @@ FAST_INLINE void pv_heads(int hn, const float *pw, int64_t pw_stride, const cpu_
     }
 }
 
-static FAST void pv_1(const float *pw, int64_t pw_stride, const cpu_attn_t *a, const float *v_base,
+static FAST void pv_1(const float *pw, int64_t pw_stride, const cpu_attn_t *a, int kvh,
                       const int32_t *table, int n_keys, float *out) {
-    pv_heads(1, pw, pw_stride, a, v_base, table, n_keys, out);
+    pv_heads(1, pw, pw_stride, a, kvh, table, n_keys, out);
 }
 
-static FAST void pv_2(const float *pw, int64_t pw_stride, const cpu_attn_t *a, const float *v_base,
+static FAST void pv_2(const float *pw, int64_t pw_stride, const cpu_attn_t *a, int kvh,
                       const int32_t *table, int n_keys, float *out) {
-    pv_heads(2, pw, pw_stride, a, v_base, table, n_keys, out);
+    pv_heads(2, pw, pw_stride, a, kvh, table, n_keys, out);
 }
 
 void cpu_fast_attention(const cpu_attn_t *a, int s, int t, int kvh, float *scores) {
@@ -366,19 +365,17 @@ void cpu_fast_attention(const cpu_attn_t *a, int s, int t, int kvh, float *score
     }
     int n_new = a->query_start[s + 1] - a->query_start[s];
     int n_keys = a->context_len[s] - n_new + (t - a->query_start[s]) + 1;
-    int64_t tok_stride = (int64_t)a->n_kv_heads * D;
     const int32_t *table = a->block_tables + (int64_t)s * a->block_table_stride;
     const float *q = a->q + ((int64_t)t * a->n_heads + (int64_t)kvh * G) * D;
     float *out = a->out + ((int64_t)t * a->n_heads + (int64_t)kvh * G) * D;
-    const float *k_base = a->k_cache + (int64_t)kvh * D, *v_base = a->v_cache + (int64_t)kvh * D;
 
     /* scores of every head, each K row loaded once for up to 4 heads */
     for (int g0 = 0; g0 < G; g0 += 4) {
         int hn = G - g0 < 4 ? G - g0 : 4;
         for (int p0 = 0, b = 0; p0 < n_keys; p0 += bs, b++) {
-            const float *k = k_base + (int64_t)table[b] * bs * tok_stride;
+            const float *k = cpu_kv_rows(a->k_cache, a, table[b], kvh);
             int n = n_keys - p0 < bs ? n_keys - p0 : bs;
-            qk_fns[hn - 1](q + (int64_t)g0 * D, D, k, tok_stride, n, a->scale,
+            qk_fns[hn - 1](q + (int64_t)g0 * D, D, k, D, n, a->scale,
                            scores + (int64_t)g0 * n_keys + p0, n_keys);
         }
     }
@@ -400,9 +397,9 @@ void cpu_fast_attention(const cpu_attn_t *a, int s, int t, int kvh, float *score
     /* out = sum_p pw[p] v_p, each V row loaded once for two heads */
     int g = 0;
     for (; g + 2 <= G; g += 2)
-        pv_2(scores + (int64_t)g * n_keys, n_keys, a, v_base, table, n_keys, out + (int64_t)g * D);
+        pv_2(scores + (int64_t)g * n_keys, n_keys, a, kvh, table, n_keys, out + (int64_t)g * D);
     if (g < G)
-        pv_1(scores + (int64_t)g * n_keys, n_keys, a, v_base, table, n_keys, out + (int64_t)g * D);
+        pv_1(scores + (int64_t)g * n_keys, n_keys, a, kvh, table, n_keys, out + (int64_t)g * D);
 }
 
 #else /* no x86-64 vector units: the reference */

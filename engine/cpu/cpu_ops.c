@@ -263,17 +263,16 @@ void cpu_attention_head(const cpu_attn_t *a, int s, int t, int h, float *scores)
     int n_new = a->query_start[s + 1] - a->query_start[s];
     int n_keys = a->context_len[s] - n_new + (t - a->query_start[s]) + 1;
     int kvh = h / (a->n_heads / a->n_kv_heads);
-    int64_t tok_stride = (int64_t)a->n_kv_heads * D;
     const int32_t *table = a->block_tables + (int64_t)s * a->block_table_stride;
     const float *q = a->q + ((int64_t)t * a->n_heads + h) * D;
     float *out = a->out + ((int64_t)t * a->n_heads + h) * D;
 
     float m = -INFINITY;
     for (int p0 = 0, b = 0; p0 < n_keys; p0 += bs, b++) {
-        const float *k = a->k_cache + (int64_t)table[b] * bs * tok_stride + (int64_t)kvh * D;
+        const float *k = cpu_kv_rows(a->k_cache, a, table[b], kvh);
         int n = n_keys - p0 < bs ? n_keys - p0 : bs;
         for (int i = 0; i < n; i++) {
-            float sc = cpu_dot(q, k + i * tok_stride, D) * a->scale;
+            float sc = cpu_dot(q, k + (int64_t)i * D, D) * a->scale;
             scores[p0 + i] = sc;
             m = fmaxf(m, sc);
         }
@@ -287,11 +286,11 @@ void cpu_attention_head(const cpu_attn_t *a, int s, int t, int h, float *scores)
     for (int d = 0; d < D; d++)
         out[d] = 0.0f;
     for (int p0 = 0, b = 0; p0 < n_keys; p0 += bs, b++) {
-        const float *v = a->v_cache + (int64_t)table[b] * bs * tok_stride + (int64_t)kvh * D;
+        const float *v = cpu_kv_rows(a->v_cache, a, table[b], kvh);
         int n = n_keys - p0 < bs ? n_keys - p0 : bs;
         for (int i = 0; i < n; i++) {
             float pw = scores[p0 + i] * inv;
-            const float *vi = v + i * tok_stride;
+            const float *vi = v + (int64_t)i * D;
             for (int d = 0; d < D; d++)
                 out[d] = fmaf(pw, vi[d], out[d]);
         }

@@ -58,9 +58,12 @@ void cpu_quant_fp8_rows(const float *x, int T, int K, int group, float *out);
 const float *cpu_linear_input(const float *x, int T, const wtensor_t *w, bool emulate_fp8,
                               float *scratch);
 
-/* Paged attention of one layer. The caches are [num_blocks, block_size, n_kv_heads, head_dim];
- * sequence s's context is the first context_len[s] slots named by its block table row, its new
- * tokens are query_start[s] .. query_start[s+1]-1, the last ones of that context. */
+/* Paged attention of one layer. The caches are [num_blocks, n_kv_heads, block_size, head_dim]:
+ * a KV head's rows of a block lie together (cpu_kv_rows), so attention at depth streams runs of
+ * block_size x head_dim floats rather than one head_dim row every n_kv_heads x head_dim; slot
+ * (block b, row i) of head h is at ((b n_kv_heads + h) block_size + i) head_dim. Sequence s's
+ * context is the first context_len[s] slots named by its block table row, its new tokens are
+ * query_start[s] .. query_start[s+1]-1, the last ones of that context. */
 typedef struct cpu_attn {
     const float *q; /* [n_tokens, n_heads * head_dim], after q_norm and RoPE */
     float *out;     /* [n_tokens, n_heads * head_dim] */
@@ -71,6 +74,12 @@ typedef struct cpu_attn {
     const int32_t *query_start, *context_len, *block_tables;
     int block_table_stride;
 } cpu_attn_t;
+
+/* The block_size rows (head_dim floats each, contiguous) of KV head kvh in block `block`. */
+static inline const float *cpu_kv_rows(const float *cache, const cpu_attn_t *a, int32_t block,
+                                       int kvh) {
+    return cache + ((int64_t)block * a->n_kv_heads + kvh) * a->block_size * a->head_dim;
+}
 
 /* Causal softmax attention for token t (of sequence s) and query head h, which reads kv head
  * h / (n_heads / n_kv_heads). scores: scratch of context_len[s] floats. */

@@ -451,14 +451,16 @@ static void test_attention_paged_gqa(void **state) {
     float kc[2][11][NKV][D], vc[2][11][NKV][D];
     fill(&kc[0][0][0][0], sizeof kc / sizeof(float), 1.0f);
     fill(&vc[0][0][0][0], sizeof vc / sizeof(float), 1.0f);
-    static float kpool[NB][BS][NKV][D], vpool[NB][BS][NKV][D];
+    /* the pool: a kv head's rows of a block together (cpu_ops.h) */
+    static float kpool[NB][NKV][BS][D], vpool[NB][NKV][BS][D];
     fill(&kpool[0][0][0][0], sizeof kpool / sizeof(float), 50.0f); /* garbage elsewhere */
     fill(&vpool[0][0][0][0], sizeof vpool / sizeof(float), 50.0f);
     for (int s = 0; s < 2; s++)
-        for (int p = 0; p < ctx[s]; p++) {
-            memcpy(kpool[tables[s][p / BS]][p % BS], kc[s][p], sizeof kc[s][p]);
-            memcpy(vpool[tables[s][p / BS]][p % BS], vc[s][p], sizeof vc[s][p]);
-        }
+        for (int p = 0; p < ctx[s]; p++)
+            for (int h = 0; h < NKV; h++) {
+                memcpy(kpool[tables[s][p / BS]][h][p % BS], kc[s][p][h], sizeof kc[s][p][h]);
+                memcpy(vpool[tables[s][p / BS]][h][p % BS], vc[s][p][h], sizeof vc[s][p][h]);
+            }
     float q[5][NH][D], out[5][NH][D];
     fill(&q[0][0][0], sizeof q / sizeof(float), 1.0f);
 
