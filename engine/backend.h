@@ -149,8 +149,9 @@ typedef struct backend_ops {
     /* Optional (NULL: no limit). Logit rows one forward can give the `sample` op (speculative
      * drafts ask for several per sequence); the engine drafts less rather than pass it. */
     int (*max_logit_rows)(const backend_t *be);
-    /* True when create takes tensor_parallel_size > 1 (the cpu backend's ranks as threads);
-     * the engine refuses larger sizes for the others (shard_plan_refuse). */
+    /* True when create takes tensor_parallel_size > 1 (the cpu backend's ranks as threads, the
+     * cuda backend's ranks on one device; engine/tp.h); the engine refuses larger sizes for the
+     * others (shard_plan_refuse). */
     bool tensor_parallel;
 } backend_ops_t;
 

@@ -107,6 +107,17 @@ static void layer_spec(const cuda_backend_t *be, int l, layer_spec_t *s) {
 // ---------------------------------------------------------------------------------------------
 // Checks and the FP8 / BF16 choice
 
+const wtensor_t *cb_tensor(const cuda_backend_t *be, int l, lslot_t slot, wtensor_t *view,
+                           err_t *err) {
+    return shard_layer(be->w, &be->shard, l, slot, view, err);
+}
+
+/* cb_tensor where the checks have passed (the same view succeeded there). */
+static const wtensor_t *tensor_of(const cuda_backend_t *be, int l, lslot_t slot, wtensor_t *view) {
+    err_t e = {{0}};
+    return cb_tensor(be, l, slot, view, &e);
+}
+
 static int check_tensor(const wtensor_t *t, int l, lslot_t slot, int64_t rows, int64_t cols,
                         err_t *err) {
     if (!t || (!t->data && !t->dummy) || t->rows != rows || t->cols != cols)
@@ -122,6 +133,16 @@ static int check_tensor(const wtensor_t *t, int l, lslot_t slot, int64_t rows, i
     return 0;
 }
 
+/* Layer l's tensor in slot as this rank holds it: its shard taken, then checked. */
+static int check_slot(const cuda_backend_t *be, int l, lslot_t slot, int64_t rows, int64_t cols,
+                      err_t *err) {
+    wtensor_t v;
+    err_t e = {{0}};
+    const wtensor_t *t = cb_tensor(be, l, slot, &v, &e);
+    if (!t && e.msg[0]) return err_set(err, "%s", e.msg);
+    return check_tensor(t, l, slot, rows, cols, err);
+}
+
 int cb_check_weights(const cuda_backend_t *be, err_t *err) {
     const model_weights_t *w = be->w;
     for (int l = 0; l < be->L; l++) {
@@ -129,15 +150,11 @@ int cb_check_weights(const cuda_backend_t *be, err_t *err) {
         layer_spec_t s;
         layer_spec(be, l, &s);
         for (int i = 0; i < s.n_vec; i++)
-            if (check_tensor(weights_layer(w, l, s.vec[i].slot), l, s.vec[i].slot, s.vec[i].rows,
-                             s.vec[i].len, err) < 0)
-                return -1;
+            if (check_slot(be, l, s.vec[i].slot, s.vec[i].rows, s.vec[i].len, err) < 0) return -1;
         for (int i = 0; i < s.n_lin; i++)
             for (int j = 0; j < s.lin[i].n_parts; j++) {
                 const part_t *p = &s.lin[i].part[j];
-                if (check_tensor(weights_layer(w, l, p->slot), l, p->slot, p->rows, p->cols, err) <
-                    0)
-                    return -1;
+                if (check_slot(be, l, p->slot, p->rows, p->cols, err) < 0) return -1;
             }
     }
     const wtensor_t *g[] = {weights_global(w, G_EMBED), weights_global(w, G_LM_HEAD)};
@@ -176,7 +193,8 @@ bool cb_fp8_possible(cuda_backend_t *be) {
         for (int i = 0; i < s.n_lin; i++) {
             if (s.lin[i].bf16) continue;
             for (int j = 0; j < s.lin[i].n_parts; j++) {
-                const wtensor_t *t = weights_layer(be->w, l, s.lin[i].part[j].slot);
+                wtensor_t v;
+                const wtensor_t *t = tensor_of(be, l, s.lin[i].part[j].slot, &v);
                 if (t->dtype != DT_F8_E4M3) {
                     snprintf(why, n, "layer %d has a %s projection", l, dtype_name(t->dtype));
                     return false;
@@ -240,11 +258,12 @@ size_t cb_layout_weights(cuda_backend_t *be, char *base) {
         }
     }
     be->embed = (uint16_t *)take(&a, (size_t)be->V * (size_t)H * 2);
-    be->lm_head.data = be->embed;
-    be->lm_head.n = be->V;
+    /* this rank's vocabulary rows (all of them at tp 1) */
+    be->lm_head.data = be->embed + be->v0 * H;
+    be->lm_head.n = (int)be->vn;
     be->lm_head.k = (int)H;
     if (!be->cfg->tie_word_embeddings)
-        be->lm_head.data = (const uint16_t *)take(&a, (size_t)be->V * (size_t)H * 2);
+        be->lm_head.data = (const uint16_t *)take(&a, (size_t)be->vn * (size_t)H * 2);
     be->final_norm = (float *)take(&a, (size_t)H * 4);
     be->inv_freq = (float *)take(&a, (size_t)be->rotary_dim / 2 * 4);
     return a.off;
@@ -281,12 +300,12 @@ static int upload_rows(cuda_backend_t *be, void *dst, int64_t ld, up_kind_t kind
     bool same =
         (kind == UP_FP8 && t->dtype == DT_F8_E4M3) || (kind == UP_BF16 && t->dtype == DT_BF16);
     if (same && t->dummy)
-        return dummy_fill(dst, kind == UP_FP8, t->rows, t->cols, ld, t->dummy_seed, t->dummy_stream,
-                          be->stream, err);
+        return dummy_fill_view(dst, kind == UP_FP8, t->rows, t->cols, ld, t->dummy_offset,
+                               wtensor_ld(t), t->dummy_seed, t->dummy_stream, be->stream, err);
     if (same) {
-        CUDA_CHECK(cudaMemcpy2DAsync(dst, (size_t)ld * esize, t->data, (size_t)t->cols * esize,
-                                     (size_t)t->cols * esize, (size_t)t->rows,
-                                     cudaMemcpyHostToDevice, be->stream),
+        CUDA_CHECK(cudaMemcpy2DAsync(dst, (size_t)ld * esize, t->data,
+                                     (size_t)wtensor_ld(t) * esize, (size_t)t->cols * esize,
+                                     (size_t)t->rows, cudaMemcpyHostToDevice, be->stream),
                    err);
         /* pageable source: the copy has been staged when the call returns */
         return 0;
@@ -320,7 +339,7 @@ static int upload_rows(cuda_backend_t *be, void *dst, int64_t ld, up_kind_t kind
 int cb_upload_scales(cuda_backend_t *be, float *dst, int64_t row0, int64_t ld, const wtensor_t *t,
                      err_t *err) {
     CUDA_CHECK(cudaMemcpy2DAsync(dst + row0 * ld, (size_t)ld * 4, t->scale_inv,
-                                 (size_t)t->scale_cols * 4, (size_t)t->scale_cols * 4,
+                                 (size_t)wtensor_scale_ld(t) * 4, (size_t)t->scale_cols * 4,
                                  (size_t)t->scale_rows, cudaMemcpyHostToDevice, be->stream),
                err);
     return 0;
@@ -364,27 +383,29 @@ int cb_upload_weights(cuda_backend_t *be, err_t *err) {
     int rc = -1;
     float *fstage = (float *)stage;
     int64_t H = be->H;
+    wtensor_t v;
     for (int l = 0; l < be->L; l++) {
         layer_spec_t s;
         layer_spec(be, l, &s);
         for (int i = 0; i < s.n_vec; i++)
-            if (upload_norm(be, *s.vec[i].dst, weights_layer(w, l, s.vec[i].slot), s.vec[i].offset,
+            if (upload_norm(be, *s.vec[i].dst, tensor_of(be, l, s.vec[i].slot, &v), s.vec[i].offset,
                             fstage, err) < 0)
                 goto out;
         if (be->cfg->layer[l].mlp == MLP_MOE && cb_moe_upload(be, l, stage, err) < 0) goto out;
         for (int i = 0; i < s.n_lin; i++)
             for (int j = 0; j < s.lin[i].n_parts; j++) {
                 const part_t *p = &s.lin[i].part[j];
-                if (upload_part(be, &s.lin[i], p, weights_layer(w, l, p->slot), stage, err) < 0)
+                if (upload_part(be, &s.lin[i], p, tensor_of(be, l, p->slot, &v), stage, err) < 0)
                     goto out;
             }
     }
     if (cb_upload_rows(be, be->embed, H, UP_BF16, weights_global(w, G_EMBED), stage, err) < 0)
         goto out;
-    if (!be->cfg->tie_word_embeddings &&
-        cb_upload_rows(be, (void *)be->lm_head.data, H, UP_BF16, weights_global(w, G_LM_HEAD),
-                       stage, err) < 0)
-        goto out;
+    if (!be->cfg->tie_word_embeddings) {
+        const wtensor_t *lm = shard_lm_head(w, &be->shard, &v, err);
+        if (!lm || cb_upload_rows(be, (void *)be->lm_head.data, H, UP_BF16, lm, stage, err) < 0)
+            goto out;
+    }
     if (upload_norm(be, be->final_norm, weights_global(w, G_FINAL_NORM), be->cfg->norm_offset,
                     fstage, err) < 0)
         goto out;
@@ -438,7 +459,8 @@ extern "C" int cuda_backend_weight_value(const backend_t *base, int layer, int s
                     r += s.lin[i].part[j].row0;
                 }
         if (!e) return err_set(err, "cuda backend: slot %d is not a projection", slot);
-        const wtensor_t *t = weights_layer(be->w, layer, (lslot_t)slot);
+        wtensor_t v;
+        const wtensor_t *t = tensor_of(be, layer, (lslot_t)slot, &v);
         if (row < 0 || row >= t->rows || col < 0 || col >= t->cols)
             return err_set(err, "cuda backend: element (%" PRId64 ", %" PRId64 ") out of range",
                            row, col);

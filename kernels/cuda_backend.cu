@@ -17,6 +17,7 @@
 #include <cstring>
 
 #include "cb_internal.h"
+#include "comm_device.h"
 #include "cuda_backend.h"
 #include "cuda_check.h"
 
@@ -280,7 +281,7 @@ static void cb_describe(const backend_t *base, char *buf, size_t size) {
 static void cb_configure(backend_t *base, const backend_options_t *opts) {
     cuda_backend_t *be = (cuda_backend_t *)base;
     int seqs = opts->max_num_seqs > 0 ? opts->max_num_seqs : DEFAULT_MAX_SEQS;
-    be->graphs = opts->cuda_graphs;
+    be->graphs = opts->cuda_graphs && be->shard.tp == 1; /* as at create */
     /* takes effect at the next kv_reserve (the engine rebuilds the pool after this) */
     be->kv_dtype_next = opts->kv_cache_dtype == KV_DTYPE_FP8 ? OPS_KV_FP8 : OPS_KV_BF16;
     be->ssm_bf16_next = opts->ssm_state_bf16;
@@ -311,8 +312,8 @@ static bool weights_too_large(const cuda_backend_t *be, err_t *err) {
         }
     err_set(err,
             "the weights alone take %.1f GiB but %s has %.1f GiB (gpu-memory-utilization %.2f of "
-            "%.1f GiB): this model needs several GPUs (%s; Tachyon does not run tensor or expert "
-            "parallelism yet)",
+            "%.1f GiB): this model needs several GPUs (%s; Tachyon runs tensor parallelism on one "
+            "GPU only so far)",
             (double)p->weights / (double)(1ull << 30), be->device_name,
             budget / (double)(1ull << 30), p->utilization,
             (double)p->device_total / (double)(1ull << 30), fits);
@@ -329,8 +330,8 @@ static bool weights_too_large(const cuda_backend_t *be, err_t *err) {
         }                                                                                          \
     } while (0)
 
-static int cb_create(const backend_options_t *opts, const model_weights_t *w, backend_t **out,
-                     err_t *err) {
+int cb_create_rank(const backend_options_t *opts, const model_weights_t *w, const shard_t *shard,
+                   backend_t **out, err_t *err) {
     *out = NULL;
     const model_config_t *c = weights_config(w);
     int device = opts ? opts->device : 0, count = 0;
@@ -350,7 +351,13 @@ static int cb_create(const backend_options_t *opts, const model_weights_t *w, ba
     cuda_backend_t *be = (cuda_backend_t *)calloc(1, sizeof *be);
     if (!be) return err_set(err, "cuda backend: out of memory");
     be->base.ops = &cuda_backend_ops;
-    be->cfg = c;
+    be->shard = *shard;
+    if (shard_config(c, shard, &be->lcfg, err) < 0) {
+        free(be);
+        return err_prefix(err, "cuda backend: tensor parallel %d", shard->tp);
+    }
+    be->cfg = c = &be->lcfg;
+    shard_vocab(c->vocab_size, shard->rank, shard->tp, &be->v0, &be->vn, &be->vpad);
     be->w = w;
     be->device = device;
     snprintf(be->device_name, sizeof be->device_name, "%s", prop.name);
@@ -417,6 +424,13 @@ static int cb_create(const backend_options_t *opts, const model_weights_t *w, ba
         err_set(err, "cuda backend: partial RoPE needs gated attention layers (Qwen3.5)");
         goto fail;
     }
+    if (shard->tp > 1 && (be->n_linear || c->n_experts > 0)) {
+        err_set(err,
+                "tensor parallel %d: %s layers are not supported yet on this backend (the cpu "
+                "backend runs them)",
+                shard->tp, be->n_linear ? "Gated DeltaNet (Qwen3.5)" : "MoE");
+        goto fail;
+    }
     if (be->n_linear) {
         ops_gdn_args_t g = cb_gdn_args(be, -1, 0, 0);
         if (ops_gdn_check(&g, err) < 0) goto fail;
@@ -443,7 +457,13 @@ static int cb_create(const backend_options_t *opts, const model_weights_t *w, ba
         be->cap_s = seqs;
         be->cap_l = seqs > 256 ? seqs : 256;
         be->max_seqs_live = seqs;
-        be->graphs = opts && opts->cuda_graphs;
+        /* the single-device communicator waits on the host: no graph can capture a step */
+        be->graphs = opts && opts->cuda_graphs && shard->tp == 1;
+        if (opts && opts->cuda_graphs && shard->tp > 1 && shard->rank == 0)
+            fprintf(stderr,
+                    "tachyon: cuda: CUDA graphs off at tensor parallel %d (the single-device "
+                    "communicator synchronizes with the host, which a graph cannot capture)\n",
+                    shard->tp);
         be->kv_dtype_next = opts && opts->kv_cache_dtype == KV_DTYPE_FP8 ? OPS_KV_FP8 : OPS_KV_BF16;
         be->kv_dtype = be->kv_dtype_next;
     }
@@ -509,6 +529,7 @@ static int cb_create(const backend_options_t *opts, const model_weights_t *w, ba
         TRY_CUDA(cudaStreamSynchronize(be->stream));
     }
     cb_plan_graphs(be);
+    if (shard->comm) comm_device_bind(shard->comm, be->stream);
     *out = &be->base;
     rc = 0;
 fail:
@@ -517,6 +538,13 @@ fail:
         cb_destroy(&be->base);
     }
     return rc;
+}
+
+static int cb_create(const backend_options_t *opts, const model_weights_t *w, backend_t **out,
+                     err_t *err) {
+    if (opts && opts->tensor_parallel_size > 1) return cb_tp_create(opts, w, out, err);
+    shard_t whole = {0, 1, false, NULL};
+    return cb_create_rank(opts, w, &whole, out, err);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -535,12 +563,18 @@ extern "C" bool cuda_backend_available(void) {
     return false;
 }
 
+/* A tensor-parallel instance's rank 0, or the instance itself. */
+static const cuda_backend_t *rank0_of(const backend_t *base) {
+    backend_t *r0 = tp_backend_rank((backend_t *)base, 0);
+    return (const cuda_backend_t *)(r0 ? r0 : base);
+}
+
 extern "C" bool cuda_backend_uses_fp8(const backend_t *base) {
-    return ((const cuda_backend_t *)base)->fp8;
+    return rank0_of(base)->fp8;
 }
 
 extern "C" void cuda_backend_graph_stats(const backend_t *base, long *replays, int *captured) {
-    const cuda_backend_t *be = (const cuda_backend_t *)base;
+    const cuda_backend_t *be = rank0_of(base);
     *replays = be->replays;
     *captured = be->captured;
 }
@@ -583,5 +617,5 @@ extern "C" const backend_ops_t cuda_backend_ops = {
     cb_state_copy,
     cb_devices,
     cb_max_logit_rows,
-    false, /* tensor_parallel: the engine refuses N > 1 (shard_plan_refuse) */
+    true, /* tensor_parallel: ranks on one device (cb_tp.cu) */
 };
