@@ -13,10 +13,10 @@
  *
  * The table of operations (comm_ops_t) is what another implementation provides behind the same
  * calls: NCCL (one ncclComm_t per GPU, created in one process with one worker thread per GPU;
- * the buffers are then device pointers, queued on the rank's stream; not written yet) and a
- * single-device one that runs several ranks' shards on one GPU (NCCL refuses two ranks on one
- * device), which lets a one-GPU machine check the sharding math of the CUDA path
- * (kernels/comm_device.h, with the CUDA backend's tensor parallelism).
+ * the buffers are then device pointers, queued on the rank's stream; compiled where NCCL is
+ * found, untested so far) and a single-device one that runs several ranks' shards on one GPU
+ * (NCCL refuses two ranks on one device), which lets a one-GPU machine check the sharding math
+ * of the CUDA path. Both are kernels/comm_gpu.h, used by the CUDA backend's tensor parallelism.
  *
  *     comm_group_t *g;
  *     comm_host_create(2, &g, &err);

@@ -23,6 +23,7 @@ typedef struct tp {
     void (*release)(void *);
     void *group;
     char how[160];
+    bool one_device; /* every rank on the same device (or no devices op) */
     tp_rank_t rank[COMM_MAX_RANKS];
 
     /* the step handed to ranks 1..n-1 (rank 0 is the caller) */
@@ -132,10 +133,18 @@ static void tp_describe(const backend_t *base, char *buf, size_t size) {
     snprintf(buf, size, "%s; tensor parallel %d: a thread per rank, %s", r0, t->n, t->how);
 }
 
-/* The whole budget is rank 0's answer: on one device every rank shares its memory (the other
- * ranks' current pools then count as used, a smaller pool, never an overcommit). */
+/* Ranks on one device share its memory: the budget is rank 0's answer (the other ranks' current
+ * pools then count as used: a smaller pool, never an overcommit). Ranks on their own devices
+ * (the ranks hold equal shares of every block): n times the smallest rank's answer. */
 static uint64_t tp_kv_pool_bytes(const backend_t *base, double utilization) {
-    return rank0(base)->ops->kv_pool_bytes(rank0(base), utilization);
+    const tp_t *t = (const tp_t *)base;
+    uint64_t least = rank0(base)->ops->kv_pool_bytes(rank0(base), utilization);
+    if (t->one_device) return least;
+    for (int i = 1; i < t->n; i++) {
+        uint64_t b = t->rank[i].be->ops->kv_pool_bytes(t->rank[i].be, utilization);
+        if (b < least) least = b;
+    }
+    return least * (uint64_t)t->n;
 }
 
 static void tp_configure(backend_t *base, const backend_options_t *opts) {
@@ -225,6 +234,13 @@ int tp_backend_create(int n, tp_make_rank_fn make_rank, void *user, void (*relea
         }
     }
     const backend_ops_t *o = t->rank[0].be->ops;
+    t->one_device = true;
+    for (int i = 1; o->devices && i < n; i++) {
+        backend_device_t d0, di;
+        if (o->devices(t->rank[0].be, &d0, 1) > 0 &&
+            t->rank[i].be->ops->devices(t->rank[i].be, &di, 1) > 0 && d0.ordinal != di.ordinal)
+            t->one_device = false;
+    }
     t->ops = (backend_ops_t){
         .name = o->name,
         .destroy = tp_destroy,

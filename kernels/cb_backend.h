@@ -268,7 +268,8 @@ const wtensor_t *cb_tensor(const cuda_backend_t *be, int l, lslot_t slot, wtenso
 int cb_create_rank(const backend_options_t *opts, const model_weights_t *w, const shard_t *shard,
                    backend_t **out, err_t *err);
 /* The tensor-parallel instance over opts->tensor_parallel_size ranks on opts->device, joined
- * by the single-device communicator (comm_device.h). The caller owns *out. */
+ * by the single-device communicator (comm_gpu.h; NCCL with a GPU per rank where built and
+ * N GPUs exist). The caller owns *out. */
 int cb_tp_create(const backend_options_t *opts, const model_weights_t *w, backend_t **out,
                  err_t *err);
 /* A row-parallel layer's partial output buf[n] (f32, device) becomes the sum over the ranks

@@ -4,8 +4,10 @@
  * q/k/v and gate/up, row-parallel o_proj and down_proj, vocab-parallel lm_head, replicated
  * embedding and norms) and its own KV pool (its KV heads), driven in lockstep by engine/tp.h
  * (a thread per rank, the engine thread is rank 0) and joined by the single-device communicator
- * (comm_device.h). This checks the CUDA path's sharding math on a one-GPU machine (and in the
- * host emulator); the ranks share the device, so it is no faster than one rank.
+ * (comm_gpu.h). This checks the CUDA path's sharding math on a one-GPU machine (and in the
+ * host emulator); the ranks share the device, so it is no faster than one rank. Where NCCL is
+ * built (TACHYON_HAVE_NCCL) and N devices exist from backend_options_t.device on, rank r runs on
+ * device + r with the NCCL communicator instead (comm_gpu.h: UNTESTED, no two GPUs here).
  *
  * Not yet at tp > 1 (refused at create, naming them): MoE layers (so expert parallel too) and
  * Qwen3.5's Gated DeltaNet; FP8 checkpoints whose shards split a 128 x 128 scale block
@@ -16,36 +18,55 @@
 
 #include <cstdio>
 
-#include "comm_device.h"
+#include "comm_gpu.h"
 #include "cuda_check.h"
 
 typedef struct make_args {
     const backend_options_t *opts;
     const model_weights_t *w;
-    comm_device_group_t *group;
+    comm_gpu_group_t *group;
+    bool nccl; /* rank r on device opts->device + r */
 } make_args_t;
 
 static int make_rank(void *user, int rank, backend_t **out, err_t *err) {
     const make_args_t *a = (const make_args_t *)user;
-    shard_t s = {rank, a->opts->tensor_parallel_size, false, comm_device_rank(a->group, rank)};
-    return cb_create_rank(a->opts, a->w, &s, out, err);
+    backend_options_t ro = *a->opts;
+    if (a->nccl) ro.device = a->opts->device + rank;
+    comm_t *c = comm_gpu_rank(a->group, rank);
+    shard_t s = {rank, a->opts->tensor_parallel_size, false, c};
+    if (cb_create_rank(&ro, a->w, &s, out, err) < 0) return -1;
+    comm_gpu_bind(c, ((cuda_backend_t *)*out)->stream);
+    return 0;
 }
 
 static void release_group(void *group) {
-    comm_device_destroy((comm_device_group_t *)group);
+    comm_gpu_destroy((comm_gpu_group_t *)group);
 }
 
 int cb_tp_create(const backend_options_t *opts, const model_weights_t *w, backend_t **out,
                  err_t *err) {
     *out = NULL;
-    int n = opts->tensor_parallel_size;
-    make_args_t a = {opts, w, NULL};
-    if (comm_device_create(n, &a.group, err) < 0) return err_prefix(err, "cuda backend");
-    if (tp_backend_create(n, make_rank, &a, release_group, a.group,
-                          "ranks on one device, single-device communicator (all-reduce in rank "
-                          "order)",
-                          out, err) < 0)
-        return -1; /* the rank's message names the backend */
+    int n = opts->tensor_parallel_size, count = 0;
+    if (n < 2 || n > COMM_MAX_RANKS)
+        return err_set(err, "cuda backend: tensor parallel %d (1..%d)", n, COMM_MAX_RANKS);
+    if (cudaGetDeviceCount(&count) != cudaSuccess) count = 0;
+    make_args_t a = {opts, w, NULL, false};
+    a.nccl = comm_gpu_have_nccl() && opts->device >= 0 && opts->device + n <= count;
+    int rc;
+    if (a.nccl) {
+        int devices[COMM_MAX_RANKS];
+        for (int r = 0; r < n; r++)
+            devices[r] = opts->device + r;
+        rc = comm_gpu_create_nccl(n, devices, &a.group, err);
+    } else {
+        rc = comm_gpu_create_one_device(n, &a.group, err);
+    }
+    if (rc < 0) return err_prefix(err, "cuda backend");
+    const char *how = a.nccl ? "a GPU per rank, NCCL communicator"
+                             : "ranks on one device, single-device communicator (all-reduce in "
+                               "rank order)";
+    if (tp_backend_create(n, make_rank, &a, release_group, a.group, how, out, err) < 0)
+        return -1; /* the rank's message names the backend; the group is released */
     return 0;
 }
 

@@ -17,7 +17,6 @@
 #include <cstring>
 
 #include "cb_internal.h"
-#include "comm_device.h"
 #include "cuda_backend.h"
 #include "cuda_check.h"
 
@@ -457,12 +456,14 @@ int cb_create_rank(const backend_options_t *opts, const model_weights_t *w, cons
         be->cap_s = seqs;
         be->cap_l = seqs > 256 ? seqs : 256;
         be->max_seqs_live = seqs;
-        /* the single-device communicator waits on the host: no graph can capture a step */
+        /* the single-device communicator waits on the host, which no graph can capture (and
+         * graphs around NCCL's collectives are not done yet) */
         be->graphs = opts && opts->cuda_graphs && shard->tp == 1;
         if (opts && opts->cuda_graphs && shard->tp > 1 && shard->rank == 0)
             fprintf(stderr,
                     "tachyon: cuda: CUDA graphs off at tensor parallel %d (the single-device "
-                    "communicator synchronizes with the host, which a graph cannot capture)\n",
+                    "communicator synchronizes with the host, which a graph cannot capture; "
+                    "graphs around NCCL are not done yet)\n",
                     shard->tp);
         be->kv_dtype_next = opts && opts->kv_cache_dtype == KV_DTYPE_FP8 ? OPS_KV_FP8 : OPS_KV_BF16;
         be->kv_dtype = be->kv_dtype_next;
@@ -529,7 +530,6 @@ int cb_create_rank(const backend_options_t *opts, const model_weights_t *w, cons
         TRY_CUDA(cudaStreamSynchronize(be->stream));
     }
     cb_plan_graphs(be);
-    if (shard->comm) comm_device_bind(shard->comm, be->stream);
     *out = &be->base;
     rc = 0;
 fail:
