@@ -114,6 +114,7 @@ typedef struct cb_moe {
     float *y;           /* [rows, H] f32 expert outputs */
     unsigned long long *load; /* [L][E] tokens routed since create (the expert-load stats) */
     int32_t *trace;           /* host: trace_routing's [L][T][k], or NULL */
+    wtensor_t *views;         /* tp > 1: [L][E][E_COUNT] every expert's slice (shard_experts) */
 } cb_moe_t;
 
 typedef struct cb_graph {
@@ -307,6 +308,9 @@ int cb_upload_weights(cuda_backend_t *be, err_t *err);
 
 /* The MoE sizes of the config (be->moe; nothing for a dense model). */
 void cb_moe_init(cuda_backend_t *be);
+/* tp > 1: every MoE layer's expert slices as this rank holds them (be->moe.views). -1 with err
+ * filled on a shard that splits an FP8 scale block. */
+int cb_moe_shard(cuda_backend_t *be, err_t *err);
 /* Layer l's router and experts: present, shaped, of dtypes the backend runs. */
 int cb_moe_check(const cuda_backend_t *be, int l, err_t *err);
 /* Whether every expert can run as FP8 (128x128 blocks, hidden a multiple of 128); why not in

@@ -315,8 +315,10 @@ int cb_run_stack(cuda_backend_t *be, const run_args_t *r, err_t *err) {
                 if (dense_mlp(be, r, l, out, err) < 0) return -1;
                 out = be->d_out;
                 break;
-            case MLP_MOE:
-                if (cb_moe_mlp(be, r, l, out, err) < 0) return -1;
+            case MLP_MOE: /* each rank's expert slices: summed over the ranks */
+                if (cb_moe_mlp(be, r, l, out, err) < 0 ||
+                    cb_all_reduce(be, be->d_out, (int64_t)r->T * be->H, err) < 0)
+                    return -1;
                 out = be->d_out;
                 break;
         }

@@ -58,6 +58,7 @@ static void cb_destroy(backend_t *base) {
     cudaFreeHost(be->arena_h);
     if (be->stream) cudaStreamDestroy(be->stream);
     free(be->layers);
+    free(be->moe.views);
     free(be);
 }
 
@@ -423,18 +424,25 @@ int cb_create_rank(const backend_options_t *opts, const model_weights_t *w, cons
         err_set(err, "cuda backend: partial RoPE needs gated attention layers (Qwen3.5)");
         goto fail;
     }
-    if (shard->tp > 1 && (be->n_linear || c->n_experts > 0)) {
+    if (shard->tp > 1 && be->n_linear) {
         err_set(err,
-                "tensor parallel %d: %s layers are not supported yet on this backend (the cpu "
-                "backend runs them)",
-                shard->tp, be->n_linear ? "Gated DeltaNet (Qwen3.5)" : "MoE");
+                "tensor parallel %d: Gated DeltaNet (Qwen3.5) layers are not supported yet on "
+                "this backend (the cpu backend runs them)",
+                shard->tp);
+        goto fail;
+    }
+    if (shard->tp > 1 && opts->expert_parallel && c->n_experts > 0) {
+        err_set(err,
+                "tensor parallel %d: expert parallel is not supported yet on this backend (the "
+                "experts are sliced without it; the cpu backend runs it)",
+                shard->tp);
         goto fail;
     }
     if (be->n_linear) {
         ops_gdn_args_t g = cb_gdn_args(be, -1, 0, 0);
         if (ops_gdn_check(&g, err) < 0) goto fail;
     }
-    if (cb_check_weights(be, err) < 0) goto fail;
+    if (cb_moe_shard(be, err) < 0 || cb_check_weights(be, err) < 0) goto fail;
     be->I_pad = (be->I + 127) / 128 * 128;
     TRY_CUDA(cudaStreamCreateWithFlags(&be->stream, cudaStreamNonBlocking));
     if (gemm_create(be->stream, GEMM_WORKSPACE, &be->gemm, err) < 0) goto fail;

@@ -20,7 +20,8 @@
  *   drafts (the verify step's k + 1 rows per sequence) the greedy tokens are those without.
  * - tensor parallel 2 on one device (the single-device communicator): the same logits as TP 1
  *   within LOGIT_TOL_TP and the same greedy tokens, through the backend and through the engine
- *   (test_tp2_*); what TP does not run yet on this backend is refused, naming it.
+ *   (test_tp2_*), dense BF16 and FP8 and Qwen3-MoE; what TP does not run yet on this backend
+ *   is refused, naming it.
  * - dummy qwen3-0.6b (FP8 and BF16) generated on the device equals weights_dummy's host values
  *   on sampled elements, read back through the fused / padded device layout; so do the experts
  *   of a dummy Qwen3-MoE (the MoE fixture's config).
@@ -899,13 +900,22 @@ static void test_tp2_fp8(void **state) {
     weights_destroy(w);
 }
 
+/* Qwen3-MoE at TP 2 (tiny-qwen3-moe, BF16): every expert sliced (moe_intermediate_size 64, 32
+ * a rank), the router replicated, the experts' outputs all-reduced. (Named without "moe": the
+ * tp group runs it, not the moe one.) */
+static void test_tp2_experts(void **state) {
+    model_weights_t *w = open_fixture("tiny-qwen3-moe");
+    tp2_against_tp1(w, "tiny-qwen3-moe", false, LOGIT_TOL_TP, 2);
+    weights_destroy(w);
+}
+
 /* What TP 2 does not run on this backend is refused at create, naming it. */
 static void test_tp2_refusals(void **state) {
     static const struct {
         const char *fixture, *needle;
     } cases[] = {
-        {"tiny-qwen3-fp8", "FP8 scale block"}, /* intermediate 320: 160 rows a rank */
-        {"tiny-qwen3-moe", "MoE"},
+        {"tiny-qwen3-fp8", "FP8 scale block"},     /* intermediate 320: 160 rows a rank */
+        {"tiny-qwen3-moe-fp8", "FP8 scale block"}, /* experts' intermediate 64: 32 a rank */
         {"tiny-qwen3.5", "Gated DeltaNet"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -1058,6 +1068,7 @@ int main(void) {
         cmocka_unit_test(test_engine_fp8_kv),
         cmocka_unit_test(test_tp2_bf16),
         cmocka_unit_test(test_tp2_fp8),
+        cmocka_unit_test(test_tp2_experts),
         cmocka_unit_test(test_tp2_refusals),
     };
     /* TEST_FILTER / TEST_SKIP: comma-separated patterns of the tests to run / to leave out, e.g.
