@@ -1,8 +1,11 @@
 /*
  * The cuda backend's tensor parallelism (opts->tensor_parallel_size > 1): N rank instances of the
  * backend on ONE device, each with its shard of the weights (engine/shard.h: column-parallel
- * q/k/v and gate/up, row-parallel o_proj and down_proj, every MoE expert sliced the same way
- * with the router replicated, vocab-parallel lm_head, replicated embedding and norms) and its own
+ * q/k/v and gate/up (gated attention: q | gate rows by head), row-parallel o_proj and
+ * down_proj, every MoE expert sliced the same way with the router replicated, the Gated
+ * DeltaNet by key and value heads (in_proj_qkv and conv1d as three row blocks, out_proj
+ * row-parallel; each rank's state slots hold its heads), vocab-parallel lm_head, replicated
+ * embedding and norms) and its own
  * KV pool (its KV heads), driven in lockstep by engine/tp.h (a thread per rank, the engine thread
  * is rank 0) and joined by the single-device communicator (comm_gpu.h). This checks the CUDA path's
  * sharding math on a one-GPU machine (and in the host emulator); the ranks share the device, so it
@@ -10,8 +13,8 @@
  * backend_options_t.device on, rank r runs on device + r with the NCCL communicator instead
  * (comm_gpu.h: UNTESTED, no two GPUs here).
  *
- * Not yet at tp > 1 (refused at create, naming them): expert parallel (experts whole) and
- * Qwen3.5's Gated DeltaNet; FP8 checkpoints whose shards split a 128 x 128 scale block
+ * Not yet at tp > 1 (refused at create, naming them): expert parallel (experts whole); FP8
+ * checkpoints whose shards split a 128 x 128 scale block
  * (shard.h refuses them, as vLLM does). CUDA graphs are off (the communicator waits on the
  * host: steps run eagerly).
  */

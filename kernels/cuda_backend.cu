@@ -424,13 +424,6 @@ int cb_create_rank(const backend_options_t *opts, const model_weights_t *w, cons
         err_set(err, "cuda backend: partial RoPE needs gated attention layers (Qwen3.5)");
         goto fail;
     }
-    if (shard->tp > 1 && be->n_linear) {
-        err_set(err,
-                "tensor parallel %d: Gated DeltaNet (Qwen3.5) layers are not supported yet on "
-                "this backend (the cpu backend runs them)",
-                shard->tp);
-        goto fail;
-    }
     if (shard->tp > 1 && opts->expert_parallel && c->n_experts > 0) {
         err_set(err,
                 "tensor parallel %d: expert parallel is not supported yet on this backend (the "

@@ -20,8 +20,8 @@
  *   drafts (the verify step's k + 1 rows per sequence) the greedy tokens are those without.
  * - tensor parallel 2 on one device (the single-device communicator): the same logits as TP 1
  *   within LOGIT_TOL_TP and the same greedy tokens, through the backend and through the engine
- *   (test_tp2_*), dense BF16 and FP8 and Qwen3-MoE; what TP does not run yet on this backend
- *   is refused, naming it.
+ *   (test_tp2_*): dense BF16 and FP8, Qwen3-MoE, Qwen3.5; what TP cannot shard is refused,
+ *   naming it.
  * - dummy qwen3-0.6b (FP8 and BF16) generated on the device equals weights_dummy's host values
  *   on sampled elements, read back through the fused / padded device layout; so do the experts
  *   of a dummy Qwen3-MoE (the MoE fixture's config).
@@ -784,11 +784,12 @@ static double compare_rows(const float *ref, const float *got, int n, int vocab,
     return worst;
 }
 
-/* TP 2 against TP 1 on the cuda backend over weights w: the golden prompts of `fixture` (or,
- * for NULL, 4 tu_prompt prompts) prefilled in one batch, logits within tol; then n_lock of them
- * generated greedily in lockstep for 8 tokens (chunked prefill, paged decode). */
+/* TP 2 against TP 1 on the cuda backend over weights w: the first n_prompts golden prompts of
+ * `fixture` (or, for NULL, n_prompts tu_prompt prompts) prefilled in one batch, logits within
+ * tol; then n_lock of them generated greedily in lockstep for 8 tokens (chunked prefill, paged
+ * decode). */
 static void tp2_against_tp1(model_weights_t *w, const char *fixture, bool fp8, double tol,
-                            int n_lock) {
+                            int n_prompts, int n_lock) {
     const char *name = fixture ? fixture : "dummy";
     backend_t *one = open_backend_tp(&cuda_backend_ops, w, false, 1, NULL);
     backend_t *two = open_backend_tp(&cuda_backend_ops, w, false, 2, NULL);
@@ -803,10 +804,13 @@ static void tp2_against_tp1(model_weights_t *w, const char *fixture, bool fp8, d
     cJSON *g = NULL;
     if (fixture) {
         g = golden(fixture);
+        cJSON *ps = cJSON_GetObjectItem(g, "prompts");
+        while (cJSON_GetArraySize(ps) > n_prompts)
+            cJSON_DeleteItemFromArray(ps, n_prompts);
     } else { /* the same golden shape from generated prompts */
         g = cJSON_CreateObject();
         cJSON *ps = cJSON_AddArrayToObject(g, "prompts");
-        for (int i = 0; i < 4; i++) {
+        for (int i = 0; i < n_prompts; i++) {
             int32_t ids[96];
             int len = tu_prompt(300 + i, ids);
             cJSON *p = cJSON_CreateObject();
@@ -851,7 +855,7 @@ static void tp2_against_tp1(model_weights_t *w, const char *fixture, bool fp8, d
  * as at TP 1. */
 static void test_tp2_bf16(void **state) {
     model_weights_t *w = open_fixture("tiny-qwen3");
-    tp2_against_tp1(w, "tiny-qwen3", false, LOGIT_TOL_TP, 2);
+    tp2_against_tp1(w, "tiny-qwen3", false, LOGIT_TOL_TP, 5, 2);
     weights_destroy(w);
 
     enum { N = 4, GEN = 8 };
@@ -896,7 +900,7 @@ static void test_tp2_fp8(void **state) {
     model_weights_t *w;
     err_t err = {{0}};
     if (weights_open(&src, &w, &err) < 0) fail_msg("%s", err.msg);
-    tp2_against_tp1(w, NULL, true, LOGIT_TOL_TP_FP8, 2);
+    tp2_against_tp1(w, NULL, true, LOGIT_TOL_TP_FP8, 4, 2);
     weights_destroy(w);
 }
 
@@ -905,7 +909,17 @@ static void test_tp2_fp8(void **state) {
  * tp group runs it, not the moe one.) */
 static void test_tp2_experts(void **state) {
     model_weights_t *w = open_fixture("tiny-qwen3-moe");
-    tp2_against_tp1(w, "tiny-qwen3-moe", false, LOGIT_TOL_TP, 2);
+    tp2_against_tp1(w, "tiny-qwen3-moe", false, LOGIT_TOL_TP, 5, 2);
+    weights_destroy(w);
+}
+
+/* Qwen3.5 at TP 2 (tiny-qwen3.5, BF16): gated attention by heads (q | gate rows per head), the
+ * Gated DeltaNet by key and value heads (in_proj_qkv and conv1d as three row blocks, each rank's
+ * state slots its heads' conv windows and SSM states), out_proj all-reduced. (Named without
+ * "qwen35": the tp group runs it.) */
+static void test_tp2_gated_deltanet(void **state) {
+    model_weights_t *w = open_fixture("tiny-qwen3.5");
+    tp2_against_tp1(w, "tiny-qwen3.5", false, LOGIT_TOL_TP, 3, 2);
     weights_destroy(w);
 }
 
@@ -916,7 +930,6 @@ static void test_tp2_refusals(void **state) {
     } cases[] = {
         {"tiny-qwen3-fp8", "FP8 scale block"},     /* intermediate 320: 160 rows a rank */
         {"tiny-qwen3-moe-fp8", "FP8 scale block"}, /* experts' intermediate 64: 32 a rank */
-        {"tiny-qwen3.5", "Gated DeltaNet"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         model_weights_t *w = open_fixture(cases[i].fixture);
@@ -1069,6 +1082,7 @@ int main(void) {
         cmocka_unit_test(test_tp2_bf16),
         cmocka_unit_test(test_tp2_fp8),
         cmocka_unit_test(test_tp2_experts),
+        cmocka_unit_test(test_tp2_gated_deltanet),
         cmocka_unit_test(test_tp2_refusals),
     };
     /* TEST_FILTER / TEST_SKIP: comma-separated patterns of the tests to run / to leave out, e.g.
