@@ -312,8 +312,8 @@ static bool weights_too_large(const cuda_backend_t *be, err_t *err) {
         }
     err_set(err,
             "the weights alone take %.1f GiB but %s has %.1f GiB (gpu-memory-utilization %.2f of "
-            "%.1f GiB): this model needs several GPUs (%s; Tachyon runs tensor parallelism on one "
-            "GPU only so far)",
+            "%.1f GiB): this model needs several GPUs (%s; --tensor-parallel-size N puts a rank "
+            "on each of N GPUs in a build with NCCL, not yet tested on several GPUs)",
             (double)p->weights / (double)(1ull << 30), be->device_name,
             budget / (double)(1ull << 30), p->utilization,
             (double)p->device_total / (double)(1ull << 30), fits);
@@ -584,7 +584,7 @@ extern "C" void cuda_backend_graph_stats(const backend_t *base, long *replays, i
  * kv_reserve, forward, sample, describe, kv_pool_bytes, configure, makes_dummy_weights,
  * expert_load, trace_routing, state_bytes, state_reserve, state_copy, devices,
  * max_logit_rows). */
-/* One device until tensor parallelism runs: the one create chose. */
+/* The one device create chose (a tensor-parallel instance lists its ranks': engine/tp.h). */
 static int cb_devices(const backend_t *base, backend_device_t *out, int max) {
     const cuda_backend_t *be = (const cuda_backend_t *)base;
     if (max > 0) {

@@ -704,7 +704,7 @@ static void test_engine_fp8_kv(void **state) {
     engine_describe_backend(eng, desc, sizeof desc);
     print_message("%s\n", desc);
     assert_non_null(strstr(desc, "kv fp8"));
-    /* the device list the console's GPU rows follow: one device until tensor parallelism runs,
+    /* the device list the console's GPU rows follow: one device (at TP 1),
      * with the PCI bus id NVML finds it by ("0000:3b:00.0") */
     backend_device_t dev[4];
     assert_int_equal(engine_devices(eng, dev, 4), 1);
