@@ -930,6 +930,7 @@ static void test_tp2_refusals(void **state) {
     } cases[] = {
         {"tiny-qwen3-fp8", "FP8 scale block"},     /* intermediate 320: 160 rows a rank */
         {"tiny-qwen3-moe-fp8", "FP8 scale block"}, /* experts' intermediate 64: 32 a rank */
+        {"tiny-qwen3.5-fp8", "FP8 scale block"},   /* in_proj_qkv's q rows: 64 a rank */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         model_weights_t *w = open_fixture(cases[i].fixture);
