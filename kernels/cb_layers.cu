@@ -35,6 +35,11 @@
  * where the CPU adds each block's output to h at the block's end, this stack leaves it in `out`
  * and the next norm adds it (one kernel instead of two passes over h).
  *
+ * Under tensor parallelism (cb_tp.cu) each rank runs this stack over its shard: the outputs of
+ * o_proj, out_proj, down_proj and the experts are partial sums, all-reduced (cb_all_reduce)
+ * before the next norm adds them to h (so h stays the same on every rank), and the logits are
+ * the rank's vocabulary columns, all-gathered to rank 0 (cb_vocab_parallel_logits).
+ *
  * linear() is the one place the FP8 / BF16 choice is made: the op that makes a linear's input
  * (a residual add + RMSNorm, SwiGLU, or the bf16 attention output as it is) writes it in the
  * form the weights' path reads (e4m3 with per-token-group scales, or bf16), fused, then the

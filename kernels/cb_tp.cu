@@ -1,22 +1,20 @@
 /*
  * The cuda backend's tensor parallelism (opts->tensor_parallel_size > 1): N rank instances of the
- * backend on ONE device, each with its shard of the weights (engine/shard.h: column-parallel
+ * backend on ONE device, each with its shard of the weights and its own KV pool (its KV heads),
+ * driven in lockstep by engine/tp.h (a thread per rank, the engine thread is rank 0) and joined
+ * by the single-device communicator (comm_gpu.h). The shards (engine/shard.h): column-parallel
  * q/k/v and gate/up (gated attention: q | gate rows by head), row-parallel o_proj and
  * down_proj, every MoE expert sliced the same way with the router replicated, the Gated
  * DeltaNet by key and value heads (in_proj_qkv and conv1d as three row blocks, out_proj
  * row-parallel; each rank's state slots hold its heads), vocab-parallel lm_head, replicated
- * embedding and norms) and its own
- * KV pool (its KV heads), driven in lockstep by engine/tp.h (a thread per rank, the engine thread
- * is rank 0) and joined by the single-device communicator (comm_gpu.h). This checks the CUDA path's
- * sharding math on a one-GPU machine (and in the host emulator); the ranks share the device, so it
- * is no faster than one rank. Where NCCL is built (TACHYON_HAVE_NCCL) and N devices exist from
- * backend_options_t.device on, rank r runs on device + r with the NCCL communicator instead
- * (comm_gpu.h: UNTESTED, no two GPUs here).
+ * embedding and norms. This checks the CUDA path's sharding math on a one-GPU machine (and in
+ * the host emulator); the ranks share the device, so it is no faster than one rank. Where NCCL
+ * is built (TACHYON_HAVE_NCCL) and N devices exist from backend_options_t.device on, rank r runs
+ * on device + r with the NCCL communicator instead (comm_gpu.h: UNTESTED, no two GPUs here).
  *
  * Not yet at tp > 1 (refused at create, naming them): expert parallel (experts whole); FP8
- * checkpoints whose shards split a 128 x 128 scale block
- * (shard.h refuses them, as vLLM does). CUDA graphs are off (the communicator waits on the
- * host: steps run eagerly).
+ * checkpoints whose shards split a 128 x 128 scale block (shard.h refuses them, as vLLM does).
+ * CUDA graphs are off (the communicator waits on the host: steps run eagerly).
  */
 #include "cb_backend.h"
 
