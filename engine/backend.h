@@ -143,14 +143,16 @@ typedef struct backend_ops {
     int (*state_reserve)(backend_t *be, int n_slots, err_t *err);
     /* Copies slot src's state into slot dst, before the next forward reads dst (a fork). */
     int (*state_copy)(backend_t *be, int src, int dst, err_t *err);
-    /* Optional (NULL: none, as on the CPU). The devices the instance runs on, in rank order (one
-     * until tensor parallelism runs): fills out[0 .. max) and returns how many there are. */
+    /* Optional (NULL: none, as on the CPU). The devices the instance runs on, in rank order, each
+     * once (ranks sharing a device list it once): fills out[0 .. max) and returns how many there
+     * are. */
     int (*devices)(const backend_t *be, backend_device_t *out, int max);
     /* Optional (NULL: no limit). Logit rows one forward can give the `sample` op (speculative
      * drafts ask for several per sequence); the engine drafts less rather than pass it. */
     int (*max_logit_rows)(const backend_t *be);
-    /* True when create takes tensor_parallel_size > 1 (the cpu backend's ranks as threads);
-     * the engine refuses larger sizes for the others (shard_plan_refuse). */
+    /* True when create takes tensor_parallel_size > 1 (the cpu backend's ranks as threads, the
+     * cuda backend's ranks on one device; engine/tp.h); the engine refuses larger sizes for the
+     * others (shard_plan_refuse). */
     bool tensor_parallel;
 } backend_ops_t;
 

@@ -6,16 +6,17 @@
  * collective with it, in the same order as the other ranks (as NCCL requires). A collective
  * returns when this rank's part of it is done; buffers are this rank's and may be reused then.
  *
- * One implementation today, the host one (comm_host_create): ranks are threads of one process
+ * The host implementation here (comm_host_create): ranks are threads of one process
  * sharing memory. Its all-reduce sums in a FIXED order, rank 0 + rank 1 + ... + rank N-1 from the
  * left, whatever the timing, so a tensor-parallel step gives the same bits on every run and every
  * rank holds the same result (the CPU backend's reference numerics stay deterministic).
  *
  * The table of operations (comm_ops_t) is what another implementation provides behind the same
  * calls: NCCL (one ncclComm_t per GPU, created in one process with one worker thread per GPU;
- * the buffers are then device pointers, queued on the rank's stream) and a single-device one
- * that runs several ranks' shards on one GPU (NCCL refuses two ranks on one device), which lets
- * a one-GPU machine check the sharding math of the CUDA path. Neither exists yet.
+ * the buffers are then device pointers, queued on the rank's stream; compiled where NCCL is
+ * found, untested so far) and a single-device one that runs several ranks' shards on one GPU
+ * (NCCL refuses two ranks on one device), which lets a one-GPU machine check the sharding math
+ * of the CUDA path. Both are kernels/comm_gpu.h, used by the CUDA backend's tensor parallelism.
  *
  *     comm_group_t *g;
  *     comm_host_create(2, &g, &err);
@@ -38,7 +39,7 @@ typedef struct comm comm_t;
 typedef struct comm_group comm_group_t;
 
 typedef struct comm_ops {
-    const char *name; /* "host" */
+    const char *name; /* "host", "device" */
     /* buf[n] (f32) on every rank becomes the element-wise sum over the ranks. */
     int (*all_reduce_sum)(comm_t *c, float *buf, size_t n, err_t *err);
     /* recv[size * bytes] = every rank's send[bytes], in rank order; send and recv must not

@@ -130,7 +130,7 @@ int shard_plan_refuse(const model_source_t *src, int tp, err_t *err) {
     shard_plan_describe(&cfg, tp, plan, sizeof plan);
     return err_set(err,
                    "tensor-parallel-size %d: this backend runs a model on one device per engine "
-                   "(tensor and expert parallelism run on the cpu backend only so far; run with "
+                   "(tensor parallelism runs on the cpu and cuda backends; run with "
                    "--tensor-parallel-size 1 or --backend cpu). %s would need: %s",
                    tp, src->model ? src->model : "the model", plan);
 }

@@ -114,6 +114,7 @@ typedef struct cb_moe {
     float *y;           /* [rows, H] f32 expert outputs */
     unsigned long long *load; /* [L][E] tokens routed since create (the expert-load stats) */
     int32_t *trace;           /* host: trace_routing's [L][T][k], or NULL */
+    wtensor_t *views;         /* tp > 1: [L][E][E_COUNT] every expert's slice (shard_experts) */
 } cb_moe_t;
 
 typedef struct cb_graph {
@@ -138,8 +139,14 @@ typedef struct run_args {
 
 typedef struct cuda_backend {
     backend_t base;
-    const model_config_t *cfg;
+    const model_config_t *cfg; /* &lcfg: the shapes this rank computes with */
     const model_weights_t *w;
+    /* tensor parallel (cb_tp.cu): which rank of how many (tp 1: the whole model), its config
+     * (shard_config: its heads and widths; vocab_size stays the whole vocabulary) and its
+     * vocabulary rows of lm_head [v0, v0 + vn) (vpad: the widest rank's, the all-gather's row) */
+    shard_t shard;
+    model_config_t lcfg;
+    int64_t v0, vn, vpad;
     int device;
     char device_name[256];
     char pci_bus_id[32]; /* cudaDeviceGetPCIBusId: how the console's NVML panel finds it */
@@ -198,8 +205,10 @@ typedef struct cuda_backend {
     uint16_t *gn;      /* [cap_t, Hv*dv] bf16 gated-norm output (out_proj's input) */
     uint16_t *xf;      /* [cap_l, H] bf16 final-norm rows */
     float *logits;     /* [cap_l, V] f32 */
-    void *attn_ws;     /* split-KV partials for SPLIT_MAX_SEQS sequences */
-    void *counts;      /* sampler occurrence counts [cap_l, V] int32, kept zero */
+    float *lg_rank; /* tp > 1: [cap_l, vn] f32 this rank's logit columns, sent as [cap_l, vpad] */
+    float *lg_all;  /* tp > 1: [tp, cap_l * vpad] f32 every rank's, all-gathered */
+    void *attn_ws;  /* split-KV partials for SPLIT_MAX_SEQS sequences */
+    void *counts;   /* sampler occurrence counts [cap_l, V] int32, kept zero */
 
     /* step metadata: device buffers and their pinned staging, same layout */
     void *meta_d, *meta_h;
@@ -249,6 +258,28 @@ int cb_alloc_dev(cuda_backend_t *be, void **p, size_t bytes, const char *what, e
  * buffers) and linear layer li's view of the state slots (li < 0: shapes only). */
 ops_gdn_args_t cb_gdn_args(const cuda_backend_t *be, int li, int T, int n_seqs);
 
+/* The weight of layer l in slot as this rank holds it (shard_layer: a view at tp > 1, written
+ * to *view), or NULL with err filled (missing, or a shard that splits an FP8 scale block). */
+const wtensor_t *cb_tensor(const cuda_backend_t *be, int l, lslot_t slot, wtensor_t *view,
+                           err_t *err);
+
+/* cb_tp.cu */
+
+/* One rank's instance (cuda_backend.cu): the whole model at shard->tp 1. */
+int cb_create_rank(const backend_options_t *opts, const model_weights_t *w, const shard_t *shard,
+                   backend_t **out, err_t *err);
+/* The tensor-parallel instance over opts->tensor_parallel_size ranks on opts->device, joined
+ * by the single-device communicator (comm_gpu.h; NCCL with a GPU per rank where built and
+ * N GPUs exist). The caller owns *out. */
+int cb_tp_create(const backend_options_t *opts, const model_weights_t *w, backend_t **out,
+                 err_t *err);
+/* A row-parallel layer's partial output buf[n] (f32, device) becomes the sum over the ranks
+ * (nothing at tp 1). */
+int cb_all_reduce(cuda_backend_t *be, void *buf, int64_t n, err_t *err);
+/* logits [n, V] (device, rank 0) from this rank's lm_head rows of the normed rows be->xf: the
+ * rank's columns, all-gathered. */
+int cb_vocab_parallel_logits(cuda_backend_t *be, int n, float *logits, err_t *err);
+
 /* cb_weights.cu */
 
 /* What a tensor becomes on the device. */
@@ -277,6 +308,9 @@ int cb_upload_weights(cuda_backend_t *be, err_t *err);
 
 /* The MoE sizes of the config (be->moe; nothing for a dense model). */
 void cb_moe_init(cuda_backend_t *be);
+/* tp > 1: every MoE layer's expert slices as this rank holds them (be->moe.views). -1 with err
+ * filled on a shard that splits an FP8 scale block. */
+int cb_moe_shard(cuda_backend_t *be, err_t *err);
 /* Layer l's router and experts: present, shaped, of dtypes the backend runs. */
 int cb_moe_check(const cuda_backend_t *be, int l, err_t *err);
 /* Whether every expert can run as FP8 (128x128 blocks, hidden a multiple of 128); why not in

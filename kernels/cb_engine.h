@@ -13,6 +13,7 @@ extern "C" {
 #endif
 
 #include "backend.h"
+#include "comm.h"
 #include "cpu/cpu_ops.h"
 #include "dtype.h"
 #include "err.h"
@@ -21,7 +22,9 @@ extern "C" {
 #include "rng.h"
 #include "sampler.h"
 #include "sampling.h"
+#include "shard.h"
 #include "shard_plan.h"
+#include "tp.h"
 #include "weights.h"
 
 #ifdef __cplusplus

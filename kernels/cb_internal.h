@@ -28,7 +28,8 @@ int cuda_backend_expert_value(const backend_t *be, int layer, int expert, int sl
                               int64_t col, float *out, err_t *err);
 
 /* Whether the linears run as FP8 block-scaled GEMMs (false: BF16, also the fallback for FP8
- * checkpoints whose shapes cuBLASLt's FP8 path cannot take). */
+ * checkpoints whose shapes cuBLASLt's FP8 path cannot take). This and the graph stats take a
+ * tensor-parallel instance too (its rank 0's); the value hooks a single instance only. */
 bool cuda_backend_uses_fp8(const backend_t *be);
 
 /* Decode steps replayed from a CUDA graph so far, and graphs captured. */

@@ -35,6 +35,11 @@
  * where the CPU adds each block's output to h at the block's end, this stack leaves it in `out`
  * and the next norm adds it (one kernel instead of two passes over h).
  *
+ * Under tensor parallelism (cb_tp.cu) each rank runs this stack over its shard: the outputs of
+ * o_proj, out_proj, down_proj and the experts are partial sums, all-reduced (cb_all_reduce)
+ * before the next norm adds them to h (so h stays the same on every rank), and the logits are
+ * the rank's vocabulary columns, all-gathered to rank 0 (cb_vocab_parallel_logits).
+ *
  * linear() is the one place the FP8 / BF16 choice is made: the op that makes a linear's input
  * (a residual add + RMSNorm, SwiGLU, or the bf16 attention output as it is) writes it in the
  * form the weights' path reads (e4m3 with per-token-group scales, or bf16), fused, then the
@@ -84,6 +89,10 @@ size_t cb_layout_logits(cuda_backend_t *be, char *base) {
     wlayout_t a = {base, 0};
     be->xf = (uint16_t *)take(&a, (size_t)be->cap_l * (size_t)be->H * 2);
     be->logits = (float *)take(&a, (size_t)be->cap_l * (size_t)be->V * 4);
+    if (be->shard.tp > 1) {
+        be->lg_rank = (float *)take(&a, (size_t)be->cap_l * (size_t)be->vpad * 4);
+        be->lg_all = (float *)take(&a, (size_t)be->shard.tp * (size_t)be->cap_l * be->vpad * 4);
+    }
     be->counts = take(&a, ops_sample_workspace_bytes(be->cap_l, be->V));
     return a.off;
 }
@@ -231,8 +240,9 @@ static int full_attention(cuda_backend_t *be, const run_args_t *r, int l, const 
         ops_output_gate(be->att, be->qkv, GEMM_OUT, ld_qkv, T, be->nH, be->D, be->stream, err) < 0)
         return -1;
 
-    /* out = att Wo^T */
-    return linear(be, bf16_of(be->att), &y->o, T, be->o_out, err);
+    /* out = att Wo^T (row-parallel: summed over the ranks) */
+    if (linear(be, bf16_of(be->att), &y->o, T, be->o_out, err) < 0) return -1;
+    return cb_all_reduce(be, be->o_out, (int64_t)T * be->H, err);
 }
 
 /* ATTN_LINEAR (the Gated DeltaNet) over layer l, with the sequences' state slots; `out` is the
@@ -270,16 +280,20 @@ static int linear_attention(cuda_backend_t *be, const run_args_t *r, int l, cons
                            err) < 0)
         return -1;
 
-    /* out = o Wout^T */
-    return linear(be, bf16_of(be->gn), &y->lin_out, T, be->o_out, err);
+    /* out = o Wout^T (row-parallel: summed over the ranks) */
+    if (linear(be, bf16_of(be->gn), &y->lin_out, T, be->o_out, err) < 0) return -1;
+    return cb_all_reduce(be, be->o_out, (int64_t)T * be->H, err);
 }
 
 /* MLP_DENSE over layer l; `out` is the previous block's output. Leaves its own in be->d_out. */
 static int dense_mlp(cuda_backend_t *be, const run_args_t *r, int l, const void *out, err_t *err) {
     const cb_layer_t *y = &be->layers[l];
     /* x = rmsnorm(h += out, mlp_norm); gu = x [Wg|Wu]^T; out = (silu(g) * u) Wd^T */
-    if (linear(be, rmsnorm_of_h(out, y->mlp_norm), &y->gate_up, r->T, be->gu, err) < 0) return -1;
-    return linear(be, swiglu_of(be->gu), &y->down, r->T, be->d_out, err);
+    if (linear(be, rmsnorm_of_h(out, y->mlp_norm), &y->gate_up, r->T, be->gu, err) < 0 ||
+        linear(be, swiglu_of(be->gu), &y->down, r->T, be->d_out, err) < 0)
+        return -1;
+    /* down_proj is row-parallel: summed over the ranks */
+    return cb_all_reduce(be, be->d_out, (int64_t)r->T * be->H, err);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -306,8 +320,10 @@ int cb_run_stack(cuda_backend_t *be, const run_args_t *r, err_t *err) {
                 if (dense_mlp(be, r, l, out, err) < 0) return -1;
                 out = be->d_out;
                 break;
-            case MLP_MOE:
-                if (cb_moe_mlp(be, r, l, out, err) < 0) return -1;
+            case MLP_MOE: /* each rank's expert slices: summed over the ranks */
+                if (cb_moe_mlp(be, r, l, out, err) < 0 ||
+                    cb_all_reduce(be, be->d_out, (int64_t)r->T * be->H, err) < 0)
+                    return -1;
                 out = be->d_out;
                 break;
         }
@@ -317,5 +333,6 @@ int cb_run_stack(cuda_backend_t *be, const run_args_t *r, err_t *err) {
     if (ops_add_rmsnorm_bf16(be->resid, out, GEMM_OUT, r->rows, r->n_logits, be->H, be->final_norm,
                              be->eps, be->xf, be->stream, err) < 0)
         return -1;
+    if (be->shard.tp > 1) return cb_vocab_parallel_logits(be, r->n_logits, r->logits, err);
     return gemm_bf16(be->gemm, &be->lm_head, be->xf, r->n_logits, r->logits, true, err);
 }

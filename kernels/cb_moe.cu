@@ -48,7 +48,24 @@ void cb_moe_init(cuda_backend_t *be) {
 }
 
 static const wtensor_t *expert(const cuda_backend_t *be, int l, int e, eslot_t s) {
+    if (be->moe.views)
+        return &be->moe.views[((size_t)l * (size_t)be->cfg->n_experts + (size_t)e) * E_COUNT + s];
     return weights_expert(be->w, l, e, s);
+}
+
+int cb_moe_shard(cuda_backend_t *be, err_t *err) {
+    const size_t E = (size_t)be->cfg->n_experts;
+    if (be->shard.tp == 1 || E == 0) return 0;
+    be->moe.views = (wtensor_t *)calloc((size_t)be->L * E * E_COUNT, sizeof *be->moe.views);
+    if (!be->moe.views) return err_set(err, "cuda backend: out of memory");
+    for (int l = 0; l < be->L; l++) {
+        if (be->cfg->layer[l].mlp != MLP_MOE) continue;
+        int first, end;
+        if (!shard_experts(be->w, &be->shard, l, be->moe.views + (size_t)l * E * E_COUNT, &first,
+                           &end, err))
+            return -1; /* create prefixes the backend's name */
+    }
+    return 0;
 }
 
 int cb_moe_check(const cuda_backend_t *be, int l, err_t *err) {

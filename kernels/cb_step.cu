@@ -373,7 +373,9 @@ int cb_forward(backend_t *base, const be_batch_t *b, float *logits, err_t *err) 
         while (b->query_start[s + 1] <= t0)
             s++;
         piece_t p = next_piece(be, b, t0, s, l);
-        if (forward_piece(be, b, &p, logits, resident, err) < 0) {
+        /* tensor parallel: rank 0 alone holds the whole vocabulary's logits (cb_tp.cu) */
+        float *host = be->shard.rank == 0 ? logits : NULL;
+        if (forward_piece(be, b, &p, host, resident, err) < 0) {
             cudaStreamSynchronize(be->stream);
             be->staging_busy = false;
             return -1;

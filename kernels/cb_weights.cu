@@ -107,6 +107,34 @@ static void layer_spec(const cuda_backend_t *be, int l, layer_spec_t *s) {
 // ---------------------------------------------------------------------------------------------
 // Checks and the FP8 / BF16 choice
 
+const wtensor_t *cb_tensor(const cuda_backend_t *be, int l, lslot_t slot, wtensor_t *view,
+                           err_t *err) {
+    return shard_layer(be->w, &be->shard, l, slot, view, err);
+}
+
+/* Layer l's tensor in slot as this rank holds it, as row blocks stacked in order: one (the
+ * tensor or its view), or at tp > 1 for the Gated DeltaNet's in_proj_qkv and conv1d three (its
+ * q, k and v rows: shard_qkv). Returns how many, 0 with err filled (a bad shard) or not (a
+ * missing tensor: parts[0] NULL). */
+static int tensor_parts(const cuda_backend_t *be, int l, lslot_t slot, wtensor_t views[3],
+                        const wtensor_t *parts[3], err_t *err) {
+    if (be->shard.tp > 1 && (slot == L_LIN_QKV || slot == L_LIN_CONV))
+        return shard_qkv(be->w, &be->shard, l, slot, views, parts, err) < 0 ? 0 : 3;
+    parts[0] = cb_tensor(be, l, slot, &views[0], err);
+    parts[1] = parts[2] = NULL;
+    return parts[0] ? 1 : 0;
+}
+
+/* The first part of tensor_parts where the checks have passed (the same views succeeded there):
+ * what the parts share (dtype, columns). */
+static const wtensor_t *tensor_of(const cuda_backend_t *be, int l, lslot_t slot,
+                                  wtensor_t views[3]) {
+    err_t e = {{0}};
+    const wtensor_t *parts[3];
+    tensor_parts(be, l, slot, views, parts, &e);
+    return parts[0];
+}
+
 static int check_tensor(const wtensor_t *t, int l, lslot_t slot, int64_t rows, int64_t cols,
                         err_t *err) {
     if (!t || (!t->data && !t->dummy) || t->rows != rows || t->cols != cols)
@@ -122,6 +150,24 @@ static int check_tensor(const wtensor_t *t, int l, lslot_t slot, int64_t rows, i
     return 0;
 }
 
+/* Layer l's tensor in slot as this rank holds it: its shard taken, then checked. */
+static int check_slot(const cuda_backend_t *be, int l, lslot_t slot, int64_t rows, int64_t cols,
+                      err_t *err) {
+    wtensor_t v[3];
+    const wtensor_t *parts[3];
+    err_t e = {{0}};
+    int n = tensor_parts(be, l, slot, v, parts, &e);
+    if (n == 0 && e.msg[0]) return err_set(err, "%s", e.msg);
+    if (n == 0) return check_tensor(NULL, l, slot, rows, cols, err);
+    int64_t left = rows;
+    for (int i = 0; i < n; i++) {
+        if (check_tensor(parts[i], l, slot, parts[i]->rows, cols, err) < 0) return -1;
+        left -= parts[i]->rows;
+    }
+    if (left != 0) return check_tensor(NULL, l, slot, rows, cols, err); /* misshapen */
+    return 0;
+}
+
 int cb_check_weights(const cuda_backend_t *be, err_t *err) {
     const model_weights_t *w = be->w;
     for (int l = 0; l < be->L; l++) {
@@ -129,15 +175,11 @@ int cb_check_weights(const cuda_backend_t *be, err_t *err) {
         layer_spec_t s;
         layer_spec(be, l, &s);
         for (int i = 0; i < s.n_vec; i++)
-            if (check_tensor(weights_layer(w, l, s.vec[i].slot), l, s.vec[i].slot, s.vec[i].rows,
-                             s.vec[i].len, err) < 0)
-                return -1;
+            if (check_slot(be, l, s.vec[i].slot, s.vec[i].rows, s.vec[i].len, err) < 0) return -1;
         for (int i = 0; i < s.n_lin; i++)
             for (int j = 0; j < s.lin[i].n_parts; j++) {
                 const part_t *p = &s.lin[i].part[j];
-                if (check_tensor(weights_layer(w, l, p->slot), l, p->slot, p->rows, p->cols, err) <
-                    0)
-                    return -1;
+                if (check_slot(be, l, p->slot, p->rows, p->cols, err) < 0) return -1;
             }
     }
     const wtensor_t *g[] = {weights_global(w, G_EMBED), weights_global(w, G_LM_HEAD)};
@@ -176,7 +218,8 @@ bool cb_fp8_possible(cuda_backend_t *be) {
         for (int i = 0; i < s.n_lin; i++) {
             if (s.lin[i].bf16) continue;
             for (int j = 0; j < s.lin[i].n_parts; j++) {
-                const wtensor_t *t = weights_layer(be->w, l, s.lin[i].part[j].slot);
+                wtensor_t v[3];
+                const wtensor_t *t = tensor_of(be, l, s.lin[i].part[j].slot, v);
                 if (t->dtype != DT_F8_E4M3) {
                     snprintf(why, n, "layer %d has a %s projection", l, dtype_name(t->dtype));
                     return false;
@@ -240,11 +283,12 @@ size_t cb_layout_weights(cuda_backend_t *be, char *base) {
         }
     }
     be->embed = (uint16_t *)take(&a, (size_t)be->V * (size_t)H * 2);
-    be->lm_head.data = be->embed;
-    be->lm_head.n = be->V;
+    /* this rank's vocabulary rows (all of them at tp 1) */
+    be->lm_head.data = be->embed + be->v0 * H;
+    be->lm_head.n = (int)be->vn;
     be->lm_head.k = (int)H;
     if (!be->cfg->tie_word_embeddings)
-        be->lm_head.data = (const uint16_t *)take(&a, (size_t)be->V * (size_t)H * 2);
+        be->lm_head.data = (const uint16_t *)take(&a, (size_t)be->vn * (size_t)H * 2);
     be->final_norm = (float *)take(&a, (size_t)H * 4);
     be->inv_freq = (float *)take(&a, (size_t)be->rotary_dim / 2 * 4);
     return a.off;
@@ -281,12 +325,12 @@ static int upload_rows(cuda_backend_t *be, void *dst, int64_t ld, up_kind_t kind
     bool same =
         (kind == UP_FP8 && t->dtype == DT_F8_E4M3) || (kind == UP_BF16 && t->dtype == DT_BF16);
     if (same && t->dummy)
-        return dummy_fill(dst, kind == UP_FP8, t->rows, t->cols, ld, t->dummy_seed, t->dummy_stream,
-                          be->stream, err);
+        return dummy_fill_view(dst, kind == UP_FP8, t->rows, t->cols, ld, t->dummy_offset,
+                               wtensor_ld(t), t->dummy_seed, t->dummy_stream, be->stream, err);
     if (same) {
-        CUDA_CHECK(cudaMemcpy2DAsync(dst, (size_t)ld * esize, t->data, (size_t)t->cols * esize,
-                                     (size_t)t->cols * esize, (size_t)t->rows,
-                                     cudaMemcpyHostToDevice, be->stream),
+        CUDA_CHECK(cudaMemcpy2DAsync(dst, (size_t)ld * esize, t->data,
+                                     (size_t)wtensor_ld(t) * esize, (size_t)t->cols * esize,
+                                     (size_t)t->rows, cudaMemcpyHostToDevice, be->stream),
                    err);
         /* pageable source: the copy has been staged when the call returns */
         return 0;
@@ -320,7 +364,7 @@ static int upload_rows(cuda_backend_t *be, void *dst, int64_t ld, up_kind_t kind
 int cb_upload_scales(cuda_backend_t *be, float *dst, int64_t row0, int64_t ld, const wtensor_t *t,
                      err_t *err) {
     CUDA_CHECK(cudaMemcpy2DAsync(dst + row0 * ld, (size_t)ld * 4, t->scale_inv,
-                                 (size_t)t->scale_cols * 4, (size_t)t->scale_cols * 4,
+                                 (size_t)wtensor_scale_ld(t) * 4, (size_t)t->scale_cols * 4,
                                  (size_t)t->scale_rows, cudaMemcpyHostToDevice, be->stream),
                err);
     return 0;
@@ -343,18 +387,45 @@ static int upload_norm(cuda_backend_t *be, float *dst, const wtensor_t *t, float
     return 0;
 }
 
-/* One checkpoint projection into its rows of a device linear. */
-static int upload_part(cuda_backend_t *be, const lin_spec_t *e, const part_t *p, const wtensor_t *t,
-                       void *stage, err_t *err) {
+/* Layer l's small tensor in slot, its parts (tensor_parts) one after the other into dst. */
+static int upload_vec(cuda_backend_t *be, float *dst, int l, lslot_t slot, float offset,
+                      float *stage, err_t *err) {
+    wtensor_t v[3];
+    const wtensor_t *parts[3];
+    int n = tensor_parts(be, l, slot, v, parts, err);
+    for (int i = 0; i < n; i++) {
+        if (upload_norm(be, dst, parts[i], offset, stage, err) < 0) return -1;
+        dst += parts[i]->rows * parts[i]->cols;
+    }
+    return n > 0 ? 0 : -1;
+}
+
+/* Rows of a checkpoint projection (t) into rows [row0, row0 + t->rows) of a device linear. */
+static int upload_rows_at(cuda_backend_t *be, const lin_spec_t *e, int64_t row0, const wtensor_t *t,
+                          void *stage, err_t *err) {
     if (lin_is_fp8(be, e)) {
         gemm_w8_t *g = &e->w->w8;
         int64_t ld = g->k, sld = gemm_w8_scale_ld(g->k);
-        if (cb_upload_rows(be, (uint8_t *)g->data + p->row0 * ld, ld, UP_FP8, t, stage, err) < 0)
+        if (cb_upload_rows(be, (uint8_t *)g->data + row0 * ld, ld, UP_FP8, t, stage, err) < 0)
             return -1;
-        return cb_upload_scales(be, (float *)g->scale, p->row0 / 128, sld, t, err);
+        return cb_upload_scales(be, (float *)g->scale, row0 / 128, sld, t, err);
     }
     gemm_w16_t *g = &e->w->w16;
-    return cb_upload_rows(be, (uint16_t *)g->data + p->row0 * g->k, g->k, UP_BF16, t, stage, err);
+    return cb_upload_rows(be, (uint16_t *)g->data + row0 * g->k, g->k, UP_BF16, t, stage, err);
+}
+
+/* One checkpoint projection into its rows of a device linear (its tensor_parts stacked). */
+static int upload_part(cuda_backend_t *be, const lin_spec_t *e, const part_t *p, int l, void *stage,
+                       err_t *err) {
+    wtensor_t v[3];
+    const wtensor_t *parts[3];
+    int n = tensor_parts(be, l, p->slot, v, parts, err);
+    int64_t row0 = p->row0;
+    for (int i = 0; i < n; i++) {
+        if (upload_rows_at(be, e, row0, parts[i], stage, err) < 0) return -1;
+        row0 += parts[i]->rows;
+    }
+    return n > 0 ? 0 : -1;
 }
 
 int cb_upload_weights(cuda_backend_t *be, err_t *err) {
@@ -364,27 +435,27 @@ int cb_upload_weights(cuda_backend_t *be, err_t *err) {
     int rc = -1;
     float *fstage = (float *)stage;
     int64_t H = be->H;
+    wtensor_t v;
     for (int l = 0; l < be->L; l++) {
         layer_spec_t s;
         layer_spec(be, l, &s);
         for (int i = 0; i < s.n_vec; i++)
-            if (upload_norm(be, *s.vec[i].dst, weights_layer(w, l, s.vec[i].slot), s.vec[i].offset,
-                            fstage, err) < 0)
+            if (upload_vec(be, *s.vec[i].dst, l, s.vec[i].slot, s.vec[i].offset, fstage, err) < 0)
                 goto out;
         if (be->cfg->layer[l].mlp == MLP_MOE && cb_moe_upload(be, l, stage, err) < 0) goto out;
         for (int i = 0; i < s.n_lin; i++)
             for (int j = 0; j < s.lin[i].n_parts; j++) {
                 const part_t *p = &s.lin[i].part[j];
-                if (upload_part(be, &s.lin[i], p, weights_layer(w, l, p->slot), stage, err) < 0)
-                    goto out;
+                if (upload_part(be, &s.lin[i], p, l, stage, err) < 0) goto out;
             }
     }
     if (cb_upload_rows(be, be->embed, H, UP_BF16, weights_global(w, G_EMBED), stage, err) < 0)
         goto out;
-    if (!be->cfg->tie_word_embeddings &&
-        cb_upload_rows(be, (void *)be->lm_head.data, H, UP_BF16, weights_global(w, G_LM_HEAD),
-                       stage, err) < 0)
-        goto out;
+    if (!be->cfg->tie_word_embeddings) {
+        const wtensor_t *lm = shard_lm_head(w, &be->shard, &v, err);
+        if (!lm || cb_upload_rows(be, (void *)be->lm_head.data, H, UP_BF16, lm, stage, err) < 0)
+            goto out;
+    }
     if (upload_norm(be, be->final_norm, weights_global(w, G_FINAL_NORM), be->cfg->norm_offset,
                     fstage, err) < 0)
         goto out;
@@ -438,7 +509,8 @@ extern "C" int cuda_backend_weight_value(const backend_t *base, int layer, int s
                     r += s.lin[i].part[j].row0;
                 }
         if (!e) return err_set(err, "cuda backend: slot %d is not a projection", slot);
-        const wtensor_t *t = weights_layer(be->w, layer, (lslot_t)slot);
+        wtensor_t views[3];
+        const wtensor_t *t = tensor_of(be, layer, (lslot_t)slot, views);
         if (row < 0 || row >= t->rows || col < 0 || col >= t->cols)
             return err_set(err, "cuda backend: element (%" PRId64 ", %" PRId64 ") out of range",
                            row, col);

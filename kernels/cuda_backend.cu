@@ -58,6 +58,7 @@ static void cb_destroy(backend_t *base) {
     cudaFreeHost(be->arena_h);
     if (be->stream) cudaStreamDestroy(be->stream);
     free(be->layers);
+    free(be->moe.views);
     free(be);
 }
 
@@ -280,7 +281,7 @@ static void cb_describe(const backend_t *base, char *buf, size_t size) {
 static void cb_configure(backend_t *base, const backend_options_t *opts) {
     cuda_backend_t *be = (cuda_backend_t *)base;
     int seqs = opts->max_num_seqs > 0 ? opts->max_num_seqs : DEFAULT_MAX_SEQS;
-    be->graphs = opts->cuda_graphs;
+    be->graphs = opts->cuda_graphs && be->shard.tp == 1; /* as at create */
     /* takes effect at the next kv_reserve (the engine rebuilds the pool after this) */
     be->kv_dtype_next = opts->kv_cache_dtype == KV_DTYPE_FP8 ? OPS_KV_FP8 : OPS_KV_BF16;
     be->ssm_bf16_next = opts->ssm_state_bf16;
@@ -311,8 +312,8 @@ static bool weights_too_large(const cuda_backend_t *be, err_t *err) {
         }
     err_set(err,
             "the weights alone take %.1f GiB but %s has %.1f GiB (gpu-memory-utilization %.2f of "
-            "%.1f GiB): this model needs several GPUs (%s; Tachyon does not run tensor or expert "
-            "parallelism yet)",
+            "%.1f GiB): this model needs several GPUs (%s; --tensor-parallel-size N puts a rank "
+            "on each of N GPUs in a build with NCCL, not yet tested on several GPUs)",
             (double)p->weights / (double)(1ull << 30), be->device_name,
             budget / (double)(1ull << 30), p->utilization,
             (double)p->device_total / (double)(1ull << 30), fits);
@@ -329,8 +330,8 @@ static bool weights_too_large(const cuda_backend_t *be, err_t *err) {
         }                                                                                          \
     } while (0)
 
-static int cb_create(const backend_options_t *opts, const model_weights_t *w, backend_t **out,
-                     err_t *err) {
+int cb_create_rank(const backend_options_t *opts, const model_weights_t *w, const shard_t *shard,
+                   backend_t **out, err_t *err) {
     *out = NULL;
     const model_config_t *c = weights_config(w);
     int device = opts ? opts->device : 0, count = 0;
@@ -350,7 +351,13 @@ static int cb_create(const backend_options_t *opts, const model_weights_t *w, ba
     cuda_backend_t *be = (cuda_backend_t *)calloc(1, sizeof *be);
     if (!be) return err_set(err, "cuda backend: out of memory");
     be->base.ops = &cuda_backend_ops;
-    be->cfg = c;
+    be->shard = *shard;
+    if (shard_config(c, shard, &be->lcfg, err) < 0) {
+        free(be);
+        return err_prefix(err, "cuda backend: tensor parallel %d", shard->tp);
+    }
+    be->cfg = c = &be->lcfg;
+    shard_vocab(c->vocab_size, shard->rank, shard->tp, &be->v0, &be->vn, &be->vpad);
     be->w = w;
     be->device = device;
     snprintf(be->device_name, sizeof be->device_name, "%s", prop.name);
@@ -417,11 +424,18 @@ static int cb_create(const backend_options_t *opts, const model_weights_t *w, ba
         err_set(err, "cuda backend: partial RoPE needs gated attention layers (Qwen3.5)");
         goto fail;
     }
+    if (shard->tp > 1 && opts->expert_parallel && c->n_experts > 0) {
+        err_set(err,
+                "tensor parallel %d: expert parallel is not supported yet on this backend (the "
+                "experts are sliced without it; the cpu backend runs it)",
+                shard->tp);
+        goto fail;
+    }
     if (be->n_linear) {
         ops_gdn_args_t g = cb_gdn_args(be, -1, 0, 0);
         if (ops_gdn_check(&g, err) < 0) goto fail;
     }
-    if (cb_check_weights(be, err) < 0) goto fail;
+    if (cb_moe_shard(be, err) < 0 || cb_check_weights(be, err) < 0) goto fail;
     be->I_pad = (be->I + 127) / 128 * 128;
     TRY_CUDA(cudaStreamCreateWithFlags(&be->stream, cudaStreamNonBlocking));
     if (gemm_create(be->stream, GEMM_WORKSPACE, &be->gemm, err) < 0) goto fail;
@@ -443,7 +457,15 @@ static int cb_create(const backend_options_t *opts, const model_weights_t *w, ba
         be->cap_s = seqs;
         be->cap_l = seqs > 256 ? seqs : 256;
         be->max_seqs_live = seqs;
-        be->graphs = opts && opts->cuda_graphs;
+        /* the single-device communicator waits on the host, which no graph can capture (and
+         * graphs around NCCL's collectives are not done yet) */
+        be->graphs = opts && opts->cuda_graphs && shard->tp == 1;
+        if (opts && opts->cuda_graphs && shard->tp > 1 && shard->rank == 0)
+            fprintf(stderr,
+                    "tachyon: cuda: CUDA graphs off at tensor parallel %d (the single-device "
+                    "communicator synchronizes with the host, which a graph cannot capture; "
+                    "graphs around NCCL are not done yet)\n",
+                    shard->tp);
         be->kv_dtype_next = opts && opts->kv_cache_dtype == KV_DTYPE_FP8 ? OPS_KV_FP8 : OPS_KV_BF16;
         be->kv_dtype = be->kv_dtype_next;
     }
@@ -519,6 +541,13 @@ fail:
     return rc;
 }
 
+static int cb_create(const backend_options_t *opts, const model_weights_t *w, backend_t **out,
+                     err_t *err) {
+    if (opts && opts->tensor_parallel_size > 1) return cb_tp_create(opts, w, out, err);
+    shard_t whole = {0, 1, false, NULL};
+    return cb_create_rank(opts, w, &whole, out, err);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Entry points
 
@@ -535,12 +564,18 @@ extern "C" bool cuda_backend_available(void) {
     return false;
 }
 
+/* A tensor-parallel instance's rank 0, or the instance itself. */
+static const cuda_backend_t *rank0_of(const backend_t *base) {
+    backend_t *r0 = tp_backend_rank((backend_t *)base, 0);
+    return (const cuda_backend_t *)(r0 ? r0 : base);
+}
+
 extern "C" bool cuda_backend_uses_fp8(const backend_t *base) {
-    return ((const cuda_backend_t *)base)->fp8;
+    return rank0_of(base)->fp8;
 }
 
 extern "C" void cuda_backend_graph_stats(const backend_t *base, long *replays, int *captured) {
-    const cuda_backend_t *be = (const cuda_backend_t *)base;
+    const cuda_backend_t *be = rank0_of(base);
     *replays = be->replays;
     *captured = be->captured;
 }
@@ -549,7 +584,7 @@ extern "C" void cuda_backend_graph_stats(const backend_t *base, long *replays, i
  * kv_reserve, forward, sample, describe, kv_pool_bytes, configure, makes_dummy_weights,
  * expert_load, trace_routing, state_bytes, state_reserve, state_copy, devices,
  * max_logit_rows). */
-/* One device until tensor parallelism runs: the one create chose. */
+/* The one device create chose (a tensor-parallel instance lists its ranks': engine/tp.h). */
 static int cb_devices(const backend_t *base, backend_device_t *out, int max) {
     const cuda_backend_t *be = (const cuda_backend_t *)base;
     if (max > 0) {
@@ -583,5 +618,5 @@ extern "C" const backend_ops_t cuda_backend_ops = {
     cb_state_copy,
     cb_devices,
     cb_max_logit_rows,
-    false, /* tensor_parallel: the engine refuses N > 1 (shard_plan_refuse) */
+    true, /* tensor_parallel: ranks on one device (cb_tp.cu) */
 };

@@ -13,13 +13,14 @@
 /* One thread per element, grid-stride; the (2u - 1) is exact, the scaling is one rounded
  * multiply (and one rounded divide for FP8), as in weights.c (no contraction: __fmul_rn). */
 __global__ void dummy_fill_kernel(void *dst, bool fp8, int64_t rows, int64_t cols, int64_t ld,
-                                  uint64_t seed, uint64_t stream) {
+                                  int64_t src_offset, int64_t src_ld, uint64_t seed,
+                                  uint64_t stream) {
     int64_t n = rows * cols;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
-        float u = rng_uniform(seed, stream, (uint64_t)i);
-        float x = __fmul_rn(__fadd_rn(__fmul_rn(2.0f, u), -1.0f), WEIGHTS_DUMMY_HALF_WIDTH);
         int64_t r = i / cols, c = i - r * cols;
+        float u = rng_uniform(seed, stream, (uint64_t)(src_offset + r * src_ld + c));
+        float x = __fmul_rn(__fadd_rn(__fmul_rn(2.0f, u), -1.0f), WEIGHTS_DUMMY_HALF_WIDTH);
         if (fp8)
             ((uint8_t *)dst)[r * ld + c] = dtype_f32_to_e4m3(__fdiv_rn(x, WEIGHTS_DUMMY_FP8_SCALE));
         else
@@ -32,6 +33,12 @@ __global__ void dummy_fill_kernel(void *dst, bool fp8, int64_t rows, int64_t col
 
 extern "C" int dummy_fill(void *dst, bool fp8, int64_t rows, int64_t cols, int64_t ld,
                           uint64_t seed, uint64_t stream_id, cudaStream_t stream, err_t *err) {
+    return dummy_fill_view(dst, fp8, rows, cols, ld, 0, cols, seed, stream_id, stream, err);
+}
+
+extern "C" int dummy_fill_view(void *dst, bool fp8, int64_t rows, int64_t cols, int64_t ld,
+                               int64_t src_offset, int64_t src_ld, uint64_t seed,
+                               uint64_t stream_id, cudaStream_t stream, err_t *err) {
     int64_t n = rows * cols;
     if (n <= 0) return 0;
     int64_t blocks = (n + 255) / 256;
@@ -42,7 +49,7 @@ extern "C" int dummy_fill(void *dst, bool fp8, int64_t rows, int64_t cols, int64
 #endif
     if (blocks > max_blocks) blocks = max_blocks;
     OPS_LAUNCH(dummy_fill_kernel, dim3((unsigned)blocks), dim3(256), 0, stream, dst, fp8, rows,
-               cols, ld, seed, stream_id);
+               cols, ld, src_offset, src_ld, seed, stream_id);
     CUDA_CHECK(cudaGetLastError(), err);
     return 0;
 }

@@ -25,6 +25,12 @@ extern "C" {
 int dummy_fill(void *dst, bool fp8, int64_t rows, int64_t cols, int64_t ld, uint64_t seed,
                uint64_t stream_id, cudaStream_t stream, err_t *err);
 
+/* The same for a view of a dummy tensor (wtensor_slice): element (r, c) is source index
+ * src_offset + r * src_ld + c of the whole tensor. */
+int dummy_fill_view(void *dst, bool fp8, int64_t rows, int64_t cols, int64_t ld, int64_t src_offset,
+                    int64_t src_ld, uint64_t seed, uint64_t stream_id, cudaStream_t stream,
+                    err_t *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -29,7 +29,7 @@
  *     logits = rmsnorm(h[logit_rows], final_norm) Wlm^T            [n_logits, V]
  *
  * Under tensor parallelism (cpu_tp.h) an instance is one rank: cfg is the rank's config (its
- * heads and widths, cpu_shard.h), the weights are its views of the checkpoint, and each
+ * heads and widths, shard.h), the weights are its views of the checkpoint, and each
  * row-parallel output (att Wo^T, the MLP's down projection, the MoE sum) is all-reduced over the
  * ranks before it is added to h; the logits are the rank's vocabulary rows, all-gathered.
  *
@@ -54,7 +54,7 @@
 #include "cpu_gdn.h"
 #include "cpu_ops.h"
 #include "cpu_pool.h"
-#include "cpu_shard.h"
+#include "shard.h"
 #include "cpu_tp.h"
 #include "cpu_weights.h"
 
@@ -67,7 +67,7 @@ typedef struct cpu_layer {
     const wtensor_t *w[L_COUNT];
     const float *norm[L_COUNT]; /* [rows, cols] f32, small slots only */
     int linear;                 /* ATTN_LINEAR: its ordinal among the linear layers */
-    /* ATTN_LINEAR: in_proj_qkv and conv1d as q | k | v parts (cpu_shard_qkv; at tp 1 one whole
+    /* ATTN_LINEAR: in_proj_qkv and conv1d as q | k | v parts (shard_qkv; at tp 1 one whole
      * tensor at [0]) */
     const wtensor_t *qkv[3], *conv[3];
     cpu_moe_weights_t moe; /* MLP_MOE */
@@ -76,8 +76,8 @@ typedef struct cpu_layer {
 typedef struct cpu_backend {
     backend_t base;
     const model_config_t *cfg; /* &lcfg */
-    model_config_t lcfg;       /* the config this rank computes with (cpu_shard_config) */
-    cpu_shard_t shard;         /* which rank of how many (tp 1: the whole model) */
+    model_config_t lcfg;       /* the config this rank computes with (shard_config) */
+    shard_t shard;             /* which rank of how many (tp 1: the whole model) */
     wtensor_t *views;          /* tp > 1: this rank's shards of the checkpoint's tensors */
     int64_t v0, vn, vpad;      /* lm_head rows [v0, v0 + vn) held; the widest rank's share */
     int n_threads;
@@ -359,7 +359,7 @@ static int bind_qkv(cpu_backend_t *be, const model_weights_t *w, int l, const cp
     cpu_layer_t *L = &be->layers[l];
     const wtensor_t **parts = d->slot == L_LIN_QKV ? L->qkv : L->conv;
     wtensor_t *v = views ? views + (d->slot == L_LIN_QKV ? 0 : 3) : NULL;
-    if (cpu_shard_qkv(w, &be->shard, l, d->slot, v, parts, err) < 0) return shard_error(be, err);
+    if (shard_qkv(w, &be->shard, l, d->slot, v, parts, err) < 0) return shard_error(be, err);
     const model_config_t *c = be->cfg;
     int64_t kd = model_lin_k_dim(c), rows[3] = {parts[1] ? kd : d->rows, kd, model_lin_v_dim(c)};
     for (int p = 0; p < 3 && parts[p]; p++)
@@ -370,7 +370,7 @@ static int bind_qkv(cpu_backend_t *be, const model_weights_t *w, int l, const cp
     return 0;
 }
 
-/* Binds layer l's tensors as this rank holds them (cpu_shard.h) into be->layers[l] and checks
+/* Binds layer l's tensors as this rank holds them (shard.h) into be->layers[l] and checks
  * them against the rank's config; adds the small ones' floats to *norm_floats and widens
  * be->kmax. `views` has room for L_COUNT + 6 + n_experts * E_COUNT views. */
 static int bind_layer(cpu_backend_t *be, const model_weights_t *w, int l, wtensor_t *views,
@@ -386,7 +386,7 @@ static int bind_layer(cpu_backend_t *be, const model_weights_t *w, int l, wtenso
             continue;
         }
         wtensor_t *view = views ? &views[d->slot] : NULL;
-        L->w[d->slot] = cpu_shard_layer(w, &be->shard, l, d->slot, view, err);
+        L->w[d->slot] = shard_layer(w, &be->shard, l, d->slot, view, err);
         if (!L->w[d->slot]) return shard_error(be, err);
         if (cpu_check_tensor(L->w[d->slot], d->name, l, d->rows, d->cols, err) < 0) return -1;
         if (cpu_is_small(d)) *norm_floats += (size_t)(d->rows * d->cols);
@@ -395,14 +395,14 @@ static int bind_layer(cpu_backend_t *be, const model_weights_t *w, int l, wtenso
     if (c->layer[l].mlp != MLP_MOE) return 0;
     if (cpu_check_experts(w, l, err) < 0) return -1;
     L->moe.router = L->w[L_ROUTER];
-    L->moe.experts = cpu_shard_experts(w, &be->shard, l, views ? views + L_COUNT + 6 : NULL,
-                                       &L->moe.first, &L->moe.end, err);
+    L->moe.experts = shard_experts(w, &be->shard, l, views ? views + L_COUNT + 6 : NULL,
+                                   &L->moe.first, &L->moe.end, err);
     if (!L->moe.experts) return shard_error(be, err);
     return 0;
 }
 
-int cpu_rank_create(const backend_options_t *opts, const model_weights_t *w,
-                    const cpu_shard_t *shard, backend_t **out, err_t *err) {
+int cpu_rank_create(const backend_options_t *opts, const model_weights_t *w, const shard_t *shard,
+                    backend_t **out, err_t *err) {
     *out = NULL;
     const model_config_t *full = weights_config(w);
     if (full->hidden_size < 1 || full->n_layers < 1 || full->n_heads < 1 || full->n_kv_heads < 1 ||
@@ -422,7 +422,7 @@ int cpu_rank_create(const backend_options_t *opts, const model_weights_t *w,
     if (!be) return err_set(err, "cpu backend: out of memory");
     be->base.ops = &cpu_backend_ops;
     be->shard = *shard;
-    if (cpu_shard_config(full, shard, &be->lcfg, err) < 0) {
+    if (shard_config(full, shard, &be->lcfg, err) < 0) {
         shard_error(be, err);
         free(be);
         return -1;
@@ -434,7 +434,7 @@ int cpu_rank_create(const backend_options_t *opts, const model_weights_t *w,
     be->ssm_bf16 = opts && opts->ssm_state_bf16;
     be->half = c->rotary_dim / 2;
     be->kmax = c->hidden_size; /* the widest GEMM input, widened by bind_layer */
-    cpu_shard_vocab(c->vocab_size, shard->rank, shard->tp, &be->v0, &be->vn, &be->vpad);
+    shard_vocab(c->vocab_size, shard->rank, shard->tp, &be->v0, &be->vn, &be->vpad);
     size_t per_layer = L_COUNT + 6 + (size_t)c->n_experts * E_COUNT;
     be->views =
         shard->tp > 1 ? calloc((size_t)c->n_layers * per_layer + 1, sizeof *be->views) : NULL;
@@ -446,7 +446,7 @@ int cpu_rank_create(const backend_options_t *opts, const model_weights_t *w,
 
     int64_t H = c->hidden_size, V = c->vocab_size;
     be->embed = weights_global(w, G_EMBED);
-    be->lm_head = cpu_shard_lm_head(w, shard, be->views ? &be->views[0] : NULL, err);
+    be->lm_head = shard_lm_head(w, shard, be->views ? &be->views[0] : NULL, err);
     const wtensor_t *final_norm = weights_global(w, G_FINAL_NORM);
     size_t norm_floats = (size_t)H;
     if (!be->lm_head || cpu_check_tensor(be->embed, "embed_tokens", -1, V, H, err) < 0 ||
@@ -522,7 +522,7 @@ static int cpu_create(const backend_options_t *opts, const model_weights_t *w, b
                       err_t *err) {
     int tp = opts && opts->tensor_parallel_size > 1 ? opts->tensor_parallel_size : 1;
     if (tp > 1) return cpu_tp_create(opts, w, out, err);
-    cpu_shard_t whole = {.rank = 0, .tp = 1};
+    shard_t whole = {.rank = 0, .tp = 1};
     return cpu_rank_create(opts, w, &whole, out, err);
 }
 
@@ -786,7 +786,7 @@ static int vocab_parallel_logits(cpu_backend_t *be, int n, float *logits, err_t 
     int V = be->cfg->vocab_size;
     for (int q = 0; q < be->shard.tp; q++) {
         int64_t v0, vn, vpad;
-        cpu_shard_vocab(V, q, be->shard.tp, &v0, &vn, &vpad);
+        shard_vocab(V, q, be->shard.tp, &v0, &vn, &vpad);
         for (int i = 0; i < n; i++)
             memcpy(logits + (int64_t)i * V + v0, be->lg_all + ((int64_t)q * n + i) * vpad,
                    (size_t)vn * sizeof(float));

@@ -38,7 +38,7 @@ typedef void (*cpu_gdn_gemm_fn)(void *ctx, const float *x, int T, const wtensor_
 /* One linear layer's weights: projections as bound, the small tensors as f32 copies. */
 typedef struct cpu_gdn_layer {
     const wtensor_t *qkv[3]; /* in_proj_qkv's q | k | v rows: the whole tensor at [0] (the others
-                                NULL), or a tensor-parallel rank's three views (cpu_shard.h) */
+                                NULL), or a tensor-parallel rank's three views (shard.h) */
     const wtensor_t *z, *b, *a, *out;
     const float *conv;            /* [conv_dim, K] */
     const float *a_log, *dt_bias; /* [Hv] */

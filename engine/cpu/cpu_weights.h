@@ -4,7 +4,7 @@
  * shape the config implies, a float dtype, valid FP8 scales; one dtype per expert projection),
  * and the f32 copies of the small ones (norm vectors, the Gated DeltaNet's parameters and conv
  * weight). The shapes are those of the config given: under tensor parallelism the rank's
- * (cpu_shard.h), so a rank's views are checked against what the rank computes with.
+ * (shard.h), so a rank's views are checked against what the rank computes with.
  *
  *     cpu_need_t need[L_COUNT];
  *     for (int i = 0, n = cpu_layer_needs(cfg, l, need); i < n; i++)

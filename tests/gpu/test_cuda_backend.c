@@ -18,6 +18,10 @@
  *   graphs on and off, and a pool small enough to preempt, on tiny-qwen3 and tiny-qwen3-moe; a
  *   seeded sampled request gives the same tokens alone and in a batch; with n-gram speculative
  *   drafts (the verify step's k + 1 rows per sequence) the greedy tokens are those without.
+ * - tensor parallel 2 on one device (the single-device communicator): the same logits as TP 1
+ *   within LOGIT_TOL_TP and the same greedy tokens, through the backend and through the engine
+ *   (test_tp2_*): dense BF16 and FP8, Qwen3-MoE, Qwen3.5; what TP cannot shard is refused,
+ *   naming it.
  * - dummy qwen3-0.6b (FP8 and BF16) generated on the device equals weights_dummy's host values
  *   on sampled elements, read back through the fused / padded device layout; so do the experts
  *   of a dummy Qwen3-MoE (the MoE fixture's config).
@@ -68,6 +72,13 @@
 #define LOGIT_TOL_FLIP 2.0
 #define MAX_FLIP_SHARE 0.05
 #define BLOCK          16
+/* TP 2 against TP 1, both on the cuda backend: the row-parallel layers add two f32 partial sums
+ * where TP 1 has one GEMM's sum (f32 ulps), which a later bf16 (or e4m3) rounding of a GEMM input
+ * can turn into one step of that format. Measured under the host emulation: 3.1e-4 on tiny-qwen3
+ * (BF16), 0.026 on the "tiny" dummy preset in FP8 (W8A8: an e4m3 step is 1/16 relative); the
+ * tolerances leave room for cuBLASLt's other summation orders at K and K / 2 on the device. */
+#define LOGIT_TOL_TP     0.05
+#define LOGIT_TOL_TP_FP8 0.25
 
 // ---------------------------------------------------------------------------------------------
 // Helpers
@@ -91,17 +102,29 @@ static int32_t *json_ids(const cJSON *arr, int *n) {
     return ids;
 }
 
-static backend_t *open_backend(const backend_ops_t *ops, model_weights_t *w, bool emulate) {
+/* The backend at tensor parallel tp (1: none); NULL with the message in *err when create
+ * refuses and err is not NULL. */
+static backend_t *open_backend_tp(const backend_ops_t *ops, model_weights_t *w, bool emulate,
+                                  int tp, err_t *err) {
     backend_options_t o = {.n_threads = 2,
                            .emulate_fp8_activations = emulate,
                            .gpu_memory_utilization = 0.5,
                            .max_num_batched_tokens = 2048,
                            .max_num_seqs = 64,
-                           .cuda_graphs = true};
+                           .cuda_graphs = true,
+                           .tensor_parallel_size = tp};
     backend_t *be;
-    err_t err = {{0}};
-    if (ops->create(&o, w, &be, &err) < 0) fail_msg("%s: %s", ops->name, err.msg);
+    err_t e = {{0}};
+    if (ops->create(&o, w, &be, &e) < 0) {
+        if (!err) fail_msg("%s: %s", ops->name, e.msg);
+        *err = e;
+        return NULL;
+    }
     return be;
+}
+
+static backend_t *open_backend(const backend_ops_t *ops, model_weights_t *w, bool emulate) {
+    return open_backend_tp(ops, w, emulate, 1, NULL);
 }
 
 /* Models with recurrent state: n slots on be, sequence s in slot n - 1 - s; NULL otherwise. The
@@ -681,7 +704,7 @@ static void test_engine_fp8_kv(void **state) {
     engine_describe_backend(eng, desc, sizeof desc);
     print_message("%s\n", desc);
     assert_non_null(strstr(desc, "kv fp8"));
-    /* the device list the console's GPU rows follow: one device until tensor parallelism runs,
+    /* the device list the console's GPU rows follow: one device (at TP 1),
      * with the PCI bus id NVML finds it by ("0000:3b:00.0") */
     backend_device_t dev[4];
     assert_int_equal(engine_devices(eng, dev, 4), 1);
@@ -728,6 +751,196 @@ static void test_engine_seeded_sampling(void **state) {
         collect(noise[i], scratch, 64);
     assert_memory_equal(solo, in_batch, sizeof solo);
     engine_close(eng);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tensor parallel on one device
+
+/* ref's and got's logits [n, vocab]: the largest difference, and argmaxes equal unless ref's
+ * top-2 gap is within 2 * tol (a near tie, printed and counted in *ties). */
+static double compare_rows(const float *ref, const float *got, int n, int vocab, double tol,
+                           const char *what, int *ties) {
+    double worst = 0;
+    for (int r = 0; r < n; r++) {
+        const float *a = ref + (size_t)r * vocab, *b = got + (size_t)r * vocab;
+        int aa = 0, ab = 0;
+        for (int v = 0; v < vocab; v++) {
+            double d = fabs((double)a[v] - b[v]);
+            if (!(d <= worst)) worst = d;
+            if (a[v] > a[aa]) aa = v;
+            if (b[v] > b[ab]) ab = v;
+        }
+        if (aa == ab) continue;
+        float second = -INFINITY;
+        for (int v = 0; v < vocab; v++)
+            if (v != aa && a[v] > second) second = a[v];
+        if (a[aa] - second > 2 * tol)
+            fail_msg("%s: row %d: TP 2 picks %d, TP 1 %d with a margin of %.4g", what, r, ab, aa,
+                     a[aa] - second);
+        print_message("%s: row %d: near tie, TP 2 picks %d, TP 1 %d (margin %.4g)\n", what, r, ab,
+                      aa, a[aa] - second);
+        (*ties)++;
+    }
+    return worst;
+}
+
+/* TP 2 against TP 1 on the cuda backend over weights w: the first n_prompts golden prompts of
+ * `fixture` (or, for NULL, n_prompts tu_prompt prompts) prefilled in one batch, logits within
+ * tol; then n_lock of them generated greedily in lockstep for 8 tokens (chunked prefill, paged
+ * decode). */
+static void tp2_against_tp1(model_weights_t *w, const char *fixture, bool fp8, double tol,
+                            int n_prompts, int n_lock) {
+    const char *name = fixture ? fixture : "dummy";
+    backend_t *one = open_backend_tp(&cuda_backend_ops, w, false, 1, NULL);
+    backend_t *two = open_backend_tp(&cuda_backend_ops, w, false, 2, NULL);
+    assert_int_equal(cuda_backend_uses_fp8(one), fp8);
+    assert_int_equal(cuda_backend_uses_fp8(two), fp8);
+    char desc[512];
+    two->ops->describe(two, desc, sizeof desc);
+    print_message("%s: %s\n", name, desc);
+    assert_non_null(strstr(desc, "tensor parallel 2"));
+    assert_non_null(strstr(desc, "graphs off")); /* asked for, off at TP > 1 */
+    int vocab = weights_config(w)->vocab_size, n, n2, ties = 0;
+    cJSON *g = NULL;
+    if (fixture) {
+        g = golden(fixture);
+        cJSON *ps = cJSON_GetObjectItem(g, "prompts");
+        while (cJSON_GetArraySize(ps) > n_prompts)
+            cJSON_DeleteItemFromArray(ps, n_prompts);
+    } else { /* the same golden shape from generated prompts */
+        g = cJSON_CreateObject();
+        cJSON *ps = cJSON_AddArrayToObject(g, "prompts");
+        for (int i = 0; i < n_prompts; i++) {
+            int32_t ids[96];
+            int len = tu_prompt(300 + i, ids);
+            cJSON *p = cJSON_CreateObject();
+            cJSON_AddItemToObject(p, "ids", cJSON_CreateIntArray(ids, len));
+            cJSON_AddItemToArray(ps, p);
+        }
+    }
+    float *a = batched_prefill(one, w, g, vocab, &n);
+    float *b = batched_prefill(two, w, g, vocab, &n2);
+    assert_int_equal(n, n2);
+    double worst = compare_rows(a, b, n, vocab, tol, name, &ties);
+    print_message("%s: batched prefill of %d prompts: max |logit TP 2 - TP 1| = %.4g (tolerance "
+                  "%.3g), %d near ties\n",
+                  name, n, worst, tol, ties);
+    assert_true(worst <= tol);
+    free(a);
+    free(b);
+    const cJSON *p;
+    int k = 0;
+    double step_worst = 0;
+    cJSON_ArrayForEach(p, cJSON_GetObjectItem(g, "prompts")) {
+        if (k++ >= n_lock) break;
+        int n_prompt;
+        int32_t *prompt = json_ids(cJSON_GetObjectItem(p, "ids"), &n_prompt);
+        char what[64];
+        snprintf(what, sizeof what, "%s TP 2, prompt of %d tokens", name, n_prompt);
+        double d = lockstep(one, two, w, prompt, n_prompt, 8, tol, what, &ties, NULL, NULL);
+        if (d > step_worst) step_worst = d;
+        free(prompt);
+    }
+    print_message("%s: %d prompts x 8 greedy steps in lockstep: max |logit TP 2 - TP 1| = %.4g, "
+                  "%d near ties in all\n",
+                  name, n_lock, step_worst, ties);
+    assert_true(step_worst <= tol);
+    cJSON_Delete(g);
+    backend_destroy(two);
+    backend_destroy(one);
+}
+
+/* tiny-qwen3 (BF16): the backend's logits, then the engine: 4 requests of 8 tokens batched
+ * under a budget of 16 tokens (prefills in chunks, mixed with decodes), the same tokens at TP 2
+ * as at TP 1. */
+static void test_tp2_bf16(void **state) {
+    model_weights_t *w = open_fixture("tiny-qwen3");
+    tp2_against_tp1(w, "tiny-qwen3", false, LOGIT_TOL_TP, 5, 2);
+    weights_destroy(w);
+
+    enum { N = 4, GEN = 8 };
+    static int32_t prompts[N][96], out[2][N][GEN];
+    int len[N];
+    for (int i = 0; i < N; i++)
+        len[i] = tu_prompt(400 + i, prompts[i]);
+    sampling_params_t p = tu_greedy(GEN);
+    for (int tp = 1; tp <= 2; tp++) {
+        const char *const flags[] = {"max-model-len",
+                                     "256",
+                                     "gpu-memory-utilization",
+                                     "0.3",
+                                     "max-num-batched-tokens",
+                                     "16",
+                                     "tensor-parallel-size",
+                                     tp == 1 ? "1" : "2",
+                                     NULL};
+        engine_t *e = open_engine(flags);
+        engine_stream_t *st[N];
+        for (int i = 0; i < N; i++)
+            st[i] = tu_submit(e, prompts[i], len[i], &p);
+        for (int i = 0; i < N; i++)
+            assert_int_equal(collect(st[i], out[tp - 1][i], GEN), GEN);
+        engine_close(e);
+    }
+    for (int i = 0; i < N; i++)
+        for (int k = 0; k < GEN; k++)
+            if (out[1][i][k] != out[0][i][k])
+                fail_msg("engine: request %d token %d: %d at TP 2, %d at TP 1", i, k, out[1][i][k],
+                         out[0][i][k]);
+    print_message("engine, tiny-qwen3: %d requests x %d tokens, budget 16: TP 2 tokens equal TP "
+                  "1's\n",
+                  N, GEN);
+}
+
+/* FP8 at TP 2: the "tiny" dummy preset (hidden 256, intermediate 768: every shard on 128-blocks,
+ * so the W8A8 path runs on each rank), generated on the device through the shard views. */
+static void test_tp2_fp8(void **state) {
+    model_source_t src = {
+        .model = "tiny", .format = LOAD_DUMMY, .dummy_fp8 = true, .seed = 77, .lazy_dummy = true};
+    model_weights_t *w;
+    err_t err = {{0}};
+    if (weights_open(&src, &w, &err) < 0) fail_msg("%s", err.msg);
+    tp2_against_tp1(w, NULL, true, LOGIT_TOL_TP_FP8, 4, 2);
+    weights_destroy(w);
+}
+
+/* Qwen3-MoE at TP 2 (tiny-qwen3-moe, BF16): every expert sliced (moe_intermediate_size 64, 32
+ * a rank), the router replicated, the experts' outputs all-reduced. (Named without "moe": the
+ * tp group runs it, not the moe one.) */
+static void test_tp2_experts(void **state) {
+    model_weights_t *w = open_fixture("tiny-qwen3-moe");
+    tp2_against_tp1(w, "tiny-qwen3-moe", false, LOGIT_TOL_TP, 5, 2);
+    weights_destroy(w);
+}
+
+/* Qwen3.5 at TP 2 (tiny-qwen3.5, BF16): gated attention by heads (q | gate rows per head), the
+ * Gated DeltaNet by key and value heads (in_proj_qkv and conv1d as three row blocks, each rank's
+ * state slots its heads' conv windows and SSM states), out_proj all-reduced. (Named without
+ * "qwen35": the tp group runs it.) */
+static void test_tp2_gated_deltanet(void **state) {
+    model_weights_t *w = open_fixture("tiny-qwen3.5");
+    tp2_against_tp1(w, "tiny-qwen3.5", false, LOGIT_TOL_TP, 3, 2);
+    weights_destroy(w);
+}
+
+/* What TP 2 does not run on this backend is refused at create, naming it. */
+static void test_tp2_refusals(void **state) {
+    static const struct {
+        const char *fixture, *needle;
+    } cases[] = {
+        {"tiny-qwen3-fp8", "FP8 scale block"},     /* intermediate 320: 160 rows a rank */
+        {"tiny-qwen3-moe-fp8", "FP8 scale block"}, /* experts' intermediate 64: 32 a rank */
+        {"tiny-qwen3.5-fp8", "FP8 scale block"},   /* in_proj_qkv's q rows: 64 a rank */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        model_weights_t *w = open_fixture(cases[i].fixture);
+        err_t err = {{0}};
+        backend_t *be = open_backend_tp(&cuda_backend_ops, w, false, 2, &err);
+        assert_null(be);
+        print_message("%s at TP 2: %s\n", cases[i].fixture, err.msg);
+        assert_non_null(strstr(err.msg, cases[i].needle));
+        weights_destroy(w);
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -867,6 +1080,11 @@ int main(void) {
         cmocka_unit_test(test_engine_spec_ngram),
         cmocka_unit_test(test_engine_spec_ngram_qwen35),
         cmocka_unit_test(test_engine_fp8_kv),
+        cmocka_unit_test(test_tp2_bf16),
+        cmocka_unit_test(test_tp2_fp8),
+        cmocka_unit_test(test_tp2_experts),
+        cmocka_unit_test(test_tp2_gated_deltanet),
+        cmocka_unit_test(test_tp2_refusals),
     };
     /* TEST_FILTER / TEST_SKIP: comma-separated patterns of the tests to run / to leave out, e.g.
      * TEST_FILTER='*moe*' (the emulated run takes minutes; ctest runs it in three groups) */

@@ -1,5 +1,5 @@
 /*
- * cpu backend, tensor and expert parallel (cpu_tp.h, cpu_shard.h): the sharded model against
+ * cpu backend, tensor and expert parallel (cpu_tp.h, shard.h): the sharded model against
  * the whole one on the fixtures. Two sequences (prompts of 19 and 7 tokens, prefilled together,
  * then decoded together) are decoded greedily at tensor-parallel size 1 and N; the greedy tokens
  * must be equal, and the logits of every step within LOGIT_TOL of TP 1's (the row-parallel

@@ -170,7 +170,7 @@ static void test_shard_plan_refuse(void **state) {
     err_t err = {{0}};
     assert_int_equal(shard_plan_refuse(&src, 4, &err), -1);
     assert_non_null(strstr(err.msg, "tensor-parallel-size 4"));
-    assert_non_null(strstr(err.msg, "cpu backend only so far"));
+    assert_non_null(strstr(err.msg, "runs on the cpu and cuda backends"));
     assert_non_null(strstr(err.msg, "GiB of weights per GPU"));
     src.model = "no-such-model";
     assert_int_equal(shard_plan_refuse(&src, 4, &err), -1);

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <mutex>
 #include <vector>
 
 extern "C" {
@@ -356,7 +357,12 @@ uint32_t *ops_dynamic_smem_u32(void) {
     return dyn_smem.data();
 }
 
+/* One grid at a time: the fibers, the block state and the kernels' `__shared__` statics are the
+ * process's, and tensor-parallel ranks (threads) launch at the same time. */
+static std::mutex launch_mu;
+
 void emu_run_grid(dim3 grid, dim3 block, size_t smem, const std::function<void()> &body) {
+    std::lock_guard<std::mutex> lock(launch_mu);
     const int n = (int)(block.x * block.y * block.z);
     if (n <= 0 || n > 1024 || n % 32) {
         fprintf(stderr, "emu: block of %d threads not supported\n", n);

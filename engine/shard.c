@@ -1,4 +1,4 @@
-#include "cpu_shard.h"
+#include "shard.h"
 
 #include <stdio.h>
 
@@ -11,8 +11,7 @@ static int split(int n, int tp, const char *what, err_t *err) {
     return n / tp;
 }
 
-int cpu_shard_config(const model_config_t *cfg, const cpu_shard_t *s, model_config_t *out,
-                     err_t *err) {
+int shard_config(const model_config_t *cfg, const shard_t *s, model_config_t *out, err_t *err) {
     *out = *cfg;
     if (s->tp == 1) return 0;
     int tp = s->tp;
@@ -66,8 +65,8 @@ static const wtensor_t *view_of(const wtensor_t *t, const char *name, int l, int
     return view;
 }
 
-const wtensor_t *cpu_shard_layer(const model_weights_t *w, const cpu_shard_t *s, int l,
-                                 lslot_t slot, wtensor_t *view, err_t *err) {
+const wtensor_t *shard_layer(const model_weights_t *w, const shard_t *s, int l, lslot_t slot,
+                             wtensor_t *view, err_t *err) {
     const wtensor_t *t = weights_layer(w, l, slot);
     if (s->tp == 1 || !t) return t;
     const model_config_t *c = weights_config(w);
@@ -106,15 +105,15 @@ const wtensor_t *cpu_shard_layer(const model_weights_t *w, const cpu_shard_t *s,
             return view_of(t, "out_proj", l, 0, t->rows, r * vd, vd, view, err);
         case L_LIN_QKV:
         case L_LIN_CONV:
-            err_set(err, "layer %d: in_proj_qkv and conv1d are three views (cpu_shard_qkv)", l);
+            err_set(err, "layer %d: in_proj_qkv and conv1d are three views (shard_qkv)", l);
             return NULL;
         default:
             return t; /* norms and the router: replicated */
     }
 }
 
-int cpu_shard_qkv(const model_weights_t *w, const cpu_shard_t *s, int l, lslot_t slot,
-                  wtensor_t views[3], const wtensor_t *parts[3], err_t *err) {
+int shard_qkv(const model_weights_t *w, const shard_t *s, int l, lslot_t slot, wtensor_t views[3],
+              const wtensor_t *parts[3], err_t *err) {
     const wtensor_t *t = weights_layer(w, l, slot);
     parts[0] = t;
     parts[1] = parts[2] = NULL;
@@ -135,8 +134,8 @@ int cpu_shard_qkv(const model_weights_t *w, const cpu_shard_t *s, int l, lslot_t
     return 0;
 }
 
-const wtensor_t *cpu_shard_experts(const model_weights_t *w, const cpu_shard_t *s, int l,
-                                   wtensor_t *views, int *first, int *end, err_t *err) {
+const wtensor_t *shard_experts(const model_weights_t *w, const shard_t *s, int l, wtensor_t *views,
+                               int *first, int *end, err_t *err) {
     const model_config_t *c = weights_config(w);
     int E = c->n_experts, r = s->rank, tp = s->tp;
     const wtensor_t *all = weights_expert(w, l, 0, E_GATE);
@@ -165,18 +164,18 @@ const wtensor_t *cpu_shard_experts(const model_weights_t *w, const cpu_shard_t *
     return views;
 }
 
-void cpu_shard_vocab(int vocab, int rank, int tp, int64_t *v0, int64_t *vn, int64_t *vpad) {
+void shard_vocab(int vocab, int rank, int tp, int64_t *v0, int64_t *vn, int64_t *vpad) {
     *v0 = (int64_t)vocab * rank / tp;
     *vn = (int64_t)vocab * (rank + 1) / tp - *v0;
     *vpad = ((int64_t)vocab + tp - 1) / tp;
 }
 
-const wtensor_t *cpu_shard_lm_head(const model_weights_t *w, const cpu_shard_t *s, wtensor_t *view,
-                                   err_t *err) {
+const wtensor_t *shard_lm_head(const model_weights_t *w, const shard_t *s, wtensor_t *view,
+                               err_t *err) {
     const wtensor_t *t = weights_global(w, G_LM_HEAD);
     if (s->tp == 1 || !t || (!t->data && !t->dummy)) return t;
     int64_t v0, vn, vpad;
-    cpu_shard_vocab(weights_config(w)->vocab_size, s->rank, s->tp, &v0, &vn, &vpad);
+    shard_vocab(weights_config(w)->vocab_size, s->rank, s->tp, &v0, &vn, &vpad);
     if (t->rows != weights_config(w)->vocab_size) return t; /* create's check names the shape */
     if (wtensor_slice(t, "lm_head", v0, vn, 0, t->cols, view, err) < 0) return NULL;
     return view;

@@ -1,7 +1,7 @@
 /*
- * cpu_shard: what one rank of the CPU backend holds under tensor parallelism (Megatron sharding,
- * as vLLM does it; models.md 2.5, 3.4), as views into the whole checkpoint (wtensor_slice: no
- * copy). Rank r of N:
+ * shard: what one rank holds under tensor parallelism (Megatron sharding, as vLLM does it;
+ * models.md 2.5, 3.4), as views into the whole checkpoint (wtensor_slice: no copy). Backend-
+ * neutral: the CPU backend computes on the views, the CUDA backend uploads them. Rank r of N:
  *
  *   q_proj, k_proj, v_proj   column-parallel: its heads' output rows. Query heads nH / N each;
  *                            KV heads nKV / N each, or, when N exceeds nKV, the one KV head its
@@ -29,7 +29,7 @@
  *   Gated DeltaNet           by heads, as vLLM does: key heads Hk / N and value heads Hv / N
  *                            each (value head h reads key head h / (Hv / Hk), on the same rank).
  *                            in_proj_qkv and conv1d are q | k | v rows: a rank's are three row
- *                            ranges, three views (cpu_shard_qkv) computed side by side;
+ *                            ranges, three views (shard_qkv) computed side by side;
  *                            in_proj_z, in_proj_b, in_proj_a, A_log and dt_bias its value
  *                            heads' rows (or entries); out_proj row-parallel, then an
  *                            all-reduce; the gated norm's weight (one head's) replicated. Each
@@ -39,11 +39,11 @@
  * tensor and the numbers.
  *
  *     model_config_t lc;
- *     cpu_shard_config(cfg, &shard, &lc, &err);               // the rank's heads and widths
- *     const wtensor_t *wq = cpu_shard_layer(w, &shard, l, L_Q, &view, &err);
+ *     shard_config(cfg, &shard, &lc, &err);               // the rank's heads and widths
+ *     const wtensor_t *wq = shard_layer(w, &shard, l, L_Q, &view, &err);
  */
-#ifndef TACHYON_CPU_SHARD_H
-#define TACHYON_CPU_SHARD_H
+#ifndef TACHYON_SHARD_H
+#define TACHYON_SHARD_H
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -53,43 +53,42 @@
 #include "model.h"
 #include "weights.h"
 
-typedef struct cpu_shard {
+typedef struct shard {
     int rank, tp; /* rank of tp ranks; tp 1: the whole model */
     bool ep;      /* experts whole (expert parallel), else sliced */
     comm_t *comm; /* the group's communicator (NULL at tp 1) */
-} cpu_shard_t;
+} shard_t;
 
 /* The config rank s computes with: cfg with n_heads, n_kv_heads, intermediate_size and (without
  * ep) moe_intermediate_size, lin_k_heads and lin_v_heads divided among the ranks (vocab_size
  * stays the whole vocabulary). Fails naming what does not divide. */
-int cpu_shard_config(const model_config_t *cfg, const cpu_shard_t *s, model_config_t *out,
-                     err_t *err);
+int shard_config(const model_config_t *cfg, const shard_t *s, model_config_t *out, err_t *err);
 
 /* Layer l's tensor in slot as rank s holds it: the whole tensor (at tp 1, and for replicated
- * ones), or a view written to *view (at tp > 1 not for L_LIN_QKV and L_LIN_CONV: cpu_shard_qkv).
+ * ones), or a view written to *view (at tp > 1 not for L_LIN_QKV and L_LIN_CONV: shard_qkv).
  * NULL with err filled when the shard breaks the FP8 block rule or the tensor is missing. */
-const wtensor_t *cpu_shard_layer(const model_weights_t *w, const cpu_shard_t *s, int l,
-                                 lslot_t slot, wtensor_t *view, err_t *err);
+const wtensor_t *shard_layer(const model_weights_t *w, const shard_t *s, int l, lslot_t slot,
+                             wtensor_t *view, err_t *err);
 
 /* Layer l's in_proj_qkv (slot L_LIN_QKV) or conv1d (L_LIN_CONV) as rank s holds it: the q rows
  * of its key heads, the k rows of its key heads and the v rows of its value heads in parts[0..3)
  * (views written to views[3]); at tp 1 parts[0] is the whole tensor, parts[1] and parts[2]
  * NULL. -1 with err filled on a bad shard. */
-int cpu_shard_qkv(const model_weights_t *w, const cpu_shard_t *s, int l, lslot_t slot,
-                  wtensor_t views[3], const wtensor_t *parts[3], err_t *err);
+int shard_qkv(const model_weights_t *w, const shard_t *s, int l, lslot_t slot, wtensor_t views[3],
+              const wtensor_t *parts[3], err_t *err);
 
 /* Layer l's experts as rank s holds them: the checkpoint's [E][E_COUNT] array (tp 1, expert
  * parallel), or views written to views[E * E_COUNT]; *first, *end the experts the rank
  * computes. NULL with err filled on a bad shard. */
-const wtensor_t *cpu_shard_experts(const model_weights_t *w, const cpu_shard_t *s, int l,
-                                   wtensor_t *views, int *first, int *end, err_t *err);
+const wtensor_t *shard_experts(const model_weights_t *w, const shard_t *s, int l, wtensor_t *views,
+                               int *first, int *end, err_t *err);
 
 /* The vocabulary rows [*v0, *v0 + *vn) of lm_head rank `rank` holds, and the widest share
  * (*vpad, the all-gather's row). */
-void cpu_shard_vocab(int vocab, int rank, int tp, int64_t *v0, int64_t *vn, int64_t *vpad);
+void shard_vocab(int vocab, int rank, int tp, int64_t *v0, int64_t *vn, int64_t *vpad);
 
-/* lm_head as rank s holds it (cpu_shard_vocab's rows). */
-const wtensor_t *cpu_shard_lm_head(const model_weights_t *w, const cpu_shard_t *s, wtensor_t *view,
-                                   err_t *err);
+/* lm_head as rank s holds it (shard_vocab's rows). */
+const wtensor_t *shard_lm_head(const model_weights_t *w, const shard_t *s, wtensor_t *view,
+                               err_t *err);
 
 #endif
