@@ -248,11 +248,21 @@ static void run_attention(const AttnCase &c) {
     }
 
     std::vector<float> ref(qb.size()), scores(max_ctx + 1);
+    /* the CPU backend keeps a KV head's rows of a block together (cpu_ops.h), the kernels a
+     * token's heads: the reference reads a head-major copy of the same values */
+    std::vector<float> kh(kf.size()), vh(vf.size());
+    for (size_t slot = 0; slot < kf.size() / ((size_t)c.Hkv * D); slot++)
+        for (int h = 0; h < c.Hkv; h++) {
+            const size_t from = (slot * c.Hkv + h) * D,
+                         to = ((slot / c.bs * c.Hkv + h) * c.bs + slot % c.bs) * D;
+            std::copy(&kf[from], &kf[from] + D, &kh[to]);
+            std::copy(&vf[from], &vf[from] + D, &vh[to]);
+        }
     cpu_attn_t ca = {};
     ca.q = qf.data();
     ca.out = ref.data();
-    ca.k_cache = kf.data();
-    ca.v_cache = vf.data();
+    ca.k_cache = kh.data();
+    ca.v_cache = vh.data();
     ca.block_size = c.bs;
     ca.n_heads = c.Hq;
     ca.n_kv_heads = c.Hkv;
