@@ -7,6 +7,19 @@
 #include <cmocka.h>
 
 #include "rng.h"
+#include "testutil.h"
+
+model_weights_t *tu_weights(const model_source_t *src) {
+    model_weights_t *w;
+    err_t err = {{0}};
+    if (weights_open(src, &w, &err) < 0) fail_msg("%s", err.msg);
+    return w;
+}
+
+model_weights_t *tu_fixture_weights(const char *name) {
+    model_source_t src = {.model = tu_fixture(name), .format = LOAD_AUTO};
+    return tu_weights(&src);
+}
 
 engine_t *tu_open_engine(const char *model, const char *backend, const char *const *flags) {
     engine_opts_t o;

@@ -14,6 +14,13 @@
 #include <stdint.h>
 
 #include "engine.h"
+#include "weights.h"
+
+/* The weights src names (a fixture, a preset, dummy or not); the caller destroys them. */
+model_weights_t *tu_weights(const model_source_t *src);
+
+/* The weights of fixture `name` (tests/fixtures), as they are stored. */
+model_weights_t *tu_fixture_weights(const char *name);
 
 /* An engine on `model` with `backend` (two CPU threads for the cpu backend) and flags given as
  * NULL-terminated name, value pairs (NULL for none). */

@@ -67,6 +67,7 @@ typedef struct cpu_layer {
     const wtensor_t *w[L_COUNT];
     const float *norm[L_COUNT]; /* [rows, cols] f32, small slots only */
     int linear;                 /* ATTN_LINEAR: its ordinal among the linear layers */
+    int kv;                     /* ATTN_FULL, ATTN_GATED: its place in the KV pool (kv_layers) */
     /* ATTN_LINEAR: in_proj_qkv and conv1d as q | k | v parts (shard_qkv; at tp 1 one whole
      * tensor at [0]) */
     const wtensor_t *qkv[3], *conv[3];
@@ -304,14 +305,6 @@ static int kv_layers(const model_config_t *c) {
     return c->n_layers - model_count_attn(c, ATTN_LINEAR);
 }
 
-/* Layer l's place in the KV pool: how many K/V layers come before it. */
-static int kv_layer_index(const model_config_t *c, int l) {
-    int k = 0;
-    for (int i = 0; i < l; i++)
-        k += c->layer[i].attn != ATTN_LINEAR;
-    return k;
-}
-
 static void free_kv_pool(cpu_backend_t *be) {
     if (be->k_pool || be->v_pool) {
         size_t bytes = be->layer_floats * (size_t)kv_layers(be->cfg) * sizeof(float);
@@ -495,6 +488,7 @@ int cpu_rank_create(const backend_options_t *opts, const model_weights_t *w, con
                 L->norm[s] = cpu_take_norm(L->w[s], cpu_copy_offset(c, s), &cursor);
             }
         }
+        L->kv = c->layer[l].attn == ATTN_LINEAR ? -1 : l - linear; /* the K/V layers before it */
         L->linear = c->layer[l].attn == ATTN_LINEAR ? linear++ : -1;
     }
     be->final_norm = cpu_take_norm(final_norm, c->norm_offset, &cursor);
@@ -637,7 +631,7 @@ static int full_attention(cpu_backend_t *be, const be_batch_t *b, int layer, err
     gemm(be, be->xn, T, L->w[L_V], be->v, kvd);
 
     /* q, k = rope(rmsnorm(q, q_norm)), rope(rmsnorm(k, k_norm)); kv_cache[slot_mapping] = k, v */
-    size_t kv_offset = (size_t)kv_layer_index(c, layer) * be->layer_floats;
+    size_t kv_offset = (size_t)L->kv * be->layer_floats;
     float *k_layer = be->k_pool + kv_offset, *v_layer = be->v_pool + kv_offset;
     for (int t = 0; t < T; t++) {
         const float *cs = be->rope_cos + (int64_t)t * half, *sn = be->rope_sin + (int64_t)t * half;
@@ -651,10 +645,10 @@ static int full_attention(cpu_backend_t *be, const be_batch_t *b, int layer, err
             cpu_rmsnorm(x, L->norm[L_K_NORM], D, c->rms_norm_eps, x);
             cpu_rope_apply(x, 2 * half, cs, sn);
         }
-        int64_t slot = b->slot_mapping[t], bs = be->block_size;
+        int64_t slot = b->slot_mapping[t];
         for (int h = 0; slot >= 0 && h < c->n_kv_heads; h++) { /* cpu_ops.h: head-major blocks */
-            int64_t at = ((slot / bs * c->n_kv_heads + h) * bs + slot % bs) * D;
-            const int64_t from = (int64_t)t * kvd + (int64_t)h * D;
+            int64_t at = cpu_kv_offset(slot, h, c->n_kv_heads, be->block_size, D);
+            int64_t from = (int64_t)t * kvd + (int64_t)h * D;
             memcpy(k_layer + at, be->k + from, (size_t)D * sizeof(float));
             memcpy(v_layer + at, be->v + from, (size_t)D * sizeof(float));
         }

@@ -75,10 +75,18 @@ typedef struct cpu_attn {
     int block_table_stride;
 } cpu_attn_t;
 
+/* Where slot `slot` (row slot % block_size of block slot / block_size) of KV head kvh starts in
+ * a layer's cache, in floats: the one statement of the layout above. */
+static inline int64_t cpu_kv_offset(int64_t slot, int kvh, int n_kv_heads, int block_size,
+                                    int head_dim) {
+    return ((slot / block_size * n_kv_heads + kvh) * block_size + slot % block_size) * head_dim;
+}
+
 /* The block_size rows (head_dim floats each, contiguous) of KV head kvh in block `block`. */
 static inline const float *cpu_kv_rows(const float *cache, const cpu_attn_t *a, int32_t block,
                                        int kvh) {
-    return cache + ((int64_t)block * a->n_kv_heads + kvh) * a->block_size * a->head_dim;
+    return cache + cpu_kv_offset((int64_t)block * a->block_size, kvh, a->n_kv_heads, a->block_size,
+                                 a->head_dim);
 }
 
 /* Causal softmax attention for token t (of sequence s) and query head h, which reads kv head

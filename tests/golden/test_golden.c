@@ -28,6 +28,7 @@
 #include <cmocka.h>
 
 #include "backend.h"
+#include "engine_testutil.h"
 #include "testutil.h"
 #include "weights.h"
 
@@ -81,9 +82,7 @@ static void make_backend(const model_weights_t *w, bool emulate, bool reference,
 }
 
 static void open_fixture(const char *fixture, bool emulate, model_weights_t **w, backend_t **be) {
-    err_t err = {{0}};
-    model_source_t src = {.model = tu_fixture(fixture), .format = LOAD_AUTO};
-    if (weights_open(&src, w, &err) < 0) fail_msg("%s", err.msg);
+    *w = tu_fixture_weights(fixture);
     make_backend(*w, emulate, false, be);
 }
 

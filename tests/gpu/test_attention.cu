@@ -254,7 +254,7 @@ static void run_attention(const AttnCase &c) {
     for (size_t slot = 0; slot < kf.size() / ((size_t)c.Hkv * D); slot++)
         for (int h = 0; h < c.Hkv; h++) {
             const size_t from = (slot * c.Hkv + h) * D,
-                         to = ((slot / c.bs * c.Hkv + h) * c.bs + slot % c.bs) * D;
+                         to = (size_t)cpu_kv_offset((int64_t)slot, h, c.Hkv, c.bs, D);
             std::copy(&kf[from], &kf[from] + D, &kh[to]);
             std::copy(&vf[from], &vf[from] + D, &vh[to]);
         }

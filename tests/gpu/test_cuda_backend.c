@@ -139,14 +139,6 @@ static int32_t *state_slots(backend_t *be, const model_weights_t *w, int n) {
     return slots;
 }
 
-static model_weights_t *open_fixture(const char *fixture) {
-    model_source_t src = {.model = tu_fixture(fixture), .format = LOAD_AUTO};
-    model_weights_t *w;
-    err_t err = {{0}};
-    if (weights_open(&src, &w, &err) < 0) fail_msg("%s", err.msg);
-    return w;
-}
-
 /* The MoE routing of both backends for the tokens of one forward (backend_ops_t.trace_routing):
  * buffers [n_layers][cap][k], and the flips counted so far. NULL for a dense model. */
 typedef struct trace {
@@ -361,7 +353,7 @@ static double lockstep(backend_t *cpu, backend_t *gpu, const model_weights_t *w,
  * from that token on, and such routings must be under MAX_FLIP_SHARE of all. */
 static void compare_fixture(const char *fixture, bool fp8, double tol) {
     cJSON *g = golden(fixture);
-    model_weights_t *w = open_fixture(fixture);
+    model_weights_t *w = tu_fixture_weights(fixture);
     const model_config_t *cfg = weights_config(w);
     backend_t *gpu = open_backend(&cuda_backend_ops, w, false);
     char desc[256];
@@ -854,7 +846,7 @@ static void tp2_against_tp1(model_weights_t *w, const char *fixture, bool fp8, d
  * under a budget of 16 tokens (prefills in chunks, mixed with decodes), the same tokens at TP 2
  * as at TP 1. */
 static void test_tp2_bf16(void **state) {
-    model_weights_t *w = open_fixture("tiny-qwen3");
+    model_weights_t *w = tu_fixture_weights("tiny-qwen3");
     tp2_against_tp1(w, "tiny-qwen3", false, LOGIT_TOL_TP, 5, 2);
     weights_destroy(w);
 
@@ -897,9 +889,7 @@ static void test_tp2_bf16(void **state) {
 static void test_tp2_fp8(void **state) {
     model_source_t src = {
         .model = "tiny", .format = LOAD_DUMMY, .dummy_fp8 = true, .seed = 77, .lazy_dummy = true};
-    model_weights_t *w;
-    err_t err = {{0}};
-    if (weights_open(&src, &w, &err) < 0) fail_msg("%s", err.msg);
+    model_weights_t *w = tu_weights(&src);
     tp2_against_tp1(w, NULL, true, LOGIT_TOL_TP_FP8, 4, 2);
     weights_destroy(w);
 }
@@ -908,7 +898,7 @@ static void test_tp2_fp8(void **state) {
  * a rank), the router replicated, the experts' outputs all-reduced. (Named without "moe": the
  * tp group runs it, not the moe one.) */
 static void test_tp2_experts(void **state) {
-    model_weights_t *w = open_fixture("tiny-qwen3-moe");
+    model_weights_t *w = tu_fixture_weights("tiny-qwen3-moe");
     tp2_against_tp1(w, "tiny-qwen3-moe", false, LOGIT_TOL_TP, 5, 2);
     weights_destroy(w);
 }
@@ -918,7 +908,7 @@ static void test_tp2_experts(void **state) {
  * state slots its heads' conv windows and SSM states), out_proj all-reduced. (Named without
  * "qwen35": the tp group runs it.) */
 static void test_tp2_gated_deltanet(void **state) {
-    model_weights_t *w = open_fixture("tiny-qwen3.5");
+    model_weights_t *w = tu_fixture_weights("tiny-qwen3.5");
     tp2_against_tp1(w, "tiny-qwen3.5", false, LOGIT_TOL_TP, 3, 2);
     weights_destroy(w);
 }
@@ -933,7 +923,7 @@ static void test_tp2_refusals(void **state) {
         {"tiny-qwen3.5-fp8", "FP8 scale block"},   /* in_proj_qkv's q rows: 64 a rank */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        model_weights_t *w = open_fixture(cases[i].fixture);
+        model_weights_t *w = tu_fixture_weights(cases[i].fixture);
         err_t err = {{0}};
         backend_t *be = open_backend_tp(&cuda_backend_ops, w, false, 2, &err);
         assert_null(be);
@@ -963,8 +953,7 @@ static float dummy_element(const wtensor_t *t, uint64_t seed, int i, int64_t *ro
 static backend_t *open_dummy(const char *model, bool fp8, uint64_t seed, model_weights_t **w) {
     model_source_t src = {
         .model = model, .format = LOAD_DUMMY, .dummy_fp8 = fp8, .seed = seed, .lazy_dummy = true};
-    err_t err = {{0}};
-    if (weights_open(&src, w, &err) < 0) fail_msg("%s", err.msg);
+    *w = tu_weights(&src);
     backend_t *be = open_backend(&cuda_backend_ops, *w, false);
     assert_int_equal(cuda_backend_uses_fp8(be), fp8);
     return be;

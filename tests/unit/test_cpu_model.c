@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "engine_testutil.h"
 #include "testutil.h"
 #include "weights.h"
 
@@ -490,10 +491,8 @@ static void test_w8a8_emulation_close_not_equal(void **state) {
  * Gated DeltaNet layers keep recurrent state slots instead), a quarter of a block over every
  * layer. */
 static void test_hybrid_kv_block(void **state) {
-    model_source_t src = {.model = tu_fixture("tiny-qwen3.5"), .format = LOAD_AUTO};
-    model_weights_t *w;
+    model_weights_t *w = tu_fixture_weights("tiny-qwen3.5");
     err_t err;
-    if (weights_open(&src, &w, &err) < 0) fail_msg("%s", err.msg);
     const model_config_t *c = weights_config(w);
     int attn = c->n_layers - model_count_attn(c, ATTN_LINEAR);
     assert_true(attn > 0 && attn < c->n_layers);

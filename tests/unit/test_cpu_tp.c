@@ -24,20 +24,13 @@
 #include <string.h>
 
 #include "backend.h"
+#include "engine_testutil.h"
 #include "testutil.h"
 #include "weights.h"
 
 enum { BS = 16, NB = 16, STRIDE = 4, N_GEN = 10, MAXT = 64 };
 
 #define LOGIT_TOL 5e-5 /* the logits here are O(1); sums in another order differ by ~1e-5 */
-
-static model_weights_t *fixture(const char *name) {
-    model_source_t src = {.model = tu_fixture(name), .format = LOAD_AUTO};
-    model_weights_t *w;
-    err_t err;
-    if (weights_open(&src, &w, &err) < 0) fail_msg("%s", err.msg);
-    return w;
-}
 
 static model_weights_t *dummy_tiny_fp8(bool lazy) {
     model_config_t cfg;
@@ -168,7 +161,7 @@ static void compare(const char *what, const model_weights_t *w, int tp, bool ep,
 
 static void test_dense(void **state) {
     (void)state;
-    model_weights_t *w = fixture("tiny-qwen3");
+    model_weights_t *w = tu_fixture_weights("tiny-qwen3");
     compare("tiny-qwen3", w, 2, false, false, true);
     compare("tiny-qwen3", w, 4, false, false, false); /* 2 KV heads, each on 2 ranks */
     weights_destroy(w);
@@ -176,7 +169,7 @@ static void test_dense(void **state) {
 
 static void test_moe(void **state) {
     (void)state;
-    model_weights_t *w = fixture("tiny-qwen3-moe");
+    model_weights_t *w = tu_fixture_weights("tiny-qwen3-moe");
     compare("tiny-qwen3-moe", w, 2, false, false, false);
     compare("tiny-qwen3-moe", w, 4, false, false, false);
     compare("tiny-qwen3-moe", w, 2, true, false, true);
@@ -215,7 +208,7 @@ static void test_fp8(void **state) {
 
 static void test_qwen35(void **state) {
     (void)state;
-    model_weights_t *w = fixture("tiny-qwen3.5");
+    model_weights_t *w = tu_fixture_weights("tiny-qwen3.5");
     compare("tiny-qwen3.5", w, 2, false, false, true);
     weights_destroy(w);
 }
@@ -233,31 +226,31 @@ static void expect_refusal(const model_weights_t *w, int tp, bool ep, const char
 static void test_refusals(void **state) {
     (void)state;
     /* intermediate 320 / 2 = 160 rows: the second shard starts inside a 128-row block */
-    model_weights_t *w = fixture("tiny-qwen3-fp8");
+    model_weights_t *w = tu_fixture_weights("tiny-qwen3-fp8");
     expect_refusal(w, 2, false,
                    (const char *const[]){"tensor parallel 2", "layer 0 gate_proj", "[0, 160)",
                                          "of 320", "128-row FP8 scale block", NULL});
     weights_destroy(w);
     /* experts whole satisfy the rule, the dense layers' 320 do not */
-    w = fixture("tiny-qwen3-moe-fp8");
+    w = tu_fixture_weights("tiny-qwen3-moe-fp8");
     expect_refusal(w, 2, true, (const char *const[]){"gate_proj", "160", NULL});
     weights_destroy(w);
     /* tiny FP8 at TP 4: 768 / 4 = 192 */
     w = dummy_tiny_fp8(false);
     expect_refusal(w, 4, false, (const char *const[]){"gate_proj", "[0, 192)", "of 768", NULL});
     weights_destroy(w);
-    w = fixture("tiny-qwen3");
+    w = tu_fixture_weights("tiny-qwen3");
     expect_refusal(w, 3, false,
                    (const char *const[]){"num_attention_heads (4) is not a multiple of 3", NULL});
     expect_refusal(w, 8, false,
                    (const char *const[]){"num_attention_heads (4) is not a multiple of 8", NULL});
     weights_destroy(w);
     /* Gated DeltaNet: 2 key heads over 4 ranks; FP8 q rows of 32 (one key head) per rank */
-    w = fixture("tiny-qwen3.5");
+    w = tu_fixture_weights("tiny-qwen3.5");
     expect_refusal(w, 4, false,
                    (const char *const[]){"linear_num_key_heads (2) is not a multiple of 4", NULL});
     weights_destroy(w);
-    w = fixture("tiny-qwen3.5-fp8");
+    w = tu_fixture_weights("tiny-qwen3.5-fp8");
     expect_refusal(w, 2, false, (const char *const[]){"in_proj_qkv (q rows)", "128-row", NULL});
     weights_destroy(w);
 }
