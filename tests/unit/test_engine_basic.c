@@ -133,8 +133,16 @@ static void expected(const int32_t *prompt, int n_prompt, int n_out, bool random
  * milliseconds). */
 static atomic_int throttle_us;
 
+/* While set, the engine thread waits at its first wake call: a test submits a whole batch
+ * before any of it can run, however the threads are scheduled. */
+static atomic_bool hold_engine;
+
 static void throttle(void *ctx) {
     (void)ctx;
+    while (atomic_load(&hold_engine)) {
+        struct timespec ts = {0, 100 * 1000};
+        nanosleep(&ts, NULL);
+    }
     int us = atomic_load(&throttle_us);
     if (us > 0) {
         struct timespec ts = {0, (long)us * 1000};
@@ -354,16 +362,20 @@ static void test_n_choices(void **state) {
 }
 
 /* Six requests of 190 tokens in a pool for one and a half: the scheduler preempts and
- * recomputes, and every output is what it is alone. */
+ * recomputes, and every output is what it is alone. All six are submitted before the engine
+ * runs any (on a loaded machine the first could otherwise finish before the second arrives,
+ * and nothing would need preempting). */
 static void test_preemption(void **state) {
     engine_t *e = open_null(20, 256);
     enum { N = 6 };
     int32_t prompts[N][40];
     engine_stream_t *s[N];
+    atomic_store(&hold_engine, true);
     for (int i = 0; i < N; i++) {
         prompt_of(prompts[i], 40, 100 * i + 1);
         s[i] = submit(e, prompts[i], 40, 150, i % 2 ? 0.7f : 0.0f, 1, 1000 + (uint64_t)i);
     }
+    atomic_store(&hold_engine, false);
     for (int i = 0; i < N; i++) {
         got_t g = {0};
         collect(s[i], &g);
