@@ -88,6 +88,14 @@ typedef struct backend_options {
 
 typedef struct backend backend_t;
 
+/* A tensor-parallel rank's time (backend_ops_t.rank_stats): the seconds of its forward passes
+ * and, of those, inside collectives (comm.h: waiting for the slowest rank included), over its
+ * steps. */
+typedef struct backend_rank_stats {
+    double forward_s, coll_s;
+    uint64_t steps;
+} backend_rank_stats_t;
+
 /* A device an instance runs on (backend_ops_t.devices). */
 typedef struct backend_device {
     int ordinal;         /* CUDA: the device ordinal */
@@ -154,6 +162,9 @@ typedef struct backend_ops {
      * cuda backend's ranks on one device; engine/tp.h); the engine refuses larger sizes for the
      * others (shard_plan_refuse). */
     bool tensor_parallel;
+    /* Optional (tensor parallel instances, engine/tp.h): each rank's time since create, out[r]
+     * for r < max; returns the ranks. Any thread (a copy under the instance's lock). */
+    int (*rank_stats)(backend_t *be, backend_rank_stats_t *out, int max);
 } backend_ops_t;
 
 /* Every backend instance starts with this header. */

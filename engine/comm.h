@@ -30,6 +30,7 @@
 #define TACHYON_COMM_H
 
 #include <stddef.h>
+#include <time.h>
 
 #include "err.h"
 
@@ -55,7 +56,18 @@ typedef struct comm_ops {
 struct comm {
     const comm_ops_t *ops;
     int rank, size;
+    /* Seconds this rank has spent inside collectives, written by its own thread (read it between
+     * steps): waiting for the slowest rank included, so a rank that waits long is one the others
+     * outpace. The host and single-device communicators wait on the host; NCCL's calls only
+     * queue work on the rank's stream, so there it counts the queueing. */
+    double coll_s;
 };
+
+static inline double comm_clock_(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
 
 /* A group of size ranks (1 <= size <= COMM_MAX_RANKS) that are threads of this process. The
  * caller owns *out. */
@@ -67,18 +79,27 @@ comm_t *comm_rank(comm_group_t *g, int r);
 /* Frees the group and its handles, once no rank is inside a collective. NULL is a no-op. */
 void comm_group_destroy(comm_group_t *g);
 
+/* Each collective adds its time to c->coll_s. */
+#define COMM_TIMED_(c, call)                                                                       \
+    do {                                                                                           \
+        double t0_ = comm_clock_();                                                                \
+        int rc_ = (call);                                                                          \
+        (c)->coll_s += comm_clock_() - t0_;                                                        \
+        return rc_;                                                                                \
+    } while (0)
+
 static inline int comm_all_reduce_sum(comm_t *c, float *buf, size_t n, err_t *err) {
-    return c->ops->all_reduce_sum(c, buf, n, err);
+    COMM_TIMED_(c, c->ops->all_reduce_sum(c, buf, n, err));
 }
 static inline int comm_all_gather(comm_t *c, const void *send, size_t bytes, void *recv,
                                   err_t *err) {
-    return c->ops->all_gather(c, send, bytes, recv, err);
+    COMM_TIMED_(c, c->ops->all_gather(c, send, bytes, recv, err));
 }
 static inline int comm_broadcast(comm_t *c, void *buf, size_t bytes, int root, err_t *err) {
-    return c->ops->broadcast(c, buf, bytes, root, err);
+    COMM_TIMED_(c, c->ops->broadcast(c, buf, bytes, root, err));
 }
 static inline int comm_barrier(comm_t *c, err_t *err) {
-    return c->ops->barrier(c, err);
+    COMM_TIMED_(c, c->ops->barrier(c, err));
 }
 
 #endif

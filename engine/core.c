@@ -646,6 +646,10 @@ static void *core_main(void *arg) {
     return NULL;
 }
 
+int core_rank_stats(core_t *e, backend_rank_stats_t *out, int max) {
+    return e->be->ops->rank_stats ? e->be->ops->rank_stats(e->be, out, max) : 0;
+}
+
 int core_outstanding(core_t *e) {
     return atomic_load(&e->n_outstanding);
 }

@@ -40,6 +40,10 @@ int core_flag_set_async(core_t *c, const char *name, const char *value, engine_f
                         void *ctx, err_t *err);
 bool core_alive(core_t *c);
 
+/* Its tensor-parallel ranks' time (backend_ops_t.rank_stats): out[r] for r < max; returns the
+ * ranks (0 without tensor parallelism). */
+int core_rank_stats(core_t *c, backend_rank_stats_t *out, int max);
+
 /* Requests submitted to this replica and not yet finished (every choice ended): its share of
  * the outstanding work, which the router balances. */
 int core_outstanding(core_t *c);

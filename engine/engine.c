@@ -267,6 +267,13 @@ void engine_replica_stats(engine_t *e, int replica, stats_snapshot_t *out) {
     pthread_rwlock_unlock(&e->lock);
 }
 
+int engine_rank_stats(engine_t *e, int replica, backend_rank_stats_t *out, int max) {
+    pthread_rwlock_rdlock(&e->lock);
+    int n = replica >= 0 && replica < e->n ? core_rank_stats(e->core[replica], out, max) : 0;
+    pthread_rwlock_unlock(&e->lock);
+    return n;
+}
+
 void engine_stats(engine_t *e, stats_snapshot_t *out) {
     pthread_rwlock_rdlock(&e->lock);
     if (e->n <= 1) {

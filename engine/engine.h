@@ -173,6 +173,10 @@ int engine_cancel(engine_t *eng, const char *id);
 void engine_stats(engine_t *eng, stats_snapshot_t *out);
 /* One replica's own stats (0 <= replica < engine_replicas). */
 void engine_replica_stats(engine_t *eng, int replica, stats_snapshot_t *out);
+/* A replica's tensor-parallel ranks: each one's forward seconds, the part of them inside
+ * collectives, and its steps, since the replica opened (backend.h); out[r] for r < max.
+ * Returns the ranks, 0 without tensor parallelism (or while a reload has the replica closed). */
+int engine_rank_stats(engine_t *eng, int replica, backend_rank_stats_t *out, int max);
 
 /* Reads a flag's current value as text ("512", "true", "fcfs"). */
 int engine_flag_get(engine_t *eng, const char *name, char *buf, size_t size, err_t *err);

@@ -9,6 +9,9 @@
 
 typedef struct tp_rank {
     backend_t *be;
+    comm_t *comm;               /* its communicator handle (coll_s) */
+    double t_fwd;               /* the last step's forward, s */
+    backend_rank_stats_t stats; /* under the instance's mu */
     struct tp *tp;
     pthread_t thread;
     bool started;
@@ -49,7 +52,9 @@ static void *rank_main(void *arg) {
         const be_batch_t *b = t->batch;
         float *logits = t->logits;
         pthread_mutex_unlock(&t->mu);
+        double t0 = comm_clock_();
         int rc = backend_forward(r->be, b, logits, &r->err);
+        r->t_fwd = comm_clock_() - t0;
         pthread_mutex_lock(&t->mu);
         r->rc = rc;
         t->done++;
@@ -85,10 +90,18 @@ static int tp_forward(backend_t *base, const be_batch_t *b, float *logits, err_t
     t->step++;
     pthread_cond_broadcast(&t->cv);
     pthread_mutex_unlock(&t->mu);
+    double t0 = comm_clock_();
     int rc = backend_forward(t->rank[0].be, b, logits, err);
+    t->rank[0].t_fwd = comm_clock_() - t0;
     pthread_mutex_lock(&t->mu);
     while (t->done < t->n - 1)
         pthread_cond_wait(&t->cv, &t->mu);
+    for (int i = 0; i < t->n; i++) { /* every rank is between steps: its comm is quiet */
+        tp_rank_t *r = &t->rank[i];
+        r->stats.forward_s += r->t_fwd;
+        r->stats.coll_s = r->comm ? r->comm->coll_s : 0;
+        r->stats.steps++;
+    }
     pthread_mutex_unlock(&t->mu);
     /* the ranks agree on failure before their first collective; a failure of its own on another
      * rank is the one to report */
@@ -204,6 +217,15 @@ static int tp_devices(const backend_t *base, backend_device_t *out, int max) {
     return n;
 }
 
+static int tp_rank_stats(backend_t *base, backend_rank_stats_t *out, int max) {
+    tp_t *t = (tp_t *)base;
+    pthread_mutex_lock(&t->mu);
+    for (int i = 0; i < t->n && i < max; i++)
+        out[i] = t->rank[i].stats;
+    pthread_mutex_unlock(&t->mu);
+    return t->n;
+}
+
 static int tp_max_logit_rows(const backend_t *base) {
     return rank0(base)->ops->max_logit_rows(rank0(base));
 }
@@ -228,7 +250,7 @@ int tp_backend_create(int n, tp_make_rank_fn make_rank, void *user, void (*relea
     pthread_cond_init(&t->cv, NULL);
     for (int i = 0; i < n; i++) {
         t->rank[i] = (tp_rank_t){.tp = t};
-        if (make_rank(user, i, &t->rank[i].be, err) < 0) {
+        if (make_rank(user, i, &t->rank[i].be, &t->rank[i].comm, err) < 0) {
             tp_destroy(&t->base);
             return err_prefix(err, "rank %d", i);
         }
@@ -259,6 +281,7 @@ int tp_backend_create(int n, tp_make_rank_fn make_rank, void *user, void (*relea
         .state_copy = o->state_copy ? tp_state_copy : NULL,
         .devices = o->devices ? tp_devices : NULL,
         .max_logit_rows = o->max_logit_rows ? tp_max_logit_rows : NULL,
+        .rank_stats = tp_rank_stats,
         .tensor_parallel = true,
     };
     t->base.ops = &t->ops;

@@ -13,6 +13,9 @@
  * first collective (a check of the batch that one rank fails and another passes would leave the
  * other waiting).
  *
+ * Each rank's forward time and its time in collectives are kept (rank_stats: the console's rows
+ * per rank show where a step's time goes and which rank the others wait for).
+ *
  * The other operations (KV pool, state slots, configure) run on the engine thread between
  * steps, rank by rank. Sampling, expert counts, routing traces, the KV budget and the logit-row
  * limit are rank 0's (its logits are the whole vocabulary; routing is replicated).
@@ -24,9 +27,11 @@
 #define TACHYON_TP_H
 
 #include "backend.h"
+#include "comm.h"
 
-/* Creates rank `rank`'s backend instance into *out (user: tp_backend_create's). */
-typedef int (*tp_make_rank_fn)(void *user, int rank, backend_t **out, err_t *err);
+/* Creates rank `rank`'s backend instance into *out (user: tp_backend_create's), and says which
+ * communicator handle it uses (*comm, its collective time read for rank_stats). */
+typedef int (*tp_make_rank_fn)(void *user, int rank, backend_t **out, comm_t **comm, err_t *err);
 
 /* The instance over n ranks (2 <= n <= COMM_MAX_RANKS) made by make_rank(user, r, ...) for r in
  * 0..n-1. release(group) runs once every rank is destroyed (the communicator the ranks share;

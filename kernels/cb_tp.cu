@@ -31,11 +31,12 @@ typedef struct make_args {
     bool nccl; /* rank r on device opts->device + r */
 } make_args_t;
 
-static int make_rank(void *user, int rank, backend_t **out, err_t *err) {
+static int make_rank(void *user, int rank, backend_t **out, comm_t **comm_out, err_t *err) {
     const make_args_t *a = (const make_args_t *)user;
     backend_options_t ro = *a->opts;
     if (a->nccl) ro.device = a->opts->device + rank;
     comm_t *c = comm_gpu_rank(a->group, rank);
+    *comm_out = c;
     const bool ep = a->opts->expert_parallel && weights_config(a->w)->n_experts > 0;
     shard_t s = {rank, a->opts->tensor_parallel_size, ep, c};
     if (cb_create_rank(&ro, a->w, &s, out, err) < 0) return -1;

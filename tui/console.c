@@ -44,6 +44,7 @@
 #define RATE_WIN      4    /* tokens/s over the last 4 samples (1 s) */
 #define GPU_PERIOD_S  1.0  /* NVML and /proc read once a second (on the sampler thread) */
 #define OPS_WIN_S     5.0  /* step time, tokens per step, preemptions/s: over the last 5 s */
+#define RANK_WIN_S    1.0  /* the rank rows' per-step times: over intervals of 1 s */
 #define STATS_LINE_S  5.0  /* the log's stats line, as often as tachyon serve's by default */
 
 static const char console_usage[] =
@@ -213,6 +214,36 @@ bool con_quit_command(console_t *c, bool drain) {
 
 /* The GPUs (or the process) once a second, the operator's numbers every sample, and the band
  * grown when they need more rows than it has (o: the counters LATENCY_WIN_S ago). */
+/* The tensor-parallel ranks of every replica, their per-step forward and collective times over
+ * the last RANK_WIN_S interval (kept between intervals; reset when the layout changes). */
+static void sample_ranks(console_t *c, double t) {
+    int dp = engine_replicas(c->eng), n = 0;
+    backend_rank_stats_t cur[UI_VITALS_MAX_RANKS];
+    struct ui_rank who[UI_VITALS_MAX_RANKS];
+    for (int i = 0; i < dp && n < UI_VITALS_MAX_RANKS; i++) {
+        int got = engine_rank_stats(c->eng, i, cur + n, UI_VITALS_MAX_RANKS - n);
+        for (int r = 0; r < got && n < UI_VITALS_MAX_RANKS; r++, n++)
+            who[n] = (struct ui_rank){.replica = dp > 1 ? i : -1, .rank = r};
+    }
+    bool reset = n != c->n_ranks;
+    for (int k = 0; k < n && !reset; k++)
+        reset = cur[k].steps < c->rank_prev[k].steps;
+    if (reset || t - c->rank_prev_t >= RANK_WIN_S) {
+        for (int k = 0; k < n; k++) {
+            uint64_t steps = reset ? 0 : cur[k].steps - c->rank_prev[k].steps;
+            who[k].fwd_ms =
+                steps ? 1e3 * (cur[k].forward_s - c->rank_prev[k].forward_s) / steps : NAN;
+            who[k].coll_ms = steps ? 1e3 * (cur[k].coll_s - c->rank_prev[k].coll_s) / steps : NAN;
+            c->rank_prev[k] = cur[k];
+            c->rank_last[k] = who[k];
+        }
+        c->rank_prev_t = t;
+        c->n_ranks = n;
+    }
+    c->ops.n_ranks = c->n_ranks;
+    memcpy(c->ops.rank, c->rank_last, (size_t)c->n_ranks * sizeof c->rank_last[0]);
+}
+
 static void sample_machine(console_t *c, double t, const counters_t *o) {
     /* the sampler thread's latest (NVML's calls never run here); until its first, none */
     if (c->gpu_sampler) ui_gpu_sampler_latest(c->gpu_sampler, &c->gpu_s, &c->gpu_seq);
@@ -229,6 +260,7 @@ static void sample_machine(console_t *c, double t, const counters_t *o) {
     c->ops.block_size = c->cur_flags.block_size;
     c->ops.max_model_len = c->cur_flags.max_model_len;
     /* data-parallel replicas: a row each, from their own snapshots */
+    sample_ranks(c, t);
     int dp = engine_replicas(c->eng);
     if (dp > 1 && (c->rsnap || (c->rsnap = malloc(sizeof *c->rsnap))))
         for (int i = 0; i < dp && i < UI_VITALS_MAX_REPLICAS; i++) {

@@ -72,6 +72,11 @@ typedef struct console {
     /* metrics */
     stats_snapshot_t *snap;
     stats_snapshot_t *rsnap; /* one replica's, for the vitals' replica rows (data parallel) */
+    /* the vitals' tensor-parallel rank rows (console.c sample_ranks) */
+    int n_ranks;
+    backend_rank_stats_t rank_prev[UI_VITALS_MAX_RANKS]; /* at rank_prev_t */
+    double rank_prev_t;
+    struct ui_rank rank_last[UI_VITALS_MAX_RANKS]; /* the last interval's */
     ui_series_t series[N_METRICS];
     counters_t hist[32]; /* recent counter readings, for rates and latency windows */
     int n_hist;

@@ -312,6 +312,32 @@ static void replica_row(placer_t *p, int i, const struct ui_replica *r) {
     new_row(p);
 }
 
+/* A tensor-parallel rank: "DP1 TP0 fwd 12.3 ms/step coll 1.2 ms (10%)". */
+static void rank_row(placer_t *p, const struct ui_rank *r) {
+    field_t f = {0};
+    if (r->replica >= 0)
+        add(&f, UI_VS_TITLE, "DP%d TP%d", r->replica, r->rank);
+    else
+        add(&f, UI_VS_TITLE, "TP%d", r->rank);
+    place(p, &f, false);
+    f = (field_t){0};
+    add(&f, UI_VS_LABEL, "fwd ");
+    if (isnan(r->fwd_ms)) {
+        add(&f, UI_VS_VALUE, "idle");
+        place(p, &f, false);
+    } else {
+        add(&f, UI_VS_VALUE, "%.1f ms/step", r->fwd_ms);
+        place(p, &f, false);
+        double pct = r->fwd_ms > 0 ? 100.0 * r->coll_ms / r->fwd_ms : 0;
+        f = (field_t){0};
+        add(&f, UI_VS_LABEL, "coll ");
+        add(&f, UI_VS_VALUE, "%.1f ms", r->coll_ms);
+        add(&f, pct >= 50 ? UI_VS_WARN : UI_VS_LABEL, " (%.0f%%)", pct);
+        place(p, &f, false);
+    }
+    new_row(p);
+}
+
 int ui_vitals_lay(const ui_gpu_sample_t *gpu, const ui_ops_t *ops, int width, int max_rows,
                   ui_vseg_t *segs, int max_segs, int *rows) {
     placer_t p = {.segs = segs, .max = max_segs, .width = width, .max_rows = max_rows};
@@ -337,6 +363,11 @@ int ui_vitals_lay(const ui_gpu_sample_t *gpu, const ui_ops_t *ops, int width, in
         if (p.col) new_row(&p);
         for (int i = 0; i < ops->n_replicas && i < UI_VITALS_MAX_REPLICAS && p.row < max_rows; i++)
             replica_row(&p, i, &ops->replica[i]);
+    }
+    if (ops && ops->n_ranks > 0) {
+        if (p.col) new_row(&p);
+        for (int i = 0; i < ops->n_ranks && i < UI_VITALS_MAX_RANKS && p.row < max_rows; i++)
+            rank_row(&p, &ops->rank[i]);
     }
     *rows = p.row + (p.col ? 1 : 0);
     if (*rows > max_rows) *rows = max_rows;

@@ -7,7 +7,8 @@
  * per second, queue time, speculative acceptance (when drafts run), and finished requests by
  * reason (errors highlighted); with data-parallel replicas, a row per replica after them
  * (running, waiting, KV use, generation rate, step time, requests done: where the router put
- * the load).
+ * the load); with tensor parallelism, a row per rank (its forward time per step and the part
+ * spent in collectives: a rank that waits little is the one the others wait for).
  *
  * Pure (no curses): ui_vitals_lay places the fields as styled segments on rows of a given
  * width; a field that does not fit its row goes to the next one (GPU rows drop their last
@@ -29,6 +30,7 @@
 
 #define UI_VITALS_MAX_SEGS     256
 #define UI_VITALS_MAX_REPLICAS 16
+#define UI_VITALS_MAX_RANKS    32
 
 typedef struct ui_ops {
     int kv_used, kv_total;      /* blocks */
@@ -51,6 +53,13 @@ typedef struct ui_ops {
         double step_ms; /* mean step time over the window; NaN: idle */
         uint64_t done;  /* requests finished, any reason */
     } replica[UI_VITALS_MAX_REPLICAS];
+    /* tensor-parallel ranks (of every replica), a row each: per step over the last interval */
+    int n_ranks;
+    struct ui_rank {
+        int replica, rank; /* replica -1: the engine has one */
+        double fwd_ms;     /* forward per step; NaN: no step in the interval */
+        double coll_ms;    /* of which inside collectives (waiting for the others included) */
+    } rank[UI_VITALS_MAX_RANKS];
 } ui_ops_t;
 
 /* The numbers a snapshot gives: KV blocks, prefix hit rate and finishes since start, and the

@@ -13,12 +13,13 @@ typedef struct make_args {
     bool ep;
 } make_args_t;
 
-static int make_rank(void *user, int rank, backend_t **out, err_t *err) {
+static int make_rank(void *user, int rank, backend_t **out, comm_t **comm, err_t *err) {
     const make_args_t *a = user;
     shard_t s = {.rank = rank,
                  .tp = a->opts->tensor_parallel_size,
                  .ep = a->ep,
                  .comm = comm_rank(a->group, rank)};
+    *comm = s.comm;
     return cpu_rank_create(a->opts, a->w, &s, out, err);
 }
 

@@ -260,6 +260,8 @@ static void test_reload_in_place(void **state) {
     nanosleep(&(struct timespec){0, 50000000}, NULL);
     assert_false(atomic_load(&a.done)); /* still draining: the old replica serves its request */
     assert_int_equal(engine_replicas(eng), 1);
+    backend_rank_stats_t none[2];
+    assert_int_equal(engine_rank_stats(eng, 0, none, 2), 0); /* no tensor parallelism */
     int n, reason = drain(inflight, NULL, &n);
     assert_int_equal(reason, ENGINE_FINISH_LENGTH);
     assert_int_equal(n, 120);
@@ -285,6 +287,23 @@ static void test_reload_in_place(void **state) {
     assert_string_equal(buf, "2");
     reference(eng, got);
     assert_memory_equal(got, ref, sizeof ref);
+    /* each replica's two ranks: forward time, the part in collectives, the steps they ran (the
+     * reference went to one replica; the other may have run nothing) */
+    uint64_t ran = 0;
+    for (int r = 0; r < 2; r++) {
+        backend_rank_stats_t rs[4];
+        assert_int_equal(engine_rank_stats(eng, r, rs, 4), 2);
+        assert_int_equal(rs[0].steps, rs[1].steps);
+        ran += rs[0].steps;
+        for (int k = 0; k < 2 && rs[0].steps; k++) {
+            assert_true(rs[k].forward_s > 0);
+            assert_true(rs[k].coll_s > 0 && rs[k].coll_s <= rs[k].forward_s);
+        }
+        print_message("replica %d: %llu steps, rank 0 %.1f ms (%.1f in collectives), rank 1 %.1f "
+                      "ms (%.1f)\n",
+                      r, (unsigned long long)rs[0].steps, 1e3 * rs[0].forward_s, 1e3 * rs[0].coll_s,
+                      1e3 * rs[1].forward_s, 1e3 * rs[1].coll_s);
+    }
 
     /* a layout that cannot open: refused with the reason, the previous one back */
     assert_int_equal(engine_flag_set(eng, "tensor-parallel-size", "3", &err), -1);

@@ -2,7 +2,8 @@
 # Two data-parallel replicas (--data-parallel-size 2) in the console: the header says "DP 2",
 # the numbers band has a row per replica (DP0, DP1), and six clients' completions are spread
 # over both rows' "done" counts; /metrics has each replica's series (engine="0", engine="1").
-# Without the flag there are no replica rows.
+# With tensor parallel 2 as well, a row per rank (DP0 TP0 ... DP1 TP1) with its time per step
+# while requests run. Without the flags there are no replica rows.
 source "$(dirname "$0")/lib.sh"
 command -v curl >/dev/null || { echo "SKIP: curl not installed"; exit 77; }
 
@@ -31,6 +32,22 @@ grep -q '^tachyon:requests_submitted_total{engine="0",model_name="[^"]*"} 3.0$' 
     tui_fail "no engine=\"0\" series: $metrics"
 grep -q '^tachyon:requests_submitted_total{engine="1",model_name="[^"]*"} 3.0$' <<<"$metrics" ||
     tui_fail "no engine=\"1\" series"
+tui_quit
+tmux_ kill-server
+
+# tensor parallel 2 in each replica: a row per rank with its forward and collective times
+tui_start -- --data-parallel-size 2 --tensor-parallel-size 2
+tui_wait '^ready \|'
+tui_screen | head -1 | grep -q '| TP 2 DP 2 |' || tui_fail "the header does not say TP 2 DP 2"
+base=$(url)
+for i in 1 2; do
+    curl -s -m 300 "$base/v1/completions" -H 'Content-Type: application/json' \
+        -d "{\"prompt\": \"long $i\", \"max_tokens\": 3000, \"ignore_eos\": true}" \
+        >"$TUI_DIR/long$i" &
+done
+tui_wait '^ DP0 TP0 +fwd [0-9.]+ ms/step +coll [0-9.]+ ms \([0-9]+%\)'
+tui_wait '^ DP1 TP1 +fwd [0-9.]+ ms/step +coll [0-9.]+ ms \([0-9]+%\)'
+wait
 tui_quit
 tmux_ kill-server
 
