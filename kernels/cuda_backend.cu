@@ -612,4 +612,5 @@ extern "C" const backend_ops_t cuda_backend_ops = {
     cb_devices,
     cb_max_logit_rows,
     true, /* tensor_parallel: ranks on one device (cb_tp.cu) */
+    NULL, /* rank_stats: engine/tp.h's instance has them */
 };
