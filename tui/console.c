@@ -389,6 +389,7 @@ static void frame(console_t *c) {
     c->scroll = out.scroll;
     c->reqs->top = out.reqs_top;
     c->experts_top = out.experts_top;
+    c->experts_page = out.experts_rows;
     c->help_scroll = out.help_scroll;
     c->dirty = false;
     c->last_frame = now_s();

@@ -444,11 +444,13 @@ static void open_help(console_t *c) {
     c->help_scroll = 1 << 20; /* from the top */
 }
 
-/* Scrolls the pane up (rows > 0) or down; the expert-load panel, when open, by its layers (the
- * drawing clamps its top). */
+/* Scrolls the pane up (rows > 0) or down; the expert-load panel, when open, by its layers, at
+ * most to its last page (the drawing clamps its top again as the pane changes). */
 static void scroll_by(console_t *c, int rows) {
     if (c->experts) {
+        int last = c->snap->experts.n_layers - (c->experts_page > 0 ? c->experts_page : 1);
         c->experts_top -= rows;
+        if (c->experts_top > last) c->experts_top = last;
         if (c->experts_top < 0) c->experts_top = 0;
         c->dirty = true;
         return;
@@ -615,10 +617,13 @@ static bool console_key(console_t *c, const input_event_t *ev) {
     if (ev->curses_key) {
         if (ch == KEY_MOUSE) return mouse_event(c);
         if (ch >= KEY_F(1) && ch <= KEY_F(10)) return fkey(c, ch - KEY_F(0));
+        /* a page: the pane's rows less two, or the expert-load panel's layers shown */
+        int page = c->lay.chat.h > 3 ? c->lay.chat.h - 2 : 1;
+        if (c->experts) page = c->experts_page > 1 ? c->experts_page : 1;
         if (ch == KEY_PPAGE)
-            scroll_by(c, c->lay.chat.h > 3 ? c->lay.chat.h - 2 : 1);
+            scroll_by(c, page);
         else if (ch == KEY_NPAGE)
-            scroll_by(c, -(c->lay.chat.h > 3 ? c->lay.chat.h - 2 : 1));
+            scroll_by(c, -page);
         return false;
     }
     if (ch == 12) { /* Ctrl-L */

@@ -691,6 +691,7 @@ void con_draw(con_drawer_t *d, const con_view_t *v, con_drawn_t *out) {
     out->help_scroll = v->help_scroll;
     out->reqs_top = v->reqs ? v->reqs->top : 0;
     out->experts_top = v->experts_top;
+    out->experts_rows = 0;
     werase(stdscr);
     if (v->lay.too_small) {
         curs_set(0);
@@ -714,7 +715,7 @@ void con_draw(con_drawer_t *d, const con_view_t *v, con_drawn_t *out) {
             draw_flags(d, v);
             out->reqs_top = cd_draw_requests(d, v);
             if (v->experts)
-                out->experts_top = cd_draw_experts(d, v);
+                out->experts_top = cd_draw_experts(d, v, &out->experts_rows);
             else
                 out->scroll = draw_chat(d, v);
         }

@@ -111,8 +111,9 @@ typedef struct con_view {
 /* What drawing worked out: the scrolls clamped to the text there is. */
 typedef struct con_drawn {
     int scroll, help_scroll;
-    int reqs_top;    /* the requests table's first row shown */
-    int experts_top; /* the expert-load panel's first MoE layer shown */
+    int reqs_top;     /* the requests table's first row shown */
+    int experts_top;  /* the expert-load panel's first MoE layer shown */
+    int experts_rows; /* and how many it showed (PgUp/PgDn's page); 0 when not drawn */
 } con_drawn_t;
 
 typedef struct con_drawer con_drawer_t;

@@ -41,8 +41,9 @@ static int draw_summary(const char *s, int y, int x, int w, int max) {
     return n > 0 ? n : 1;
 }
 
-int cd_draw_experts(con_drawer_t *d, const con_view_t *v) {
+int cd_draw_experts(con_drawer_t *d, const con_view_t *v, int *rows) {
     layout_rect_t r = v->lay.chat;
+    *rows = 0;
     if (layout_rect_empty(r) || !v->stats) return 0;
     int w = r.w - 1;
     ui_experts_map_t m;
@@ -54,8 +55,9 @@ int cd_draw_experts(con_drawer_t *d, const con_view_t *v) {
     int max_sum =
         m.n_rows > 0 && body >= SUMMARY_MAX + (m.n_rows < 3 ? m.n_rows : 3) + 1 ? SUMMARY_MAX : 1;
     int y = r.y + 1 + draw_summary(summary, r.y + 1, r.x, w, max_sum);
-    int avail = r.y + r.h - y;                          /* rows for the map */
-    int vis = m.n_rows <= avail ? m.n_rows : avail - 1; /* the last says what is left */
+    int avail = r.y + r.h - y; /* rows for the map */
+    /* the last row says what is left, where a layer's row still fits above it */
+    int vis = m.n_rows <= avail ? m.n_rows : avail >= 2 ? avail - 1 : avail;
     if (vis < 0) vis = 0;
     int top = v->experts_top;
     if (top > m.n_rows - vis) top = m.n_rows - vis;
@@ -83,7 +85,8 @@ int cd_draw_experts(con_drawer_t *d, const con_view_t *v) {
         }
         attrset(A_NORMAL);
     }
-    if (vis < m.n_rows && avail > 0) {
+    *rows = vis;
+    if (vis < m.n_rows && avail >= 2) {
         int below = m.n_rows - top - vis;
         if (below > 0)
             cd_putf(d, y + vis, r.x, w, A_DIM, "-- %d more MoE layer%s below (PgDn)%s --", below,

@@ -65,7 +65,7 @@ void cd_bench_numbers(const bench_progress_t *p, bool wide, char *buf, size_t si
 int cd_draw_requests(con_drawer_t *d, const con_view_t *v);
 
 /* The expert-load panel in the chat pane's place (console_draw_experts.c); returns the first
- * MoE layer shown (v->experts_top clamped to the rows there are). */
-int cd_draw_experts(con_drawer_t *d, const con_view_t *v);
+ * MoE layer shown (v->experts_top clamped to the rows there are) and sets *rows to how many. */
+int cd_draw_experts(con_drawer_t *d, const con_view_t *v, int *rows);
 
 #endif

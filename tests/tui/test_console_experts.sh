@@ -5,8 +5,9 @@
 # each MoE layer, which the rows show once the console's next sample has them, and a second
 # completion changes the panel again (it is redrawn from each sample, not printed once): the
 # count since start grows by the second's tokens. The cells are coloured where colours are on.
-# /experts again and Esc give the chat pane back; /experts print leaves a copy in the pane. On
-# the dense fixture the panel says there are no experts.
+# /experts again and Esc give the chat pane back; /experts print leaves a copy in the pane. A
+# dummy model of Qwen3-235B's 94 MoE layers x 128 experts at 80x24 shows the layers that fit and
+# pages through the rest. On the dense fixture the panel says there are no experts.
 source "$(dirname "$0")/lib.sh"
 command -v curl >/dev/null || { echo "SKIP: curl not installed"; exit 77; }
 
@@ -14,9 +15,9 @@ url() { tui_screen | head -1 | grep -Eo 'http://127\.0\.0\.1:[0-9]+'; }
 # the panel's rows: from its title to the REPL line, exclusive
 panel() { tui_screen | sed -n '/Expert load/,$p' | head -n -2; }
 
-# complete IDS MAX_TOKENS: a greedy completion of the token ids; prints the tokens it routed
-# through each MoE layer (each token processed goes to 2 experts; the last sampled one is never
-# processed)
+# complete IDS MAX_TOKENS [TOP_K]: a greedy completion of the token ids; prints the tokens it
+# routed through each MoE layer (each token processed goes to TOP_K experts, 2 by default; the
+# last sampled one is never processed)
 complete() {
     local out p g
     out=$(curl -s -m 120 "$(url)/v1/completions" -H 'Content-Type: application/json' \
@@ -24,7 +25,7 @@ complete() {
     p=$(grep -Eo '"prompt_tokens": ?[0-9]+' <<<"$out" | grep -Eo '[0-9]+$')
     g=$(grep -Eo '"completion_tokens": ?[0-9]+' <<<"$out" | grep -Eo '[0-9]+$')
     [ "$g" = "$2" ] || tui_fail "completion: $out"
-    echo $((2 * (p + g - 1)))
+    echo $((${3:-2} * (p + g - 1)))
 }
 
 check_moe() {
@@ -40,8 +41,8 @@ check_moe() {
     [ "$n1" -gt 0 ] || tui_fail "nothing routed: $n1"
     # the window's counts, or (idle for the whole window on a slow machine) those since start:
     # either way the one request's tokens
-    tui_wait "^L0 +\|[^|]+\| x +[0-9.]+ $n1( |\$)"
-    tui_wait "^L2 +\|[^|]+\| x +[0-9.]+ $n1( |\$)"
+    tui_wait "^L0 +\|[^|]+\| x *[0-9.]+ $n1( |\$)"
+    tui_wait "^L2 +\|[^|]+\| x *[0-9.]+ $n1( |\$)"
     tui_wait "(^| )$((2 * n1)) routed since start"
     tui_wait 'busiest L[02] e[0-7] [0-9]+ tok, [0-9]+% of its layer'
     tui_wait 'worst imbalance L[02] x[0-9]+\.[0-9]+'
@@ -87,6 +88,44 @@ for size in 80x24 120x40 200x50 120x40-plain; do
     tui_quit
     tmux_ kill-server
 done
+
+# Qwen3-235B-A22B's layout (94 MoE layers x 128 experts, top-8) at toy widths with dummy
+# weights, at 80x24: the layers that fit and how many more; PgDn pages by the layers shown, to
+# the last one; PgUp back
+mkdir "$TUI_DIR/moe94"
+sed -e 's/"num_hidden_layers": [0-9]*/"num_hidden_layers": 94/' \
+    -e 's/"num_local_experts": [0-9]*/"num_local_experts": 128/' \
+    -e 's/"num_experts_per_tok": [0-9]*/"num_experts_per_tok": 8/' \
+    -e 's/"hidden_size": [0-9]*/"hidden_size": 64/' -e 's/"head_dim": [0-9]*/"head_dim": 32/' \
+    -e 's/"moe_intermediate_size": [0-9]*/"moe_intermediate_size": 16/' \
+    "$TACHYON_FIXTURES/tiny-qwen3-moe/config.json" | tr -d '\n' |
+    sed -e 's/"mlp_only_layers": *\[[^]]*\]/"mlp_only_layers": []/' >"$TUI_DIR/moe94/config.json"
+# the title's layers shown: "A B"
+range() { tui_screen | grep -Eo 'layers [0-9]+-[0-9]+ of 94' | grep -Eo '[0-9]+-[0-9]+' | tr - ' '; }
+TUI_W=80 TUI_H=24
+tui_run -- console --model "$TUI_DIR/moe94" --load-format dummy --port 0 --threads 2 \
+    --results-dir "$TUI_DIR/results"
+tui_wait '^ready \|'
+tui_send '/experts' Enter
+tui_wait 'Expert load, live: layers 1-[0-9]+ of 94 \(PgUp/PgDn'
+tui_wait '94 MoE layers x 128 experts \(3 a cell\)'
+n=$(complete "5, 6, 7, 8" 6 8)
+tui_wait "^L0 +\|[^|]+\| x *[0-9.]+ $n( |\$)"
+read -r a b <<<"$(range)"
+[ "$a" = 1 ] && [ "$b" -ge 2 ] || tui_fail "layers shown: $a-$b"
+tui_wait "^-- $((94 - b)) more MoE layers below \(PgDn\) --"
+tui_keys NPage
+tui_wait "layers $((b + 1))-$((2 * b)) of 94"
+tui_wait "^L$b +\|[^|]+\| x *[0-9.]+ $n( |\$)"
+tui_wait "more MoE layers below \(PgDn\), more above \(PgUp\) --"
+for _ in $(seq 60); do tui_keys NPage; done
+tui_wait "layers $((94 - b + 1))-94 of 94"
+tui_wait "^L93 +\|[^|]+\| x *[0-9.]+ $n( |\$)"
+tui_wait "^-- $((94 - b)) more MoE layers above \(PgUp\) --"
+tui_keys PPage
+tui_wait "layers $((94 - 2 * b + 1))-$((94 - b)) of 94"
+tui_quit
+tmux_ kill-server
 
 # a dense model: the panel says plainly there are none
 TUI_W=120 TUI_H=40

@@ -770,6 +770,7 @@ static void test_experts_panel(void **state) {
     assert_int_equal(find_row("L0    |"), last - shown); /* under the title and summary */
     assert_true(find_row("L0    |") >= l->chat.y + 2);
     assert_non_null(strstr(row(find_row("L0    |")), "| x ")); /* the tail within the width */
+    assert_int_equal(out.experts_rows, shown);
     f->v.experts_top = 40;
     out = draw(f);
     assert_int_equal(out.experts_top, 40);
