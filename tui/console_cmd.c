@@ -20,7 +20,7 @@ static const char help_keys[] =
     "  Alt-Enter    a new line in the message (a paste keeps its lines)\n"
     "  Tab / Right  complete / accept the dimmed suggestion\n"
     "  Up / Down    history          Ctrl-A/E/B/F/K/U/W/Y  edit the line\n"
-    "  PgUp / PgDn  scroll the chat and output pane (the expert-load panel: its layers)\n"
+    "  PgUp / PgDn  scroll the chat pane (or page the /experts panel)\n"
     "  Esc          close the expert-load panel (/experts); else stop the reply\n"
     "  F2           show / hide the model's reasoning\n"
     "  F3 log (stderr, stats, /set)  F4 zoom charts one by one  F5 rerun /bench  F10 quit\n"
