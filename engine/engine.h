@@ -123,6 +123,10 @@ void engine_describe_backend(const engine_t *eng, char *buf, size_t size);
 /* The devices the engine runs on, in rank order (backend.h: a CUDA ordinal and the PCI bus id
  * NVML finds it by); returns how many (0 on the CPU backend), at most max filled. */
 int engine_devices(const engine_t *eng, backend_device_t *out, int max);
+/* Data-parallel replicas (--data-parallel-size): each a whole engine (model, KV cache, engine
+ * thread, its own devices), requests routed to the least busy unless another holds the prompt's
+ * prefix (router.h). 1 without data parallelism. */
+int engine_replicas(const engine_t *eng);
 
 // ---------------------------------------------------------------------------------------------
 // Requests and streams
@@ -164,18 +168,21 @@ int engine_cancel(engine_t *eng, const char *id);
 // ---------------------------------------------------------------------------------------------
 // Stats and flags
 
-/* A consistent copy of the engine's counters and recent history (stats.h). */
+/* A consistent copy of the engine's counters and recent history (stats.h); with data-parallel
+ * replicas their sum (stats_merge). */
 void engine_stats(engine_t *eng, stats_snapshot_t *out);
+/* One replica's own stats (0 <= replica < engine_replicas). */
+void engine_replica_stats(engine_t *eng, int replica, stats_snapshot_t *out);
 
 /* Reads a flag's current value as text ("512", "true", "fcfs"). */
 int engine_flag_get(engine_t *eng, const char *name, char *buf, size_t size, err_t *err);
 
-/* Changes a flag while the engine runs. live flags apply from the next step; rebuild flags
- * drain the batch (running requests are preempted and recomputed, none lost), rebuild the KV
- * pool and resume, and the call returns once that is done (or refused: a max-model-len that a
- * queued request does not fit in, a pool too small for one max-model-len sequence); reload
- * flags are refused with a message saying a restart is needed. A bad value changes nothing and
- * the message says why. max-model-len reads back as the effective value (0 sets the model's). */
+/* Changes a flag while the engine runs (on every replica). live flags apply from the next step;
+ * rebuild flags drain the batch (running requests are preempted and recomputed, none lost), rebuild
+ * the KV pool and resume, and the call returns once that is done (or refused: a max-model-len that
+ * a queued request does not fit in, a pool too small for one max-model-len sequence); reload flags
+ * are refused with a message saying a restart is needed. A bad value changes nothing and the
+ * message says why. max-model-len reads back as the effective value (0 sets the model's). */
 int engine_flag_set(engine_t *eng, const char *name, const char *value, err_t *err);
 
 /* engine_flag_set without waiting for a rebuild, for threads that must not block (an HTTP

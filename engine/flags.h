@@ -79,6 +79,7 @@ typedef struct flag_values {
     /* model (reload) */
     int tensor_parallel_size;
     bool enable_expert_parallel;
+    int data_parallel_size;
     /* speculative decoding (live; spec.h) */
     int speculative_method;                /* spec_method_t */
     int num_speculative_tokens;            /* drafts per sequence and step (0 = off) */

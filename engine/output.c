@@ -13,7 +13,7 @@
 // Events
 
 /* Puts a stream with new events (or a lost FINISH to tell) in the step's list to publish. */
-static inline void mark_pending(engine_t *e, engine_stream_t *s) {
+static inline void mark_pending(core_t *e, engine_stream_t *s) {
     if (s->pending) return;
     s->pending = true;
     s->next_pending = e->to_publish;
@@ -21,7 +21,7 @@ static inline void mark_pending(engine_t *e, engine_stream_t *s) {
 }
 
 /* Opens an event of choice q (see stream_open_event) and lists its stream for publication. */
-static inline char *open_event(engine_t *e, eng_choice_t *q, engine_event_type_t type,
+static inline char *open_event(core_t *e, eng_choice_t *q, engine_event_type_t type,
                                const sampler_result_t *r, size_t text_max, evrec_t **out) {
     eng_req_t *req = q->req;
     char *p =
@@ -31,7 +31,7 @@ static inline char *open_event(engine_t *e, eng_choice_t *q, engine_event_type_t
 }
 
 /* An event with the step's token (r, may be NULL) and the text[0..len). */
-static evrec_t *write_event(engine_t *e, eng_choice_t *q, engine_event_type_t type,
+static evrec_t *write_event(core_t *e, eng_choice_t *q, engine_event_type_t type,
                             const sampler_result_t *r, const char *text, size_t len) {
     evrec_t *rec;
     char *p = open_event(e, q, type, r, len, &rec);
@@ -44,7 +44,7 @@ static evrec_t *write_event(engine_t *e, eng_choice_t *q, engine_event_type_t ty
 /* One fence for all streams orders every publication before every look at a stream's waiters
  * (engine_stream_wait registers itself and looks again after a fence of its own, so no wakeup
  * is lost). */
-void output_flush(engine_t *e) {
+void output_flush(core_t *e) {
     for (engine_stream_t *s = e->to_publish; s; s = s->next_pending)
         stream_publish(s);
     atomic_thread_fence(memory_order_seq_cst);
@@ -59,7 +59,7 @@ void output_flush(engine_t *e) {
 // ---------------------------------------------------------------------------------------------
 // Finishing and forking
 
-void output_finish_choice(engine_t *e, eng_choice_t *q, engine_finish_reason_t reason,
+void output_finish_choice(core_t *e, eng_choice_t *q, engine_finish_reason_t reason,
                           const sampler_result_t *r, int32_t stop_token, int stop_idx,
                           const char *error) {
     eng_req_t *req = q->req;
@@ -135,13 +135,13 @@ void output_finish_choice(engine_t *e, eng_choice_t *q, engine_finish_reason_t r
     }
 }
 
-void output_end_request(engine_t *e, eng_req_t *req, engine_finish_reason_t reason,
+void output_end_request(core_t *e, eng_req_t *req, engine_finish_reason_t reason,
                         const char *error) {
     for (int c = 0; c < req->n; c++)
         output_finish_choice(e, &req->choices[c], reason, NULL, -1, -1, error);
 }
 
-void output_fork_choices(engine_t *e, eng_req_t *req) {
+void output_fork_choices(core_t *e, eng_req_t *req) {
     sched_seq_t *parent = &req->choices[0].b.s;
     for (int c = 1; c < req->n; c++) {
         eng_choice_t *q = &req->choices[c];
@@ -199,13 +199,13 @@ static bool has_id(const int32_t *ids, int n, int32_t id) {
     return false;
 }
 
-void output_flush_itl(engine_t *e) {
+void output_flush_itl(core_t *e) {
     for (int i = 0; i < e->n_itl; i++)
         stats_record_itl_n(e->stats, e->itl_v[i], e->itl_n[i]);
     e->n_itl = 0;
 }
 
-static void add_itl(engine_t *e, double v) {
+static void add_itl(core_t *e, double v) {
     for (int i = e->n_itl - 1; i >= 0; i--)
         if (e->itl_v[i] == v) {
             e->itl_n[i]++;
@@ -216,7 +216,7 @@ static void add_itl(engine_t *e, double v) {
     e->itl_n[e->n_itl++] = 1;
 }
 
-void output_on_token(engine_t *e, eng_choice_t *q, const sampler_result_t *r, double now) {
+void output_on_token(core_t *e, eng_choice_t *q, const sampler_result_t *r, double now) {
     eng_req_t *req = q->req;
     const sampling_params_t *sp = &req->sp;
     sched_seq_t *s = &q->b.s;

@@ -11,36 +11,36 @@
  *     output_end_request(e, req, ENGINE_FINISH_ABORT, NULL);   // a cancel
  *     output_flush(e);                              // end of step: publish, then notify
  *
- * Engine thread only (engine_int.h).
+ * Engine thread only (core_int.h).
  */
 #ifndef TACHYON_OUTPUT_H
 #define TACHYON_OUTPUT_H
 
-#include "engine_int.h"
+#include "core_int.h"
 
 /* Appends a sampled token to its choice, checks the stop conditions and queues what it
  * produced (a delta, or the FINISH). */
-void output_on_token(engine_t *e, eng_choice_t *q, const sampler_result_t *r, double now);
+void output_on_token(core_t *e, eng_choice_t *q, const sampler_result_t *r, double now);
 
 /* Ends one choice: frees its blocks, records it and queues its FINISH with the step's token
  * (r, may be NULL) and the text still held back (already cut at a stop string when stop_idx >=
  * 0; otherwise the detokenizer's tail is added). A no-op for a finished choice. */
-void output_finish_choice(engine_t *e, eng_choice_t *q, engine_finish_reason_t reason,
+void output_finish_choice(core_t *e, eng_choice_t *q, engine_finish_reason_t reason,
                           const sampler_result_t *r, int32_t stop_token, int stop_idx,
                           const char *error);
 
 /* Finishes every unfinished choice (cancel, error, close). */
-void output_end_request(engine_t *e, eng_req_t *req, engine_finish_reason_t reason,
+void output_end_request(core_t *e, eng_req_t *req, engine_finish_reason_t reason,
                         const char *error);
 
 /* Starts choices 1..n-1 from choice 0, whose prompt is now computed. */
-void output_fork_choices(engine_t *e, eng_req_t *req);
+void output_fork_choices(core_t *e, eng_req_t *req);
 
 /* Publishes the step's events, then notifies their readers (one fence for all streams). */
-void output_flush(engine_t *e);
+void output_flush(core_t *e);
 
 /* Hands the step's grouped inter-token latencies to the stats. */
-void output_flush_itl(engine_t *e);
+void output_flush_itl(core_t *e);
 
 /* Stop strings. held_back: bytes at the end of text[0..n) to hold back, the longest suffix
  * that is a proper prefix of a stop string (it may still grow into one), moved back to a

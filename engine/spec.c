@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine_int.h"
+#include "core_int.h"
 #include "grow.h"
 #include "json.h"
 
@@ -164,12 +164,12 @@ static void trim(eng_choice_t *q, int n) {
     q->b.n_draft -= n;
 }
 
-static void free_snap(engine_t *e, eng_choice_t *q) {
+static void free_snap(core_t *e, eng_choice_t *q) {
     if (q->spec_snap >= 0) kv_state_free(e->kv, q->spec_snap);
     q->spec_snap = -1;
 }
 
-void spec_draft(engine_t *e) {
+void spec_draft(core_t *e) {
     spec_t *sp = e->spec;
     sp->n_drafted = 0;
     e->batch.n_drafts = 0;
@@ -221,7 +221,7 @@ void spec_draft(engine_t *e) {
     }
 }
 
-void spec_plan(engine_t *e, sched_out_t *out) {
+void spec_plan(core_t *e, sched_out_t *out) {
     spec_t *sp = e->spec;
     if (sp->n_drafted == 0) return;
     int total = 0, most = out->n;
@@ -269,7 +269,7 @@ void spec_plan(engine_t *e, sched_out_t *out) {
     e->batch.n_drafts = total;
 }
 
-const bool *spec_verify(engine_t *e, sched_out_t *out, const be_batch_t *b) {
+const bool *spec_verify(core_t *e, sched_out_t *out, const be_batch_t *b) {
     spec_t *sp = e->spec;
     if (sp->n_drafted == 0) return NULL; /* spec_plan made room for every row in emit */
     uint64_t per_pos[SPEC_MAX_TOKENS] = {0}, drafts = 0, drafted = 0, accepted = 0;
@@ -320,7 +320,7 @@ const bool *spec_verify(engine_t *e, sched_out_t *out, const be_batch_t *b) {
     return sp->emit;
 }
 
-void spec_drop(engine_t *e) {
+void spec_drop(core_t *e) {
     spec_t *sp = e->spec;
     for (int j = 0; j < sp->n_drafted; j++) {
         eng_choice_t *q = sp->drafted[j];

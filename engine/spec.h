@@ -56,7 +56,7 @@ typedef enum spec_method {
 } spec_method_t;
 
 struct flag_values;
-struct engine;
+struct core;
 struct sched_out;
 struct be_batch;
 
@@ -85,27 +85,27 @@ const spec_drafter_t *spec_drafter(spec_method_t m);
  * "x"). Returns how many were written to out: k, or 0 when nothing matches. */
 int spec_ngram_propose(const int32_t *tokens, int n, int nmin, int nmax, int k, int32_t *out);
 
-/* The engine's speculative state (engine_int.h holds a pointer). NULL when out of memory. */
+/* The engine's speculative state (core_int.h holds a pointer). NULL when out of memory. */
 typedef struct spec spec_t;
 spec_t *spec_create(void);
 void spec_destroy(spec_t *sp);
 
 /* Before scheduling: appends drafts to the running sequences that decode (flags permitting). */
-void spec_draft(struct engine *e);
+void spec_draft(struct core *e);
 
 /* After scheduling: drops the drafts a sequence was not planned to compute (budget, preemption,
  * no spare state slot) and snapshots the state of sequences with state. Sets the batch's count
  * of draft rows. */
-void spec_plan(struct engine *e, struct sched_out *out);
+void spec_plan(struct core *e, struct sched_out *out);
 
 /* After sampling, before sched_advance: accepts each sequence's drafts against the rows sampled
  * at their positions, takes the drafts back out of the tokens (the output appends what is
  * accepted), trims the plan to the accepted positions (or rolls recurrent state back) and
  * counts the stats. Returns which of the b->n_logits rows are output ([n_logits], valid until
  * the next step), or NULL when the step had no drafts (every row is). */
-const bool *spec_verify(struct engine *e, struct sched_out *out, const struct be_batch *b);
+const bool *spec_verify(struct core *e, struct sched_out *out, const struct be_batch *b);
 
 /* Takes every draft still appended back out (a failed step) and frees snapshot slots. */
-void spec_drop(struct engine *e);
+void spec_drop(struct core *e);
 
 #endif

@@ -198,6 +198,14 @@ void stats_record_experts(stats_t *st, const uint64_t *total, double t);
 
 void stats_snapshot(stats_t *st, stats_snapshot_t *out);
 
+#define STATS_MERGE_MAX 16 /* snapshots stats_merge takes */
+
+/* A data-parallel engine's snapshot from its replicas' (stats_merge.c): gauges, counters,
+ * histograms and expert counts summed; the live choices of all, oldest first, and the newest
+ * finished ones; the step rings merged by time, each step's gauges the sum of every replica's
+ * latest then. At most STATS_MERGE_MAX parts. */
+void stats_merge(stats_snapshot_t *out, stats_snapshot_t *const *parts, int n);
+
 /* Quantile q in [0, 1] of a histogram, interpolated within the bucket (Prometheus'
  * histogram_quantile: the first bucket starts at 0, a quantile in the +Inf bucket is the
  * highest finite bound); NaN when empty or q is outside [0, 1]. Unlike Prometheus, q = 0 gives

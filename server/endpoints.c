@@ -39,9 +39,15 @@ enum MHD_Result srv_models(req_t *r) {
 
 enum MHD_Result srv_metrics(req_t *r) {
     http_server_t *s = r->srv;
-    stats_snapshot_t *snap = malloc(sizeof *snap);
+    int n = engine_replicas(s->eng);
+    if (n > STATS_MERGE_MAX) n = STATS_MERGE_MAX;
+    stats_snapshot_t *snap = malloc((size_t)n * sizeof *snap);
     if (!snap) return srv_fail(r, 500, NULL, "out of memory");
-    engine_stats(s->eng, snap);
+    const stats_snapshot_t *snaps[STATS_MERGE_MAX];
+    for (int i = 0; i < n; i++) {
+        engine_replica_stats(s->eng, i, &snap[i]);
+        snaps[i] = &snap[i];
+    }
     char bs[32] = "16", dtype[32] = "auto", pc[8] = "true";
     err_t err;
     engine_flag_get(s->eng, "block-size", bs, sizeof bs, &err);
@@ -58,7 +64,7 @@ enum MHD_Result srv_metrics(req_t *r) {
     if (di) info.connections = di->num_connections;
     jbuf_t b;
     jb_init(&b);
-    metrics_render(s->metrics, snap, &info, &b);
+    metrics_render(s->metrics, snaps, n, &info, &b);
     free(snap);
     enum MHD_Result rc =
         b.oom ? MHD_NO

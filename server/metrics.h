@@ -9,8 +9,8 @@
  *     metrics_t *m = metrics_create(max_model_len);
  *     metrics_request_done(m, &done);                      // any thread, per finished request
  *     metrics_add(m, METRIC_DISCONNECTS, 1);
- *     stats_snapshot_t *snap = ...; engine_stats(eng, snap);
- *     metrics_render(m, snap, &info, &buf);
+ *     stats_snapshot_t *snap = ...; engine_replica_stats(eng, 0, snap);   // each replica
+ *     metrics_render(m, (const stats_snapshot_t *const[]){snap}, 1, &info, &buf);
  *     metrics_destroy(m);
  */
 #ifndef TACHYON_METRICS_H
@@ -61,8 +61,12 @@ void metrics_destroy(metrics_t *m);
 void metrics_request_done(metrics_t *m, const metrics_request_t *r);
 void metrics_add(metrics_t *m, metric_counter_t c, uint64_t n);
 
-/* Appends the exposition text (format 0.0.4). */
-void metrics_render(metrics_t *m, const stats_snapshot_t *s, const metrics_info_t *info,
-                    jbuf_t *out);
+/* Appends the exposition text (format 0.0.4) for an engine of n data-parallel replicas
+ * (snaps[i]: engine_replica_stats of replica i; at most STATS_MERGE_MAX): the engine's series once
+ * per replica, labelled engine="i" as vLLM labels its data-parallel engines (their sum is the
+ * engine's: sum by (model_name)), the server's own series (request histograms, HTTP) once under
+ * engine="0". */
+void metrics_render(metrics_t *m, const stats_snapshot_t *const *snaps, int n,
+                    const metrics_info_t *info, jbuf_t *out);
 
 #endif

@@ -228,6 +228,13 @@ static void sample_machine(console_t *c, double t, const counters_t *o) {
     ui_ops_from_stats(s, t, OPS_WIN_S, &c->ops);
     c->ops.block_size = c->cur_flags.block_size;
     c->ops.max_model_len = c->cur_flags.max_model_len;
+    /* data-parallel replicas: a row each, from their own snapshots */
+    int dp = engine_replicas(c->eng);
+    if (dp > 1 && (c->rsnap || (c->rsnap = malloc(sizeof *c->rsnap))))
+        for (int i = 0; i < dp && i < UI_VITALS_MAX_REPLICAS; i++) {
+            engine_replica_stats(c->eng, i, c->rsnap);
+            ui_ops_replica(&c->ops, i, c->rsnap, t, OPS_WIN_S);
+        }
     const counters_t *k = &c->hist[c->n_hist - 1];
     if (k->queue_n > o->queue_n)
         c->ops.queue_ms = 1e3 * (k->queue_sum - o->queue_sum) / (double)(k->queue_n - o->queue_n);
@@ -470,8 +477,12 @@ static void describe(console_t *c, const cli_engine_t *ce, const cli_server_t *s
     else if (o->model.format == LOAD_DUMMY)
         snprintf(c->model_note, sizeof c->model_note, "(dummy random weights)");
     engine_describe_backend(c->eng, c->backend, sizeof c->backend);
-    snprintf(c->layout_desc, sizeof c->layout_desc, "TP %d%s", o->flags.tensor_parallel_size,
-             o->flags.enable_expert_parallel ? " EP" : "");
+    const char *ep = o->flags.enable_expert_parallel ? " EP" : "";
+    int tp = o->flags.tensor_parallel_size, dp = engine_replicas(c->eng);
+    if (dp > 1)
+        snprintf(c->layout_desc, sizeof c->layout_desc, "TP %d%s DP %d", tp, ep, dp);
+    else
+        snprintf(c->layout_desc, sizeof c->layout_desc, "TP %d%s", tp, ep);
 }
 
 static int init_curses(console_t *c) {
@@ -569,6 +580,7 @@ static void console_free(console_t *c) {
     jb_free(&c->reply_text);
     free(c->system);
     free(c->snap);
+    free(c->rsnap);
     free(c->reqs);
     con_drawer_destroy(c->drawer);
     ui_gpu_sampler_stop(c->gpu_sampler);

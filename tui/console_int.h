@@ -71,6 +71,7 @@ typedef struct console {
     bool log_echo; /* ...and also written to stderr itself (a file: every line kept) */
     /* metrics */
     stats_snapshot_t *snap;
+    stats_snapshot_t *rsnap; /* one replica's, for the vitals' replica rows (data parallel) */
     ui_series_t series[N_METRICS];
     counters_t hist[32]; /* recent counter readings, for rates and latency windows */
     int n_hist;

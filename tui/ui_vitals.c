@@ -41,6 +41,30 @@ void ui_ops_from_stats(const stats_snapshot_t *s, double now, double window_s, u
     o->spec_mean_len = s->spec_drafts ? stats_spec_mean_length(s) : 0;
 }
 
+void ui_ops_replica(ui_ops_t *o, int i, const stats_snapshot_t *s, double now, double window_s) {
+    if (i < 0 || i >= UI_VITALS_MAX_REPLICAS) return;
+    struct ui_replica *r = &o->replica[i];
+    *r = (struct ui_replica){.running = s->running,
+                             .waiting = s->waiting,
+                             .kv_used = s->kv_used,
+                             .kv_total = s->kv_total};
+    double step = 0, gen = 0;
+    int n = 0;
+    for (int k = s->n_steps - 1; k >= 0; k--) {
+        const stats_step_t *st = &s->steps_ring[k];
+        if (st->t <= now - window_s) break;
+        gen += st->decode_tokens + st->accepted;
+        if (st->prefill_tokens + st->decode_tokens == 0) continue;
+        step += st->step_ms;
+        n++;
+    }
+    r->gen_tps = window_s > 0 ? gen / window_s : 0;
+    r->step_ms = n ? step / n : NAN;
+    for (int k = 0; k < 4; k++)
+        r->done += s->requests_finished[k];
+    if (o->n_replicas < i + 1) o->n_replicas = i + 1;
+}
+
 ui_vstyle_t ui_vitals_grade(double pct) {
     return isnan(pct) ? UI_VS_VALUE : pct < 70 ? UI_VS_GOOD : pct < 90 ? UI_VS_WARN : UI_VS_BAD;
 }
@@ -260,6 +284,34 @@ static void ops_fields(placer_t *p, const ui_ops_t *o) {
     place(p, &f, true);
 }
 
+/* A data-parallel replica: "DP1 run 3 wait 0 KV 45% gen 120 tok/s step 12.3 ms done 57". */
+static void replica_row(placer_t *p, int i, const struct ui_replica *r) {
+    field_t f = {0};
+    add(&f, UI_VS_TITLE, "DP%d", i);
+    place(p, &f, false);
+    f = (field_t){0};
+    add(&f, UI_VS_LABEL, "run ");
+    add(&f, UI_VS_VALUE, "%d", r->running);
+    add(&f, UI_VS_LABEL, " wait ");
+    add(&f, r->waiting ? UI_VS_WARN : UI_VS_VALUE, "%d", r->waiting);
+    place(p, &f, false);
+    double pct = r->kv_total ? 100.0 * r->kv_used / r->kv_total : NAN;
+    num(p, false, "KV ", ui_vitals_grade(pct), "%.0f%%", pct);
+    num(p, false, "gen ", UI_VS_VALUE, "%.1f tok/s", r->gen_tps);
+    f = (field_t){0};
+    add(&f, UI_VS_LABEL, "step ");
+    if (isnan(r->step_ms))
+        add(&f, UI_VS_VALUE, "idle");
+    else
+        add(&f, UI_VS_VALUE, "%.1f ms", r->step_ms);
+    place(p, &f, false);
+    f = (field_t){0};
+    add(&f, UI_VS_LABEL, "done ");
+    add(&f, UI_VS_VALUE, "%llu", (unsigned long long)r->done);
+    place(p, &f, false);
+    new_row(p);
+}
+
 int ui_vitals_lay(const ui_gpu_sample_t *gpu, const ui_ops_t *ops, int width, int max_rows,
                   ui_vseg_t *segs, int max_segs, int *rows) {
     placer_t p = {.segs = segs, .max = max_segs, .width = width, .max_rows = max_rows};
@@ -281,6 +333,11 @@ int ui_vitals_lay(const ui_gpu_sample_t *gpu, const ui_ops_t *ops, int width, in
         if (gpu->n == 0) new_row(&p);
     }
     if (ops && p.row < max_rows) ops_fields(&p, ops);
+    if (ops && ops->n_replicas > 1) {
+        if (p.col) new_row(&p);
+        for (int i = 0; i < ops->n_replicas && i < UI_VITALS_MAX_REPLICAS && p.row < max_rows; i++)
+            replica_row(&p, i, &ops->replica[i]);
+    }
     *rows = p.row + (p.col ? 1 : 0);
     if (*rows > max_rows) *rows = max_rows;
     return p.n;

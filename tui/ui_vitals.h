@@ -5,7 +5,9 @@
  * /metrics carry them: KV cache used/total in tokens and blocks, the concurrency the pool holds
  * at max-model-len, prefix-cache hit rate, step and forward time, tokens per step, preemptions
  * per second, queue time, speculative acceptance (when drafts run), and finished requests by
- * reason (errors highlighted).
+ * reason (errors highlighted); with data-parallel replicas, a row per replica after them
+ * (running, waiting, KV use, generation rate, step time, requests done: where the router put
+ * the load).
  *
  * Pure (no curses): ui_vitals_lay places the fields as styled segments on rows of a given
  * width; a field that does not fit its row goes to the next one (GPU rows drop their last
@@ -25,7 +27,8 @@
 #include "stats.h"
 #include "ui_gpu.h"
 
-#define UI_VITALS_MAX_SEGS 256
+#define UI_VITALS_MAX_SEGS     256
+#define UI_VITALS_MAX_REPLICAS 16
 
 typedef struct ui_ops {
     int kv_used, kv_total;      /* blocks */
@@ -40,12 +43,23 @@ typedef struct ui_ops {
     double spec_mean_len;       /* tokens per verifying sequence and step since start (>= 1);
                                    0: speculative decoding has not run */
     uint64_t finished[4];       /* by engine_finish_reason_t: stop, length, abort, error */
+    /* data-parallel replicas (engine_replicas > 1; else 0): a row each */
+    int n_replicas;
+    struct ui_replica {
+        int running, waiting, kv_used, kv_total;
+        double gen_tps; /* generated tokens per second over the window */
+        double step_ms; /* mean step time over the window; NaN: idle */
+        uint64_t done;  /* requests finished, any reason */
+    } replica[UI_VITALS_MAX_REPLICAS];
 } ui_ops_t;
 
 /* The numbers a snapshot gives: KV blocks, prefix hit rate and finishes since start, and the
  * step means over the steps of the last window_s seconds before now (engine_now() clock).
  * block_size, max_model_len and queue_ms are left 0 / NaN for the caller. */
 void ui_ops_from_stats(const stats_snapshot_t *s, double now, double window_s, ui_ops_t *o);
+/* Replica i's row of o from its own snapshot (engine_replica_stats), over the same window; sets
+ * o->n_replicas to at least i + 1. */
+void ui_ops_replica(ui_ops_t *o, int i, const stats_snapshot_t *s, double now, double window_s);
 
 typedef enum ui_vstyle {
     UI_VS_LABEL, /* a field's name: dim */

@@ -48,7 +48,7 @@ static void round_trip(const uint8_t *data, size_t size) {
     metrics_info_t info = {.model_name = name, .block_size = 16, .kv_cache_dtype = "auto"};
     jbuf_t b;
     jb_init(&b);
-    metrics_render(m, st, &info, &b);
+    metrics_render(m, (const stats_snapshot_t *const[]){st}, 1, &info, &b);
     if (b.oom) abort();
     ui_fleet_scrape_t s;
     FZ_CHECK(ui_fleet_parse(b.p, b.len, &s) == 0, "the exporter's text not read");

@@ -68,6 +68,7 @@ static void test_defaults(void **state) {
     assert_true(v.kv_cache_memory == 0);
     assert_int_equal(v.tensor_parallel_size, 1);
     assert_false(v.enable_expert_parallel);
+    assert_int_equal(v.data_parallel_size, 1);
     assert_int_equal(v.speculative_method, 1); /* ngram: num-speculative-tokens alone turns it on */
     assert_int_equal(v.num_speculative_tokens, 0);
     assert_int_equal(v.prompt_lookup_max, 5);
@@ -79,7 +80,7 @@ static void test_defaults(void **state) {
 static void test_table_round_trip(void **state) {
     (void)state;
     int n = flags_count();
-    assert_int_equal(n, 27);
+    assert_int_equal(n, 28);
     assert_null(flags_at(n));
     assert_null(flags_at(-1));
     flag_values_t v;
@@ -133,6 +134,7 @@ static void test_apply_classes(void **state) {
         assert_int_equal(must_find(rebuild[i])->apply, FLAG_REBUILD);
     assert_int_equal(must_find("tensor-parallel-size")->apply, FLAG_RELOAD);
     assert_int_equal(must_find("enable-expert-parallel")->apply, FLAG_RELOAD);
+    assert_int_equal(must_find("data-parallel-size")->apply, FLAG_RELOAD);
     assert_string_equal(flag_apply_name(FLAG_LIVE), "live");
     assert_string_equal(flag_apply_name(FLAG_REBUILD), "rebuild");
     assert_string_equal(flag_apply_name(FLAG_RELOAD), "reload");

@@ -23,7 +23,7 @@
 enum { EOS = 151645, MML = 64 };
 
 typedef struct world {
-    engine_t e;
+    core_t e;
     mdir_t *dir;
 } world_t;
 

@@ -146,7 +146,7 @@ static void test_metrics(void **state) {
         .model_name = "we\"ird\\name", .block_size = 16, .kv_cache_dtype = "auto"};
     jbuf_t b;
     jb_init(&b);
-    metrics_render(m, s, &info, &b);
+    metrics_render(m, (const stats_snapshot_t *const[]){s}, 1, &info, &b);
     assert_false(b.oom);
     const char *l = "engine=\"0\",model_name=\"we\\\"ird\\\\name\"";
     char want[512];
@@ -187,7 +187,7 @@ static void test_metrics(void **state) {
     s->spec_accepted_per_pos[2] = 1;
     s->spec_k = 3;
     jb_init(&b);
-    metrics_render(m, s, &info, &b);
+    metrics_render(m, (const stats_snapshot_t *const[]){s}, 1, &info, &b);
     snprintf(want, sizeof want,
              "vllm:spec_decode_num_drafts_total{%s} 10.0\n"
              "# HELP vllm:spec_decode_num_draft_tokens_total Number of draft tokens.\n"
@@ -215,7 +215,7 @@ static void test_metrics(void **state) {
         s->experts.window[c] = window[c];
     }
     jb_init(&b);
-    metrics_render(m, s, &info, &b);
+    metrics_render(m, (const stats_snapshot_t *const[]){s}, 1, &info, &b);
     snprintf(want, sizeof want,
              "tachyon:moe_expert_tokens_total{%s,layer=\"3\",expert=\"2\"} 106.0\n", l);
     assert_non_null(strstr(b.p, want));
@@ -230,6 +230,42 @@ static void test_metrics(void **state) {
     free(s);
     metrics_destroy(m);
     metrics_destroy(NULL);
+}
+
+/* Two data-parallel replicas: each engine family has one HELP and TYPE and then a sample per
+ * replica labelled engine="0" and engine="1"; the server's own series are there once. */
+static void test_metrics_replicas(void **state) {
+    (void)state;
+    metrics_t *m = metrics_create(1024);
+    stats_snapshot_t *s = calloc(2, sizeof *s);
+    s[0].running = 3, s[1].running = 4;
+    s[0].kv_total = 10, s[1].kv_total = 30;
+    s[1].ttft.n_bounds = 1;
+    s[1].ttft.bounds[0] = 1;
+    s[1].ttft.counts[0] = 2;
+    s[1].ttft.count = 2;
+    metrics_info_t info = {.model_name = "m", .block_size = 16, .kv_cache_dtype = "auto"};
+    jbuf_t b;
+    jb_init(&b);
+    metrics_render(m, (const stats_snapshot_t *const[]){&s[0], &s[1]}, 2, &info, &b);
+    assert_false(b.oom);
+    assert_non_null(strstr(b.p, "# TYPE vllm:num_requests_running gauge\n"
+                                "vllm:num_requests_running{engine=\"0\",model_name=\"m\"} 3.0\n"
+                                "vllm:num_requests_running{engine=\"1\",model_name=\"m\"} 4.0\n"));
+    assert_non_null(strstr(b.p, "vllm:time_to_first_token_seconds_count{engine=\"0\",model_name="
+                                "\"m\"} 0.0\n"));
+    assert_non_null(strstr(b.p, "vllm:time_to_first_token_seconds_count{engine=\"1\",model_name="
+                                "\"m\"} 2.0\n"));
+    assert_non_null(strstr(b.p, "num_gpu_blocks=\"30\"} 1.0"));
+    /* one HELP per family, and the server's histograms once */
+    const char *help = "# HELP vllm:num_requests_running ";
+    assert_null(strstr(strstr(b.p, help) + 1, help));
+    assert_non_null(strstr(b.p, "vllm:request_prompt_tokens_count{engine=\"0\""));
+    assert_null(strstr(b.p, "vllm:request_prompt_tokens_count{engine=\"1\""));
+    assert_null(strstr(b.p, "tachyon:http_connections{engine=\"1\""));
+    jb_free(&b);
+    free(s);
+    metrics_destroy(m);
 }
 
 /* /admin answers loopback peers only when no API key is set: which addresses are loopback. */
@@ -269,6 +305,7 @@ int main(void) {
         cmocka_unit_test(test_loopback),         cmocka_unit_test(test_escape),
         cmocka_unit_test(test_utf8_replacement), cmocka_unit_test(test_numbers),
         cmocka_unit_test(test_growth),           cmocka_unit_test(test_metrics),
+        cmocka_unit_test(test_metrics_replicas),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -463,13 +463,75 @@ static void test_spec_counters(void **state) {
     stats_destroy(st);
 }
 
+/* Two replicas' snapshots merged: counters and histograms summed; the step rings interleaved by
+ * time, each merged step's gauges the sum of both replicas' latest (a replica before its first
+ * step counts its pool); finished choices oldest first; live ones by arrival. */
+static void test_merge(void **state) {
+    (void)state;
+    stats_snapshot_t *p = calloc(3, sizeof *p), *out = &p[2];
+    p[0].kv_total = 100, p[1].kv_total = 50;
+    p[0].generation_tokens = 7, p[1].generation_tokens = 5;
+    p[0].ttft.n_bounds = p[1].ttft.n_bounds = 1;
+    p[0].ttft.bounds[0] = p[1].ttft.bounds[0] = 1;
+    p[0].ttft.counts[0] = 2, p[1].ttft.counts[1] = 3;
+    p[0].ttft.count = 2, p[1].ttft.count = 3;
+    /* replica 0 steps at t = 1, 3; replica 1 at t = 2 */
+    p[0].steps_ring[0] =
+        (stats_step_t){.t = 1, .running = 2, .kv_used = 10, .kv_total = 100, .decode_tokens = 2};
+    p[0].steps_ring[1] =
+        (stats_step_t){.t = 3, .running = 1, .kv_used = 4, .kv_total = 100, .decode_tokens = 1};
+    p[0].n_steps = 2;
+    p[1].steps_ring[0] =
+        (stats_step_t){.t = 2, .running = 5, .kv_used = 20, .kv_total = 50, .decode_tokens = 5};
+    p[1].n_steps = 1;
+    p[0].recent[0] = (stats_finished_t){.t = 4, .generated = 1};
+    p[1].recent[0] = (stats_finished_t){.t = 2, .generated = 2};
+    p[0].n_recent = p[1].n_recent = 1;
+    p[0].active[0] = (stats_active_t){.arrival = 9, .generated = 1};
+    p[1].active[0] = (stats_active_t){.arrival = 8, .generated = 2};
+    p[0].n_active = p[1].n_active = 1;
+    p[0].n_active_total = 1, p[1].n_active_total = 3;
+    stats_merge(out, (stats_snapshot_t *const[]){&p[0], &p[1]}, 2);
+    assert_int_equal(out->kv_total, 150);
+    assert_int_equal(out->generation_tokens, 12);
+    assert_int_equal(out->ttft.count, 5);
+    assert_int_equal(out->ttft.counts[0], 2);
+    assert_int_equal(out->ttft.counts[1], 3);
+    assert_int_equal(out->n_steps, 3);
+    /* t = 1: replica 1 has no step yet: its pool from its gauges */
+    assert_true(out->steps_ring[0].t == 1);
+    assert_int_equal(out->steps_ring[0].running, 2);
+    assert_int_equal(out->steps_ring[0].kv_total, 150);
+    assert_int_equal(out->steps_ring[0].decode_tokens, 2);
+    /* t = 2: both replicas' latest */
+    assert_int_equal(out->steps_ring[1].running, 7);
+    assert_int_equal(out->steps_ring[1].kv_used, 30);
+    assert_int_equal(out->steps_ring[1].decode_tokens, 5);
+    /* t = 3: replica 0's new gauges with replica 1's of t = 2 */
+    assert_int_equal(out->steps_ring[2].running, 6);
+    assert_int_equal(out->steps_ring[2].kv_used, 24);
+    assert_int_equal(out->n_recent, 2);
+    assert_int_equal(out->recent[0].generated, 2);
+    assert_int_equal(out->recent[1].generated, 1);
+    assert_int_equal(out->n_active, 2);
+    assert_int_equal(out->n_active_total, 4);
+    assert_int_equal(out->active[0].generated, 2);
+    free(p);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_bounds),      cmocka_unit_test(test_bucket_placement),
-        cmocka_unit_test(test_quantile),    cmocka_unit_test(test_ring_order),
-        cmocka_unit_test(test_counters),    cmocka_unit_test(test_rates),
-        cmocka_unit_test(test_concurrent),  cmocka_unit_test(test_itl_batched),
-        cmocka_unit_test(test_expert_load), cmocka_unit_test(test_spec_counters),
+        cmocka_unit_test(test_merge),
+        cmocka_unit_test(test_bounds),
+        cmocka_unit_test(test_bucket_placement),
+        cmocka_unit_test(test_quantile),
+        cmocka_unit_test(test_ring_order),
+        cmocka_unit_test(test_counters),
+        cmocka_unit_test(test_rates),
+        cmocka_unit_test(test_concurrent),
+        cmocka_unit_test(test_itl_batched),
+        cmocka_unit_test(test_expert_load),
+        cmocka_unit_test(test_spec_counters),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

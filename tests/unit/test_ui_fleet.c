@@ -92,7 +92,7 @@ static void test_parse_server(void **state) {
         .model_name = "we\"ird\\name\nx", .block_size = 16, .kv_cache_dtype = "auto"};
     jbuf_t b;
     jb_init(&b);
-    metrics_render(m, st, &info, &b);
+    metrics_render(m, (const stats_snapshot_t *const[]){st}, 1, &info, &b);
     assert_false(b.oom);
     ui_fleet_scrape_t s;
     assert_int_equal(ui_fleet_parse(b.p, b.len, &s), 0);

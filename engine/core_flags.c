@@ -1,15 +1,15 @@
 /*
- * engine_flags: reading and changing the engine's flags from other threads (engine.h): live
- * flags take effect at the next step, rebuild flags are queued for the engine thread, which
- * answers each change through its callback; engine_flag_set waits for that answer.
+ * core_flags: reading and changing a replica's flags from other threads (engine.h's
+ * engine_flag_get/set_async for one core): live flags take effect at the next step, rebuild
+ * flags are queued for the engine thread, which answers each change through its callback.
  */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine_int.h"
+#include "core_int.h"
 
-int engine_flag_get(engine_t *e, const char *name, char *buf, size_t size, err_t *err) {
+int core_flag_get(core_t *e, const char *name, char *buf, size_t size, err_t *err) {
     const flag_def_t *d = flags_find(name);
     if (!d) return err_set(err, "unknown flag \"%s\"", name ? name : "");
     pthread_mutex_lock(&e->mu);
@@ -18,8 +18,8 @@ int engine_flag_get(engine_t *e, const char *name, char *buf, size_t size, err_t
     return 0;
 }
 
-int engine_flag_set_async(engine_t *e, const char *name, const char *value,
-                          engine_flag_done_fn done, void *ctx, err_t *err) {
+int core_flag_set_async(core_t *e, const char *name, const char *value, engine_flag_done_fn done,
+                        void *ctx, err_t *err) {
     const flag_def_t *d = flags_find(name);
     if (!d) return err_set(err, "unknown flag \"%s\"", name ? name : "");
     if (d->apply == FLAG_RELOAD)
@@ -66,41 +66,4 @@ int engine_flag_set_async(engine_t *e, const char *name, const char *value,
         free(c);
     }
     return rc;
-}
-
-/* engine_flag_set waits for its change here. */
-typedef struct flag_waiter {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    bool done;
-    int rc;
-    err_t err;
-} flag_waiter_t;
-
-static void flag_answered(void *ctx, int rc, const char *msg) {
-    flag_waiter_t *w = ctx;
-    pthread_mutex_lock(&w->mu);
-    w->rc = rc;
-    if (rc < 0) err_set(&w->err, "%s", msg);
-    w->done = true;
-    pthread_cond_signal(&w->cv);
-    pthread_mutex_unlock(&w->mu);
-}
-
-int engine_flag_set(engine_t *e, const char *name, const char *value, err_t *err) {
-    flag_waiter_t w = {.done = false};
-    pthread_mutex_init(&w.mu, NULL);
-    pthread_cond_init(&w.cv, NULL);
-    int rc = engine_flag_set_async(e, name, value, flag_answered, &w, err);
-    if (rc == 0) {
-        pthread_mutex_lock(&w.mu);
-        while (!w.done)
-            pthread_cond_wait(&w.cv, &w.mu);
-        pthread_mutex_unlock(&w.mu);
-        rc = w.rc;
-        if (rc < 0 && err) *err = w.err;
-    }
-    pthread_mutex_destroy(&w.mu);
-    pthread_cond_destroy(&w.cv);
-    return rc < 0 ? -1 : 0;
 }

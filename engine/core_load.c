@@ -1,11 +1,11 @@
 /*
- * engine_load: what engine_open reports as it goes (engine_opts_t.on_load), so that a console
+ * core_load: what engine_open reports as it goes (engine_opts_t.on_load), so that a console
  * shows the model loading (the shards mapped, the weights' bytes as the backend takes them, the
  * KV cache's size) instead of a blank screen.
  */
 #include <string.h>
 
-#include "engine_int.h"
+#include "core_int.h"
 
 void load_report_init(load_report_t *r, const engine_opts_t *o) {
     memset(r, 0, sizeof *r);

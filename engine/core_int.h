@@ -1,8 +1,9 @@
 /*
- * engine_int: the engine's private types, shared by its modules (engine-internal).
+ * core_int: a replica's private types, shared by its modules (engine-internal).
  *
- *   engine.c   the engine core: inbox and news, the step loop, rebuilds, submit, flags,
- *              open/close (vLLM v1's EngineCore)
+ *   core.c     the engine core (core.h): inbox and news, the step loop, rebuilds, submit,
+ *              open/close (vLLM v1's EngineCore); core_flags.c, core_cancel.c and core_load.c
+ *              its flag changes, cancels by id and loading reports
  *   batch.c    the step's input batch (batch.h)
  *   output.c   output processing: tokens to events, stop conditions and strings, finishes,
  *              forks for n > 1 (output.h)
@@ -21,6 +22,7 @@
 #include <stdbool.h>
 
 #include "batch.h"
+#include "core.h"
 #include "engine.h"
 #include "kvcache.h"
 #include "sampler.h"
@@ -28,7 +30,7 @@
 #include "stream_int.h"
 
 typedef struct eng_req eng_req_t;
-typedef struct id_cancel id_cancel_t; /* engine_cancel's queued id (engine_cancel.c) */
+typedef struct id_cancel id_cancel_t; /* engine_cancel's queued id (core_cancel.c) */
 
 /* A rebuild-flag change waiting for the engine thread (engine_flag_set_async). */
 typedef struct flag_change {
@@ -78,7 +80,7 @@ struct eng_req {
     int n_scripted;
 };
 
-struct engine {
+struct core {
     atomic_bool alive; /* the engine thread is running its loop */
     /* set by engine_open, then read-only */
     model_weights_t *w;
@@ -112,7 +114,8 @@ struct engine {
     flag_change_t *changes, *changes_tail; /* rebuild-flag changes, in order */
     bool closing;
     uint64_t n_submitted;
-    atomic_int n_queued; /* requests submitted and not yet admitted */
+    atomic_int n_queued;      /* requests submitted and not yet admitted */
+    atomic_int n_outstanding; /* requests submitted and not yet freed (core_outstanding) */
     pthread_t thread;
     bool thread_started;
 
@@ -150,13 +153,13 @@ struct engine {
     "that state per block would cost more memory than the blocks"
 
 /* Wakes the engine thread for a change made under e->mu (which the caller holds). */
-void tell_engine(engine_t *e);
+void tell_engine(core_t *e);
 
 /* Checks the rebuild flags of f against the model and the pool, filling the automatic ones
  * (max_model_len 0). */
-int check_rebuild_flags(const engine_t *e, flag_values_t *f, err_t *err);
+int check_rebuild_flags(const core_t *e, flag_values_t *f, err_t *err);
 
-/* engine_load.c: engine_open's reports to engine_opts_t.on_load (a no-op without one). */
+/* core_load.c: core_open's reports to engine_opts_t.on_load (a no-op without one). */
 typedef struct load_report {
     engine_load_fn fn;
     void *user;
@@ -170,11 +173,11 @@ void load_report(load_report_t *r, engine_load_phase_t phase, const model_weight
 /* backend_options_t.load_progress: user is the load_report_t. */
 void load_report_bytes(void *user, uint64_t done, uint64_t total);
 
-/* engine_cancel.c. The stream_cancel_fn of every attached stream: queues its cancel notice. */
-void engine_on_cancel(void *ctx, engine_stream_t *s);
+/* core_cancel.c. The stream_cancel_fn of every attached stream: queues its cancel notice. */
+void core_on_cancel(void *ctx, engine_stream_t *s);
 
 /* Engine thread: ends the requests of the streams' notices and of the ids engine_cancel queued
  * (abort), and frees both lists. */
-void engine_take_cancels(engine_t *e, engine_stream_t *list, id_cancel_t *ids);
+void core_take_cancels(core_t *e, engine_stream_t *list, id_cancel_t *ids);
 
 #endif

@@ -1,15 +1,15 @@
 /*
- * engine_cancel: the two ways a request is cancelled. A stream's reader cancels its own request
- * (engine_stream_cancel: the stream queues a notice through engine_on_cancel); an operator
+ * core_cancel: the two ways a request is cancelled. A stream's reader cancels its own request
+ * (engine_stream_cancel: the stream queues a notice through core_on_cancel); an operator
  * cancels anyone's request by its id (engine_cancel: the console's requests table). Both are
- * taken on the engine thread with the rest of the news (engine_take_cancels), and the request
+ * taken on the engine thread with the rest of the news (core_take_cancels), and the request
  * ends as any cancel does: finish reason abort for every unfinished choice, which its client
  * sees on its stream ("finish_reason": "abort" through the API).
  */
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine_int.h"
+#include "core_int.h"
 #include "output.h"
 
 /* An id to cancel, queued under the engine's lock for the engine thread. */
@@ -18,8 +18,8 @@ struct id_cancel {
     char id[];
 };
 
-void engine_on_cancel(void *ctx, engine_stream_t *s) {
-    engine_t *e = ctx;
+void core_on_cancel(void *ctx, engine_stream_t *s) {
+    core_t *e = ctx;
     pthread_mutex_lock(&e->mu);
     s->next_cancel = e->cancels;
     e->cancels = s;
@@ -27,7 +27,7 @@ void engine_on_cancel(void *ctx, engine_stream_t *s) {
     pthread_mutex_unlock(&e->mu);
 }
 
-int engine_cancel(engine_t *e, const char *id) {
+int core_cancel(core_t *e, const char *id) {
     if (!id || !*id) return -1;
     size_t n = strlen(id);
     if (n >= STATS_ID_LEN) n = STATS_ID_LEN - 1; /* as the snapshot cut it */
@@ -50,7 +50,7 @@ static bool id_matches(const eng_req_t *req, const char *id) {
     return !strncmp(req->id, id, n) && (req->id[n] == '\0' || n == STATS_ID_LEN - 1);
 }
 
-void engine_take_cancels(engine_t *e, engine_stream_t *list, id_cancel_t *ids) {
+void core_take_cancels(core_t *e, engine_stream_t *list, id_cancel_t *ids) {
     while (list) {
         engine_stream_t *s = list;
         list = s->next_cancel;

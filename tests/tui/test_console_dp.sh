@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Two data-parallel replicas (--data-parallel-size 2) in the console: the header says "DP 2",
+# the numbers band has a row per replica (DP0, DP1), and six clients' completions are spread
+# over both rows' "done" counts; /metrics has each replica's series (engine="0", engine="1").
+# Without the flag there are no replica rows.
+source "$(dirname "$0")/lib.sh"
+command -v curl >/dev/null || { echo "SKIP: curl not installed"; exit 77; }
+
+url() { tui_screen | head -1 | grep -Eo 'http://127\.0\.0\.1:[0-9]+'; }
+TUI_W=150 TUI_H=40
+tui_start -- --data-parallel-size 2
+tui_wait '^ready \|'
+tui_screen | head -1 | grep -q '| TP 1 DP 2 |' || tui_fail "the header does not say DP 2"
+tui_wait '^ DP0 +run 0 wait 0 +KV 0% +gen [0-9.]+ tok/s +step idle +done 0'
+tui_wait '^ DP1 +run 0 wait 0'
+base=$(url)
+for i in 1 2 3 4 5 6; do
+    curl -s -m 120 "$base/v1/completions" -H 'Content-Type: application/json' \
+        -d "{\"prompt\": \"client $i says hello\", \"max_tokens\": 24, \"ignore_eos\": true}" \
+        >"$TUI_DIR/out$i" &
+done
+wait
+for i in 1 2 3 4 5 6; do
+    grep -q '"completion_tokens":24' "$TUI_DIR/out$i" || tui_fail "client $i: $(cat "$TUI_DIR/out$i")"
+done
+# idle replicas take turns, so three each; the rows refresh a few times a second
+tui_wait '^ DP0 .* done 3$'
+tui_wait '^ DP1 .* done 3$'
+metrics=$(curl -s -m 10 "$base/metrics")
+grep -q '^tachyon:requests_submitted_total{engine="0",model_name="[^"]*"} 3.0$' <<<"$metrics" ||
+    tui_fail "no engine=\"0\" series: $metrics"
+grep -q '^tachyon:requests_submitted_total{engine="1",model_name="[^"]*"} 3.0$' <<<"$metrics" ||
+    tui_fail "no engine=\"1\" series"
+tui_quit
+tmux_ kill-server
+
+tui_start --
+tui_wait '^ready \|'
+tui_wait 'TPOT'
+tui_screen | grep -Eq '^ DP[0-9] ' && tui_fail "replica rows without data parallelism"
+tui_screen | head -1 | grep -q 'DP ' && tui_fail "DP in the header without data parallelism"
+tui_quit
+echo PASS
