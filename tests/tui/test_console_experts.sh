@@ -7,7 +7,8 @@
 # count since start grows by the second's tokens. The cells are coloured where colours are on.
 # /experts again and Esc give the chat pane back; /experts print leaves a copy in the pane. A
 # dummy model of Qwen3-235B's 94 MoE layers x 128 experts at 80x24 shows the layers that fit and
-# pages through the rest. On the dense fixture the panel says there are no experts.
+# pages through the rest. Two data-parallel replicas' loads are summed. On the dense fixture the
+# panel says there are no experts.
 source "$(dirname "$0")/lib.sh"
 command -v curl >/dev/null || { echo "SKIP: curl not installed"; exit 77; }
 
@@ -88,6 +89,24 @@ for size in 80x24 120x40 200x50 120x40-plain; do
     tui_quit
     tmux_ kill-server
 done
+
+# two data-parallel replicas: the panel shows their sum (engine_stats merges them), whichever
+# replica each completion went to
+TUI_W=120 TUI_H=40
+tui_run -- console --model "$TACHYON_FIXTURES/tiny-qwen3-moe" --data-parallel-size 2 --port 0 \
+    --threads 2 --results-dir "$TUI_DIR/results"
+tui_wait '^ready \|'
+tui_send '/experts' Enter
+tui_wait 'no tokens routed yet: 2 MoE layers x 8 experts'
+complete "21, 22, 23, 24, 25" 9 >"$TUI_DIR/n1" &
+complete "31, 32, 33" 5 >"$TUI_DIR/n2" &
+wait
+n1=$(cat "$TUI_DIR/n1") n2=$(cat "$TUI_DIR/n2")
+[ "$n1" -gt 0 ] && [ "$n2" -gt 0 ] || tui_fail "completions: $n1 $n2"
+tui_wait "(^| )$((2 * (n1 + n2))) routed since start"
+tui_wait "^L2 +\|[^|]+\| x *[0-9.]+ $((n1 + n2))( |\$)"
+tui_quit
+tmux_ kill-server
 
 # Qwen3-235B-A22B's layout (94 MoE layers x 128 experts, top-8) at toy widths with dummy
 # weights, at 80x24: the layers that fit and how many more; PgDn pages by the layers shown, to
