@@ -614,7 +614,6 @@ static bool take_news(core_t *e) {
 
 static void *core_main(void *arg) {
     core_t *e = arg;
-    atomic_store(&e->alive, true);
     for (;;) {
         /* With work to do and no news since the last look, straight to the step: the lock
          * that submitters take is left alone (news only grows, under it). */
@@ -802,7 +801,8 @@ const model_config_t *core_model_config(const core_t *e) {
     return e->cfg;
 }
 
-const tokenizer_t *core_tokenizer(const core_t *e) {
+tokenizer_t *core_give_tokenizer(core_t *e) {
+    e->tok_lent = true;
     return e->tok;
 }
 
@@ -830,7 +830,7 @@ static void core_free(core_t *e) {
     backend_destroy(e->be);
     scripted_free(e->scripted);
     spec_destroy(e->spec);
-    tok_destroy(e->tok);
+    if (!e->tok_lent) tok_destroy(e->tok);
     mdir_close(e->tok_dir);
     weights_destroy(e->w);
     stats_destroy(e->stats);
@@ -842,41 +842,6 @@ static void core_free(core_t *e) {
 }
 
 /* The tokenizer and chat template from `path` (opts.tokenizer) or the model's directory. */
-static int load_tokenizer(core_t *e, const char *path, err_t *err) {
-    mdir_t *dir = weights_dir(e->w);
-    if (path) {
-        if (mdir_open(path, &e->tok_dir, err) < 0) return err_prefix(err, "--tokenizer");
-        if (!mdir_has(e->tok_dir, "tokenizer.json"))
-            return err_set(err, "--tokenizer %s: no tokenizer.json there", path);
-        dir = e->tok_dir;
-    }
-    if (!dir) return 0;
-    if (mdir_has(dir, "tokenizer.json") && tok_load(dir, &e->tok, err) < 0) return -1;
-    if (e->tok && tok_vocab_size(e->tok) > e->cfg->vocab_size)
-        return err_set(err, "%stokenizer has %d ids but the model's vocab_size is %d",
-                       path ? "--tokenizer: the " : "the ", (int)tok_vocab_size(e->tok),
-                       (int)e->cfg->vocab_size);
-    chat_format_t fmt;
-    err_t ignored;
-    if (chat_detect_dir(dir, &fmt, &ignored) == 0) e->chat_format = (int)fmt;
-    return 0;
-}
-
-static int load_text(core_t *e, const char *tokenizer_path, err_t *err) {
-    mdir_t *dir = weights_dir(e->w);
-    e->chat_format = -1;
-    memset(&e->gc, 0, sizeof e->gc);
-    e->gc.bos_token_id = e->gc.pad_token_id = -1;
-    if (load_tokenizer(e, tokenizer_path, err) < 0) return -1;
-    if (dir && genconfig_load(dir, &e->gc, err) < 0) return -1;
-    int primary = e->tok ? tok_eos_id(e->tok) : -1;
-    if (primary < 0) primary = e->cfg->eos_token_id;
-    e->n_stop_ids = genconfig_stop_ids(&e->gc, primary, e->stop_ids, GENCONFIG_MAX_EOS + 1);
-    if (e->tok) e->max_chunk = tok_stream_max_chunk(e->tok);
-    e->step_delay_us = scripted_step_delay_us();
-    return scripted_load(e->tok, &e->scripted, err);
-}
-
 /* Replica `replica`'s share of the machine: the CPU threads divided between the replicas, its own
  * GPUs after the earlier replicas' ranks. */
 static void replica_share(backend_options_t *bo, const flag_values_t *f, int replica) {
@@ -892,7 +857,7 @@ static void replica_share(backend_options_t *bo, const flag_values_t *f, int rep
     bo->device += replica * tp;
 }
 
-int core_open(const engine_opts_t *o, int replica, core_t **out, err_t *err) {
+int core_open(const engine_opts_t *o, int replica, tokenizer_t *tok, core_t **out, err_t *err) {
     *out = NULL;
     core_t *e = calloc(1, sizeof *e);
     if (!e) return err_set(err, "out of memory");
@@ -923,7 +888,7 @@ int core_open(const engine_opts_t *o, int replica, core_t **out, err_t *err) {
     if (weights_open(&src, &e->w, err) < 0) goto fail;
     e->cfg = weights_config(e->w);
     load_report(&lr, ENGINE_LOAD_TOKENIZER, e->w);
-    if (load_text(e, o->tokenizer, err) < 0) goto fail;
+    if (core_load_text(e, o->tokenizer, tok, err) < 0) goto fail;
     load_report(&lr, ENGINE_LOAD_WEIGHTS, NULL);
 
     if (weights_note(e->w)[0]) fprintf(stderr, "tachyon: %s\n", weights_note(e->w));
@@ -973,7 +938,9 @@ int core_open(const engine_opts_t *o, int replica, core_t **out, err_t *err) {
     e->experts = expert_load_open(e->cfg, e->be, e->stats, engine_now());
     e->flags = e->f = f;
     stats_set_kv(e->stats, 0, e->num_blocks); /* the pool's size before the first step */
+    atomic_store(&e->alive, true); /* from open (engine.h), not from when the thread runs */
     if (pthread_create(&e->thread, NULL, core_main, e) != 0) {
+        atomic_store(&e->alive, false);
         err_set(err, "cannot start the engine thread");
         goto fail;
     }

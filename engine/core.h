@@ -17,11 +17,18 @@
 
 typedef struct core core_t;
 
-int core_open(const engine_opts_t *o, int replica, core_t **out, err_t *err);
+/* tok: a tokenizer to use instead of loading the model's (lent: the caller keeps it alive until
+ * after core_close), or NULL. */
+int core_open(const engine_opts_t *o, int replica, tokenizer_t *tok, core_t **out, err_t *err);
 void core_close(core_t *c);
 
 const model_config_t *core_model_config(const core_t *c);
-const tokenizer_t *core_tokenizer(const core_t *c);
+/* The tokenizer the core loaded (NULL: none), now the caller's: the core keeps using it, and the
+ * caller frees it after core_close, so that it outlives the core (engine.c keeps one tokenizer
+ * across reloads: streams and HTTP requests hold it). */
+tokenizer_t *core_give_tokenizer(core_t *c);
+/* The flags' current values (live and rebuild changes applied). */
+void core_flags(core_t *c, flag_values_t *out);
 int core_chat_format(const core_t *c);
 void core_describe_backend(const core_t *c, char *buf, size_t size);
 int core_devices(const core_t *c, backend_device_t *out, int max);
@@ -29,7 +36,6 @@ int core_devices(const core_t *c, backend_device_t *out, int max);
 int core_submit(core_t *c, const engine_request_t *req, engine_stream_t **out, err_t *err);
 int core_cancel(core_t *c, const char *id);
 void core_stats(core_t *c, stats_snapshot_t *out);
-int core_flag_get(core_t *c, const char *name, char *buf, size_t size, err_t *err);
 int core_flag_set_async(core_t *c, const char *name, const char *value, engine_flag_done_fn done,
                         void *ctx, err_t *err);
 bool core_alive(core_t *c);

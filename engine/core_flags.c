@@ -9,13 +9,10 @@
 
 #include "core_int.h"
 
-int core_flag_get(core_t *e, const char *name, char *buf, size_t size, err_t *err) {
-    const flag_def_t *d = flags_find(name);
-    if (!d) return err_set(err, "unknown flag \"%s\"", name ? name : "");
+void core_flags(core_t *e, flag_values_t *out) {
     pthread_mutex_lock(&e->mu);
-    flags_format(d, &e->flags, buf, size);
+    *out = e->flags;
     pthread_mutex_unlock(&e->mu);
-    return 0;
 }
 
 int core_flag_set_async(core_t *e, const char *name, const char *value, engine_flag_done_fn done,

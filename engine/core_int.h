@@ -99,6 +99,7 @@ struct core {
     struct scripted *scripted;   /* replies scripted for tests, or NULL */
     struct spec *spec;           /* speculative decoding's per-step state (spec.h) */
     int step_delay_us;           /* a pause after each step, for tests (scripted.h), or 0 */
+    bool tok_lent;               /* tok belongs to the engine handle (engine.c), not to us */
     bool has_state;              /* the model keeps recurrent state per sequence (Qwen3.5): state
                                     slots in the pool, prefix caching off, forks copy state */
 
@@ -158,6 +159,10 @@ void tell_engine(core_t *e);
 /* Checks the rebuild flags of f against the model and the pool, filling the automatic ones
  * (max_model_len 0). */
 int check_rebuild_flags(const core_t *e, flag_values_t *f, err_t *err);
+
+/* core_load.c: the tokenizer (lent: the engine handle's, else the model's or --tokenizer's),
+ * chat format, generation_config.json, stop ids and scripted replies of e's model. */
+int core_load_text(core_t *e, const char *tokenizer_path, tokenizer_t *lent, err_t *err);
 
 /* core_load.c: core_open's reports to engine_opts_t.on_load (a no-op without one). */
 typedef struct load_report {

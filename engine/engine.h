@@ -178,11 +178,18 @@ void engine_replica_stats(engine_t *eng, int replica, stats_snapshot_t *out);
 int engine_flag_get(engine_t *eng, const char *name, char *buf, size_t size, err_t *err);
 
 /* Changes a flag while the engine runs (on every replica). live flags apply from the next step;
- * rebuild flags drain the batch (running requests are preempted and recomputed, none lost), rebuild
- * the KV pool and resume, and the call returns once that is done (or refused: a max-model-len that
- * a queued request does not fit in, a pool too small for one max-model-len sequence); reload flags
- * are refused with a message saying a restart is needed. A bad value changes nothing and the
- * message says why. max-model-len reads back as the effective value (0 sets the model's). */
+ * rebuild flags drain the batch (running requests are preempted and recomputed, none lost),
+ * rebuild the KV pool and resume, and the call returns once that is done (or refused: a
+ * max-model-len that a queued request does not fit in, a pool too small for one max-model-len
+ * sequence); reload flags (tensor-parallel-size, enable-expert-parallel, data-parallel-size)
+ * reopen the engine in place: from the call on, engine_submit refuses new requests
+ * (ENGINE_E_BUSY, "the engine is reloading (...)"), those in flight finish (for at most 30 s;
+ * then closing their replica ends them with finish reason abort), the replicas are closed and
+ * opened again with the new value, and the call returns once the new layout serves, or refused
+ * with why when it cannot open (the previous layout then serves again). The handle, its
+ * tokenizer and model config, and unreleased streams stay valid across a reload. A bad value
+ * changes nothing and the message says why. max-model-len reads back as the effective value
+ * (0 sets the model's). */
 int engine_flag_set(engine_t *eng, const char *name, const char *value, err_t *err);
 
 /* engine_flag_set without waiting for a rebuild, for threads that must not block (an HTTP

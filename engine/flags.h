@@ -5,7 +5,7 @@
  *
  * Each flag says how a change applies: live (from the next engine step), rebuild (drain the
  * batch, rebuild the KV pool, resume; requests are preempted and recomputed, none lost) or
- * reload (new weights or parallel layout: needs a restart).
+ * reload (a new parallel layout: the engine is reopened in place, engine.h).
  *
  *     flag_values_t v;
  *     flags_init(&v);

@@ -211,7 +211,7 @@ static int parse_args(const repl_command_t *c, const char *rest, repl_cmd_t *out
             out->flag = flags_find(argv[0]);
             if (!out->flag) return err_set(err, "unknown flag %s; /flags lists them", argv[0]);
             if (out->flag->apply != FLAG_LIVE)
-                return err_set(err, "/sweep takes a live flag (%s needs a rebuild or a restart)",
+                return err_set(err, "/sweep takes a live flag (%s needs a rebuild or a reload)",
                                out->flag->name);
             if (!known_profile(argv[2])) {
                 char list[512];
@@ -359,9 +359,10 @@ int repl_help(const char *name, char *buf, size_t size, err_t *err) {
         case REPL_GET:
         case REPL_FLAGS:
             put(&o, "A change applies live (from the next engine step), after a rebuild of the KV "
-                    "cache (in-flight requests are recomputed, none lost) or at a reload (a "
-                    "restart); /flags shows which. A bad value changes nothing and says what the "
-                    "flag takes.\n");
+                    "cache (in-flight requests are recomputed, none lost) or at a reload (the "
+                    "engine reopened in place: requests in flight finish, new ones get 503 until "
+                    "it serves again); /flags shows which. A bad value changes nothing and says "
+                    "what the flag takes.\n");
             break;
         case REPL_SWEEP:
             put(&o, "For each value: the flag is set (live), warm-up requests run, then the "

@@ -476,13 +476,29 @@ static void describe(console_t *c, const cli_engine_t *ce, const cli_server_t *s
         snprintf(c->model_note, sizeof c->model_note, "(demo model, toy weights)");
     else if (o->model.format == LOAD_DUMMY)
         snprintf(c->model_note, sizeof c->model_note, "(dummy random weights)");
+    con_describe_layout(c);
+}
+
+void con_describe_layout(console_t *c) {
     engine_describe_backend(c->eng, c->backend, sizeof c->backend);
-    const char *ep = o->flags.enable_expert_parallel ? " EP" : "";
-    int tp = o->flags.tensor_parallel_size, dp = engine_replicas(c->eng);
+    char tp[16] = "1", ep[8] = "false";
+    err_t err;
+    engine_flag_get(c->eng, "tensor-parallel-size", tp, sizeof tp, &err);
+    engine_flag_get(c->eng, "enable-expert-parallel", ep, sizeof ep, &err);
+    int dp = engine_replicas(c->eng);
+    const char *ep_text = strcmp(ep, "true") ? "" : " EP";
     if (dp > 1)
-        snprintf(c->layout_desc, sizeof c->layout_desc, "TP %d%s DP %d", tp, ep, dp);
+        snprintf(c->layout_desc, sizeof c->layout_desc, "TP %s%s DP %d", tp, ep_text, dp);
     else
-        snprintf(c->layout_desc, sizeof c->layout_desc, "TP %d%s", tp, ep);
+        snprintf(c->layout_desc, sizeof c->layout_desc, "TP %s%s", tp, ep_text);
+    /* the GPU rows: the engine's devices first, one per rank */
+    backend_device_t devs[BACKEND_MAX_DEVICES];
+    const char *ids[BACKEND_MAX_DEVICES];
+    int n = engine_devices(c->eng, devs, BACKEND_MAX_DEVICES);
+    if (n > BACKEND_MAX_DEVICES) n = BACKEND_MAX_DEVICES;
+    for (int i = 0; i < n; i++)
+        ids[i] = devs[i].pci_bus_id;
+    ui_gpu_set_devices(c->gpu, ids, n);
 }
 
 static int init_curses(console_t *c) {
@@ -773,15 +789,6 @@ int cmd_console(int argc, char **argv) {
     load_summary(c);
     c->eng = ce.eng;
     cli_server_finish(&sv, &ce);
-    { /* the GPU rows: the engine's devices first, one per rank */
-        backend_device_t devs[BACKEND_MAX_DEVICES];
-        const char *ids[BACKEND_MAX_DEVICES];
-        int n = engine_devices(c->eng, devs, BACKEND_MAX_DEVICES);
-        if (n > BACKEND_MAX_DEVICES) n = BACKEND_MAX_DEVICES;
-        for (int i = 0; i < n; i++)
-            ids[i] = devs[i].pci_bus_id;
-        ui_gpu_set_devices(c->gpu, ids, n);
-    }
     /* the console's own benchmarks authenticate with the first key */
     c->api_key = sv.n_keys ? sv.keys[0] : NULL;
     /* reasoning split by default here: the console's operator reads replies as chat */

@@ -148,6 +148,13 @@ static void con_set(console_t *c, const flag_def_t *f, const char *value) {
                      "preempted and recomputed, none lost), rebuilding, resuming...",
                      f->name, value);
         c->scroll = 0;
+    } else if (f->apply == FLAG_RELOAD) {
+        ui_text_addf(c->text, UI_TXT_INFO,
+                     "%s = %s reloads the engine in place: requests in flight finish (at most "
+                     "30 s, then they are aborted), new ones get 503 until the new layout "
+                     "serves; the weights load again...",
+                     f->name, value);
+        c->scroll = 0;
     }
 }
 
@@ -157,6 +164,7 @@ void con_flag_done(console_t *c, const ui_event_t *ev) {
     if (ev->code < 0) {
         con_out_error(c, ev->text);
         con_log(c, "/set %s %s refused: %s", c->flag_name, c->flag_value, ev->text);
+        con_describe_layout(c); /* a refused reload reopened the previous layout */
         return;
     }
     con_read_flags(c);
@@ -165,10 +173,14 @@ void con_flag_done(console_t *c, const ui_event_t *ev) {
     const flag_def_t *f = flags_find(c->flag_name);
     if (!f) return;
     show_flag(c, f, "set ");
-    if (f->apply == FLAG_REBUILD)
+    if (f->apply == FLAG_REBUILD) {
         con_set_status(c, false, "%s = %s: KV pool rebuilt in %.2f s", f->name, c->flag_value,
                        engine_now() - c->flag_t0);
-    else
+    } else if (f->apply == FLAG_RELOAD) {
+        con_describe_layout(c);
+        con_set_status(c, false, "%s = %s: engine reloaded in %.2f s (%s)", f->name, c->flag_value,
+                       engine_now() - c->flag_t0, c->layout_desc);
+    } else
         con_set_status(c, false, "%s = %s (live: applies from the next engine step)", f->name,
                        c->flag_value);
 }

@@ -205,6 +205,9 @@ void con_help_fill(console_t *c);
 
 /* Reads every flag's value from the engine into the flags panel. */
 void con_read_flags(console_t *c);
+/* The header's backend and parallel layout (TP, EP, DP) and the GPU rows' devices, from the
+ * engine: at start and after a reload flag changed them. */
+void con_describe_layout(console_t *c);
 
 /* After the first con_read_flags: flags the command line left at an automatic default read back
  * as what the engine chose, which then counts as their default (not shown as changed). */

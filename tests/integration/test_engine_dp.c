@@ -2,12 +2,15 @@
  * tokens as one replica for 12 requests submitted together, spread over both replicas, with the
  * engine's stats the sum of theirs; requests sharing a long prefix kept on one replica and found
  * in its prefix cache; flags changed on both (a live one, a rebuild of the KV pool) and a bad
- * value refused on both; a cancel by id reaching the replica that holds the request. */
+ * value refused on both; a cancel by id reaching the replica that holds the request; reload
+ * flags applied in place. */
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -157,8 +160,8 @@ static void test_dp2_flags(void **state) {
     /* refused on every replica, nothing changed */
     assert_int_equal(engine_flag_set(eng, "max-model-len", "100000000", &err), -1);
     assert_non_null(strstr(err.msg, "max-model-len"));
-    assert_int_equal(engine_flag_set(eng, "data-parallel-size", "1", &err), -1);
-    assert_non_null(strstr(err.msg, "restart"));
+    assert_int_equal(engine_flag_set(eng, "data-parallel-size", "9", &err), -1);
+    assert_non_null(strstr(err.msg, "data-parallel-size"));
     assert_int_equal(engine_flag_get(eng, "max-model-len", buf, sizeof buf, &err), 0);
     assert_string_equal(buf, "256");
     /* the engine still serves on both */
@@ -202,12 +205,107 @@ static void test_dp2_cancel(void **state) {
     engine_close(eng);
 }
 
+/* The greedy tokens of a fixed prompt. */
+static void reference(engine_t *eng, int32_t *out) {
+    int32_t ids[30];
+    for (int k = 0; k < 30; k++)
+        ids[k] = 900 + 17 * k;
+    sampling_params_t p = tu_greedy(N_GEN);
+    int n;
+    drain(tu_submit(eng, ids, 30, &p), out, &n);
+    assert_int_equal(n, N_GEN);
+}
+
+typedef struct answer {
+    atomic_int done;
+    int rc;
+    char msg[256];
+} answer_t;
+
+static void answered(void *ctx, int rc, const char *msg) {
+    answer_t *a = ctx;
+    a->rc = rc;
+    snprintf(a->msg, sizeof a->msg, "%s", msg ? msg : "");
+    atomic_store(&a->done, 1);
+}
+
+/* Reload flags apply in place: data-parallel-size and tensor-parallel-size change while the
+ * handle, its tokenizer and its config stay; a request in flight when the change comes finishes
+ * (drained), one submitted during the reload is refused as busy, naming the reload; a layout
+ * that cannot open (TP 3 over 4 heads) is refused with why and the previous one serves again. */
+static void test_reload_in_place(void **state) {
+    (void)state;
+    const char *const one[] = {"max-model-len", "256", NULL};
+    setenv("TACHYON_TEST_STEP_DELAY_MS", "2", 1); /* 120 tokens in flight for 240 ms or more */
+    engine_t *eng = tu_open_engine(tu_fixture("tiny-qwen3"), "cpu", one);
+    const tokenizer_t *tok = engine_tokenizer(eng);
+    const model_config_t *cfg = engine_model_config(eng);
+    int32_t ref[N_GEN], got[N_GEN];
+    reference(eng, ref);
+
+    /* a long request in flight, then the change: it drains, a new one is refused */
+    int32_t ids[24];
+    for (int k = 0; k < 24; k++)
+        ids[k] = 40 + 3 * k;
+    sampling_params_t longp = tu_greedy(120);
+    engine_stream_t *inflight = tu_submit(eng, ids, 24, &longp);
+    answer_t a = {0};
+    err_t err = {{0}};
+    assert_int_equal(engine_flag_set_async(eng, "data-parallel-size", "2", answered, &a, &err), 0);
+    engine_request_t req = {.prompt = ids, .n_prompt = 24};
+    sampling_params_init(&req.sampling);
+    engine_stream_t *refused;
+    assert_int_equal(engine_submit(eng, &req, &refused, &err), ENGINE_E_BUSY);
+    assert_non_null(strstr(err.msg, "reloading (data-parallel-size 2)"));
+    nanosleep(&(struct timespec){0, 50000000}, NULL);
+    assert_false(atomic_load(&a.done)); /* still draining: the old replica serves its request */
+    assert_int_equal(engine_replicas(eng), 1);
+    int n, reason = drain(inflight, NULL, &n);
+    assert_int_equal(reason, ENGINE_FINISH_LENGTH);
+    assert_int_equal(n, 120);
+    for (int i = 0; i < 6000 && !atomic_load(&a.done); i++)
+        nanosleep(&(struct timespec){0, 10000000}, NULL);
+    assert_true(atomic_load(&a.done));
+    if (a.rc != 0) fail_msg("reload: %s", a.msg);
+    assert_int_equal(engine_replicas(eng), 2);
+    char buf[32];
+    assert_int_equal(engine_flag_get(eng, "data-parallel-size", buf, sizeof buf, &err), 0);
+    assert_string_equal(buf, "2");
+    assert_ptr_equal(engine_tokenizer(eng), tok);
+    assert_ptr_equal(engine_model_config(eng), cfg);
+    reference(eng, got);
+    assert_memory_equal(got, ref, sizeof ref);
+
+    /* tensor parallel 2 on each replica, waited for */
+    assert_int_equal(engine_flag_set(eng, "tensor-parallel-size", "2", &err), 0);
+    char desc[256];
+    engine_describe_backend(eng, desc, sizeof desc);
+    print_message("after the reloads: %s\n", desc);
+    assert_int_equal(engine_flag_get(eng, "tensor-parallel-size", buf, sizeof buf, &err), 0);
+    assert_string_equal(buf, "2");
+    reference(eng, got);
+    assert_memory_equal(got, ref, sizeof ref);
+
+    /* a layout that cannot open: refused with the reason, the previous one back */
+    assert_int_equal(engine_flag_set(eng, "tensor-parallel-size", "3", &err), -1);
+    print_message("TP 3: %s\n", err.msg);
+    assert_int_equal(engine_flag_get(eng, "tensor-parallel-size", buf, sizeof buf, &err), 0);
+    assert_string_equal(buf, "2");
+    assert_int_equal(engine_replicas(eng), 2);
+    assert_true(engine_alive(eng));
+    reference(eng, got);
+    assert_memory_equal(got, ref, sizeof ref);
+    /* the same value again: nothing to reload */
+    assert_int_equal(engine_flag_set(eng, "data-parallel-size", "2", &err), 0);
+    engine_close(eng);
+    unsetenv("TACHYON_TEST_STEP_DELAY_MS");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_dp2_same_tokens),
-        cmocka_unit_test(test_dp2_prefix_affinity),
-        cmocka_unit_test(test_dp2_flags),
-        cmocka_unit_test(test_dp2_cancel),
+        cmocka_unit_test(test_dp2_same_tokens), cmocka_unit_test(test_dp2_prefix_affinity),
+        cmocka_unit_test(test_dp2_flags),       cmocka_unit_test(test_dp2_cancel),
+        cmocka_unit_test(test_reload_in_place),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -450,8 +450,18 @@ def test_admin_flags():
     assert_error(code, r, 400, contains="max-num-seqs")
     code, r = post_json(A, "/admin/flags/nope", {"value": 1})
     assert_error(code, r, 404)
-    code, r = post_json(A, "/admin/flags/tensor-parallel-size", {"value": 2})
-    assert_error(code, r, 400, contains="restart")
+    # reload flags reopen the engine in place: two data-parallel replicas, each with its series
+    code, _, body = request(A, "PUT", "/admin/flags/data-parallel-size", {"value": 2})
+    assert code == 200 and json.loads(body)["value"] == "2", body
+    assert comp(prompt="The", max_tokens=4, temperature=0)[0] == 200
+    code, _, body = request(A, "GET", "/metrics")
+    assert 'vllm:num_requests_running{engine="1",' in body.decode()
+    code, r = post_json(A, "/admin/flags/tensor-parallel-size", {"value": 3})
+    assert_error(code, r, 400, contains="not a multiple of 3")
+    code, _, body = request(A, "PUT", "/admin/flags/data-parallel-size", {"value": 1})
+    assert code == 200 and json.loads(body)["value"] == "1", body
+    code, _, body = request(A, "GET", "/health")
+    assert code == 200
     # a rebuild flag, with a request in flight: it is preempted and recomputed, not lost
     res = {}
     t = threading.Thread(target=lambda: res.update(r=comp(prompt="The", max_tokens=60, temperature=0,

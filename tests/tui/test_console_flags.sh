@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Flags: /set max-num-seqs 4 shows in the flags panel (marked changed) and in /get; a bad value
 # shows why and changes nothing; a rebuild flag (block-size) drains, rebuilds and reports it;
-# a reload flag is refused; Tab completes a flag name.
+# a reload flag (tensor-parallel-size) reopens the engine in place and the header follows, one that
+# cannot open is refused with why; Tab completes a flag name.
 source "$(dirname "$0")/lib.sh"
 
 tui_start
@@ -25,8 +26,16 @@ tui_wait 'needs a KV-pool rebuild'
 tui_wait 'KV pool rebuilt in'
 tui_wait '\*block-size +32$'
 
+# a reload flag: the engine reopened in place, the header's layout follows
 tui_send '/set tensor-parallel-size 2' Enter
-tui_wait 'restart'
+tui_wait 'reloads the engine in place'
+tui_wait 'engine reloaded in [0-9.]+ s \(TP 2\)'
+tui_screen | head -1 | grep -q '| TP 2 |' || tui_fail "the header does not say TP 2 after the reload"
+tui_wait '\*tensor-parallel-size +2$'
+# one that cannot open (TP 3 over 4 heads): refused with why, TP 2 serving again
+tui_send '/set tensor-parallel-size 3' Enter
+tui_wait 'not a multiple of 3'
+tui_screen | head -1 | grep -q '| TP 2 |' || tui_fail "the header lost TP 2 after a refused reload"
 
 tui_send '/get max-num-bat' Tab
 tui_wait '^> /get max-num-batched-tokens'

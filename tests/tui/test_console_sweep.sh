@@ -8,7 +8,7 @@ source "$(dirname "$0")/lib.sh"
 sweep() {
     tui_wait '^ready \|'
     tui_send '/sweep block-size 16,32 short' Enter
-    tui_wait '/sweep takes a live flag \(block-size needs a rebuild or a restart\)'
+    tui_wait '/sweep takes a live flag \(block-size needs a rebuild or a reload\)'
     tui_send '/sweep max-num-seqs 0,4 short' Enter
     tui_wait 'max-num-seqs must be an integer in \[1'
     tui_send '/sweep max-num-seqs 2,4 nosuch' Enter
