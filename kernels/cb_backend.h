@@ -92,14 +92,16 @@ typedef struct cb_layer {
     cb_linear_t down;    /* [H, I_pad]: zero columns from I */
     /* MLP_MOE (cb_moe.cu); each expert contiguous, e4m3 + scales or bf16 (the path's) */
     uint16_t *router;  /* [E, H] bf16 */
-    moe_weights_t w13; /* [E][2 * moe.I_pad][H]: an expert's gate rows, zero rows to I_pad, its
-                          up rows, zero rows */
-    moe_weights_t w2;  /* [E][H][moe.I_pad]: zero columns from I */
+    moe_weights_t w13; /* [n_local][2 * moe.I_pad][H]: an expert's gate rows, zero rows to I_pad,
+                          its up rows, zero rows */
+    moe_weights_t w2;  /* [n_local][H][moe.I_pad]: zero columns from I */
 } cb_layer_t;
 
 /* The MoE layers' sizes and workspaces (cb_moe.cu), for the tokens of one chunk of a piece. */
 typedef struct cb_moe {
     int E, k, I, I_pad; /* experts, per token, their intermediate size and its padding to 128 */
+    int e0, n_local;    /* the experts this rank computes, [e0, e0 + n_local): all of them, or
+                           under expert parallelism its range (the weights hold only those) */
     bool norm;          /* norm_topk_prob */
     int chunk;          /* tokens whose experts run at once (the workspaces' size) */
     float *xf;          /* [cap_t, H] f32 the router's input */
@@ -114,7 +116,8 @@ typedef struct cb_moe {
     float *y;           /* [rows, H] f32 expert outputs */
     unsigned long long *load; /* [L][E] tokens routed since create (the expert-load stats) */
     int32_t *trace;           /* host: trace_routing's [L][T][k], or NULL */
-    wtensor_t *views;         /* tp > 1: [L][E][E_COUNT] every expert's slice (shard_experts) */
+    wtensor_t *views;         /* tp > 1: [L][E][E_COUNT] the experts' slices, or under expert
+                                 parallelism the rank's whole ones (shard_experts) */
 } cb_moe_t;
 
 typedef struct cb_graph {

@@ -12,8 +12,10 @@
  *         y = act Wd_e^T                        moe_gemm
  *         out[t] = sum_e w_e y[row(t, e)]       moe_combine, into be->d_out
  *
- * Expert weights live in one array per projection and layer, [E][n][k], each expert contiguous
- * (so a rank holding a range of experts holds a range of bytes); gate and up stack per expert
+ * Expert weights live in one array per projection and layer, [n_local][n][k], each expert
+ * contiguous: every expert, or under expert parallelism (tp > 1) the rank's range of whole
+ * experts, whose pairs alone it groups, multiplies and combines (the others' rows -1), the
+ * all-reduce after the layer summing the ranks' parts; gate and up stack per expert
  * into one [2 * I_pad, H] matrix as the dense MLP's do, I padded to 128 with zero rows and
  * columns so that FP8 scale blocks never straddle the gate | up seam. Launch shapes depend only
  * on the token count: decode steps capture into CUDA graphs.
@@ -40,6 +42,7 @@ void cb_moe_init(cuda_backend_t *be) {
     const model_config_t *c = be->cfg;
     cb_moe_t *m = &be->moe;
     m->E = c->n_experts;
+    if (m->n_local == 0) m->n_local = m->E; /* cb_moe_shard sets a rank's range first */
     m->k = c->n_experts_per_tok;
     m->I = c->moe_intermediate_size;
     m->I_pad = (m->I + 127) / 128 * 128;
@@ -56,14 +59,18 @@ static const wtensor_t *expert(const cuda_backend_t *be, int l, int e, eslot_t s
 int cb_moe_shard(cuda_backend_t *be, err_t *err) {
     const size_t E = (size_t)be->cfg->n_experts;
     if (be->shard.tp == 1 || E == 0) return 0;
-    be->moe.views = (wtensor_t *)calloc((size_t)be->L * E * E_COUNT, sizeof *be->moe.views);
-    if (!be->moe.views) return err_set(err, "cuda backend: out of memory");
+    /* sliced: a view of every expert; expert parallel: a range of the checkpoint's own */
+    if (!be->shard.ep &&
+        !(be->moe.views = (wtensor_t *)calloc((size_t)be->L * E * E_COUNT, sizeof *be->moe.views)))
+        return err_set(err, "cuda backend: out of memory");
     for (int l = 0; l < be->L; l++) {
         if (be->cfg->layer[l].mlp != MLP_MOE) continue;
         int first, end;
-        if (!shard_experts(be->w, &be->shard, l, be->moe.views + (size_t)l * E * E_COUNT, &first,
-                           &end, err))
-            return -1; /* create prefixes the backend's name */
+        wtensor_t *views = be->moe.views ? be->moe.views + (size_t)l * E * E_COUNT : NULL;
+        if (!shard_experts(be->w, &be->shard, l, views, &first, &end, err))
+            return -1;      /* create prefixes the backend's name */
+        be->moe.e0 = first; /* the same range in every MoE layer */
+        be->moe.n_local = end - first;
     }
     return 0;
 }
@@ -81,7 +88,9 @@ int cb_moe_check(const cuda_backend_t *be, int l, err_t *err) {
         r->dtype == DT_F8_E4M3)
         return err_set(err, "cuda backend: layer %d router missing, misshapen or quantized", l);
     static const char *const names[E_COUNT] = {"gate_proj", "up_proj", "down_proj"};
-    for (int e = 0; e < c->n_experts; e++)
+    const int e0 = be->moe.n_local ? be->moe.e0 : 0;
+    const int e1 = be->moe.n_local ? e0 + be->moe.n_local : c->n_experts;
+    for (int e = e0; e < e1; e++)
         for (int s = 0; s < E_COUNT; s++) {
             const wtensor_t *t = expert(be, l, e, (eslot_t)s);
             int64_t rows = s == E_DOWN ? H : I, cols = s == E_DOWN ? I : H;
@@ -105,7 +114,9 @@ int cb_moe_check(const cuda_backend_t *be, int l, err_t *err) {
 bool cb_moe_fp8_possible(cuda_backend_t *be) {
     for (int l = 0; l < be->L; l++) {
         if (be->cfg->layer[l].mlp != MLP_MOE) continue;
-        for (int e = 0; e < be->cfg->n_experts; e++)
+        const int e0 = be->moe.n_local ? be->moe.e0 : 0;
+        const int e1 = be->moe.n_local ? e0 + be->moe.n_local : be->cfg->n_experts;
+        for (int e = e0; e < e1; e++)
             for (int s = 0; s < E_COUNT; s++)
                 if (expert(be, l, e, (eslot_t)s)->dtype != DT_F8_E4M3) {
                     snprintf(be->fp8_why, sizeof be->fp8_why,
@@ -120,9 +131,9 @@ bool cb_moe_fp8_possible(cuda_backend_t *be) {
 // ---------------------------------------------------------------------------------------------
 // Weights
 
-/* One projection of every expert: [E][n][k] in the path's form. */
+/* One projection of the rank's experts: [n_local][n][k] in the path's form. */
 static void layout_experts(cuda_backend_t *be, wlayout_t *a, moe_weights_t *w, int n, int k) {
-    const size_t E = (size_t)be->moe.E, esize = be->fp8 ? 1 : 2;
+    const size_t E = (size_t)be->moe.n_local, esize = be->fp8 ? 1 : 2;
     w->n_experts = (int)E;
     w->n = n;
     w->k = k;
@@ -157,10 +168,12 @@ int cb_moe_upload(cuda_backend_t *be, int l, void *stage, err_t *err) {
     if (cb_upload_rows(be, y->router, be->H, UP_BF16, weights_layer(be->w, l, L_ROUTER), stage,
                        err) < 0)
         return -1;
-    for (int e = 0; e < be->moe.E; e++)
-        if (upload_expert(be, &y->w13, e, 0, expert(be, l, e, E_GATE), stage, err) < 0 ||
-            upload_expert(be, &y->w13, e, be->moe.I_pad, expert(be, l, e, E_UP), stage, err) < 0 ||
-            upload_expert(be, &y->w2, e, 0, expert(be, l, e, E_DOWN), stage, err) < 0)
+    const int e0 = be->moe.e0;
+    for (int e = 0; e < be->moe.n_local; e++)
+        if (upload_expert(be, &y->w13, e, 0, expert(be, l, e0 + e, E_GATE), stage, err) < 0 ||
+            upload_expert(be, &y->w13, e, be->moe.I_pad, expert(be, l, e0 + e, E_UP), stage, err) <
+                0 ||
+            upload_expert(be, &y->w2, e, 0, expert(be, l, e0 + e, E_DOWN), stage, err) < 0)
             return -1;
     return 0;
 }
@@ -172,12 +185,13 @@ void cb_moe_layout_activations(cuda_backend_t *be, wlayout_t *a) {
     cb_moe_t *m = &be->moe;
     if (m->E == 0) return;
     const size_t T = (size_t)be->cap_t, H = (size_t)be->H, E = (size_t)m->E, k = (size_t)m->k;
-    const size_t Ip = (size_t)m->I_pad, rows = (size_t)moe_max_rows(m->chunk, m->k, m->E);
+    const size_t Ip = (size_t)m->I_pad, rows = (size_t)moe_max_rows(m->chunk, m->k, m->n_local);
     m->xf = (float *)take(a, T * H * 4);
     m->logits = (float *)take(a, T * E * 4);
     m->ids = (int32_t *)take(a, T * k * 4);
     m->weights = (float *)take(a, T * k * 4);
-    moe_perm_layout(take(a, moe_perm_bytes(m->chunk, m->k, m->E)), m->chunk, m->k, m->E, &m->perm);
+    moe_perm_layout(take(a, moe_perm_bytes(m->chunk, m->k, m->n_local)), m->chunk, m->k, m->n_local,
+                    &m->perm);
     m->gu = (float *)take(a, rows * 2 * Ip * 4);
     if (be->fp8) {
         m->aq = (uint8_t *)take(a, rows * Ip);
@@ -198,9 +212,11 @@ static int run_chunk(cuda_backend_t *be, const cb_layer_t *y, int l, int t0, int
                      const void *x_in, const float *xs, err_t *err) {
     cb_moe_t *m = &be->moe;
     cudaStream_t st = be->stream;
-    const int H = be->H, k = m->k, Ip = m->I_pad, rows = moe_max_rows(n, k, m->E);
+    const int H = be->H, k = m->k, Ip = m->I_pad, rows = moe_max_rows(n, k, m->n_local);
     const int32_t *ids = m->ids + (int64_t)t0 * k;
-    if (moe_permute(ids, n, k, m->E, &m->perm, m->load + (int64_t)l * m->E, st, err) < 0) return -1;
+    if (moe_permute(ids, n, k, m->E, m->e0, m->n_local, &m->perm, m->load + (int64_t)l * m->E, st,
+                    err) < 0)
+        return -1;
     const size_t esize = be->fp8 ? 1 : 2;
     moe_gemm_args_t g = {};
     g.w = &y->w13;
@@ -292,17 +308,21 @@ extern "C" int cuda_backend_expert_value(const backend_t *base, int layer, int e
                        col);
     const cb_layer_t *y = &be->layers[layer];
     const moe_weights_t *w = slot == E_DOWN ? &y->w2 : &y->w13;
+    const int le = e - be->moe.e0; /* the rank's own copy */
+    if (le < 0 || le >= be->moe.n_local)
+        return err_set(err, "cuda backend: expert %d is another rank's (this one has [%d, %d))", e,
+                       be->moe.e0, be->moe.e0 + be->moe.n_local);
     const int64_t r = (slot == E_UP ? be->moe.I_pad : 0) + row, n = w->n, k = w->k;
-    const int64_t at = ((int64_t)e * n + r) * k + col;
+    const int64_t at = ((int64_t)le * n + r) * k + col;
     CUDA_CHECK(cudaSetDevice(be->device), err);
     if (be->fp8) {
         uint8_t q;
         float s;
         CUDA_CHECK(cudaMemcpy(&q, (const uint8_t *)w->data + at, 1, cudaMemcpyDeviceToHost), err);
-        CUDA_CHECK(cudaMemcpy(&s,
-                              w->scale + ((int64_t)e * (n / 128) + r / 128) * (k / 128) + col / 128,
-                              4, cudaMemcpyDeviceToHost),
-                   err);
+        CUDA_CHECK(
+            cudaMemcpy(&s, w->scale + ((int64_t)le * (n / 128) + r / 128) * (k / 128) + col / 128,
+                       4, cudaMemcpyDeviceToHost),
+            err);
         *out = dtype_e4m3_to_f32(q) * s;
     } else {
         uint16_t v;

@@ -4,7 +4,8 @@
  * driven in lockstep by engine/tp.h (a thread per rank, the engine thread is rank 0) and joined
  * by the single-device communicator (comm_gpu.h). The shards (engine/shard.h): column-parallel
  * q/k/v and gate/up (gated attention: q | gate rows by head), row-parallel o_proj and
- * down_proj, every MoE expert sliced the same way with the router replicated, the Gated
+ * down_proj, every MoE expert sliced the same way (or, with expert parallel, a range of whole
+ * experts per rank, cb_moe.cu) with the router replicated, the Gated
  * DeltaNet by key and value heads (in_proj_qkv and conv1d as three row blocks, out_proj
  * row-parallel; each rank's state slots hold its heads), vocab-parallel lm_head, replicated
  * embedding and norms. This checks the CUDA path's sharding math on a one-GPU machine (and in
@@ -12,8 +13,8 @@
  * is built (TACHYON_HAVE_NCCL) and N devices exist from backend_options_t.device on, rank r runs
  * on device + r with the NCCL communicator instead (comm_gpu.h: UNTESTED, no two GPUs here).
  *
- * Not yet at tp > 1 (refused at create, naming them): expert parallel (experts whole); FP8
- * checkpoints whose shards split a 128 x 128 scale block (shard.h refuses them, as vLLM does).
+ * Not at tp > 1 (refused at create, naming them): FP8 checkpoints whose shards split a 128 x 128
+ * scale block (shard.h refuses them, as vLLM does).
  * CUDA graphs are off (the communicator waits on the host: steps run eagerly).
  */
 #include "cb_backend.h"
@@ -35,7 +36,8 @@ static int make_rank(void *user, int rank, backend_t **out, err_t *err) {
     backend_options_t ro = *a->opts;
     if (a->nccl) ro.device = a->opts->device + rank;
     comm_t *c = comm_gpu_rank(a->group, rank);
-    shard_t s = {rank, a->opts->tensor_parallel_size, false, c};
+    const bool ep = a->opts->expert_parallel && weights_config(a->w)->n_experts > 0;
+    shard_t s = {rank, a->opts->tensor_parallel_size, ep, c};
     if (cb_create_rank(&ro, a->w, &s, out, err) < 0) return -1;
     comm_gpu_bind(c, ((cuda_backend_t *)*out)->stream);
     return 0;
@@ -64,9 +66,14 @@ int cb_tp_create(const backend_options_t *opts, const model_weights_t *w, backen
         rc = comm_gpu_create_one_device(n, &a.group, err);
     }
     if (rc < 0) return err_prefix(err, "cuda backend");
-    const char *how = a.nccl ? "a GPU per rank, NCCL communicator"
-                             : "ranks on one device, single-device communicator (all-reduce in "
-                               "rank order)";
+    const bool ep = opts->expert_parallel && weights_config(w)->n_experts > 0;
+    const char *how = a.nccl ? (ep ? "a GPU per rank, NCCL communicator, experts whole (expert "
+                                     "parallel)"
+                                   : "a GPU per rank, NCCL communicator")
+                             : (ep ? "ranks on one device, single-device communicator (all-reduce "
+                                     "in rank order), experts whole (expert parallel)"
+                                   : "ranks on one device, single-device communicator (all-reduce "
+                                     "in rank order)");
     if (tp_backend_create(n, make_rank, &a, release_group, a.group, how, out, err) < 0)
         return -1; /* the rank's message names the backend; the group is released */
     return 0;

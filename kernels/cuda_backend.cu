@@ -424,13 +424,6 @@ int cb_create_rank(const backend_options_t *opts, const model_weights_t *w, cons
         err_set(err, "cuda backend: partial RoPE needs gated attention layers (Qwen3.5)");
         goto fail;
     }
-    if (shard->tp > 1 && opts->expert_parallel && c->n_experts > 0) {
-        err_set(err,
-                "tensor parallel %d: expert parallel is not supported yet on this backend (the "
-                "experts are sliced without it; the cpu backend runs it)",
-                shard->tp);
-        goto fail;
-    }
     if (be->n_linear) {
         ops_gdn_args_t g = cb_gdn_args(be, -1, 0, 0);
         if (ops_gdn_check(&g, err) < 0) goto fail;

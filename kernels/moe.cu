@@ -177,23 +177,29 @@ __device__ int block_exclusive_scan(int v, int *scratch, int *total) {
     return scratch[warp] + incl - v;
 }
 
-/* One CTA: each expert's count (and the load statistics), the padded segments' offsets, the
- * tile map, and -1 for the rows past the last segment. */
+/* One CTA: each expert's count (and the load statistics, of every expert), the padded segments'
+ * offsets of the local experts [e0, e0 + E), the tile map, -1 for the rows past the last
+ * segment and for the pairs of other ranks' experts. */
 constexpr int kPermThreads = 1024;
 __global__ void __launch_bounds__(kPermThreads)
-    perm_count_kernel(const int32_t *__restrict__ ids, int P, int E, int max_tiles, int max_rows,
-                      moe_perm_t p, unsigned long long *__restrict__ load) {
+    perm_count_kernel(const int32_t *__restrict__ ids, int P, int E_all, int e0, int E,
+                      int max_tiles, int max_rows, moe_perm_t p,
+                      unsigned long long *__restrict__ load) {
     __shared__ int count[MOE_MAX_EXPERTS], offset[MOE_MAX_EXPERTS + 1];
     __shared__ int scratch[33];
-    for (int e = threadIdx.x; e < E; e += kPermThreads)
+    for (int e = threadIdx.x; e < E_all; e += kPermThreads)
         count[e] = 0;
     __syncthreads();
-    for (int i = threadIdx.x; i < P; i += kPermThreads)
-        atomicAdd(&count[ids[i]], 1);
+    for (int i = threadIdx.x; i < P; i += kPermThreads) {
+        const int id = ids[i];
+        atomicAdd(&count[id], 1);
+        if (id < e0 || id >= e0 + E) p.pair_row[i] = -1; /* another rank's expert */
+    }
     __syncthreads();
-    /* E <= 1024 = the block: one expert per thread */
+    /* E_all <= 1024 = the block: one expert per thread */
     const int e = threadIdx.x;
-    const int c = e < E ? count[e] : 0;
+    if (load && e < E_all && count[e]) atomicAdd(&load[e], (unsigned long long)count[e]);
+    const int c = e < E ? count[e0 + e] : 0;
     int rows;
     const int off =
         block_exclusive_scan((c + MOE_TILE_M - 1) / MOE_TILE_M * MOE_TILE_M, scratch, &rows);
@@ -201,7 +207,6 @@ __global__ void __launch_bounds__(kPermThreads)
         offset[e] = off;
         p.count[e] = c;
         p.offset[e] = off;
-        if (load && c) atomicAdd(&load[e], (unsigned long long)c);
     }
     if (e == 0) {
         offset[E] = rows;
@@ -225,17 +230,18 @@ __global__ void __launch_bounds__(kPermThreads)
         p.row_token[r] = -1;
 }
 
-/* One CTA per expert: the ranks of its pairs in pair order (a block scan per 256 pairs), so
- * that rows follow token order within the expert; then -1 for its padding rows. */
+/* One CTA per local expert (e0 + blockIdx.x): the ranks of its pairs in pair order (a block scan
+ * per 256 pairs), so that rows follow token order within the expert; then -1 for its padding
+ * rows. */
 constexpr int kScatterThreads = 256;
 __global__ void __launch_bounds__(kScatterThreads)
-    perm_scatter_kernel(const int32_t *__restrict__ ids, int P, int k, moe_perm_t p) {
+    perm_scatter_kernel(const int32_t *__restrict__ ids, int P, int k, int e0, moe_perm_t p) {
     __shared__ int scratch[33];
     const int e = blockIdx.x, count = p.count[e], base = p.offset[e];
     int placed = 0;
     for (int p0 = 0; p0 < P && placed < count; p0 += kScatterThreads) {
         const int i = p0 + threadIdx.x;
-        const int mine = i < P && ids[i] == e;
+        const int mine = i < P && ids[i] == e0 + e;
         int n;
         const int rank = placed + block_exclusive_scan(mine, scratch, &n);
         if (mine) {
@@ -250,7 +256,7 @@ __global__ void __launch_bounds__(kScatterThreads)
 }
 
 /* One CTA per token: its experts in increasing id (k <= 32, sorted by thread 0), then every
- * column summed in that order. */
+ * column summed in that order, leaving out the pairs of other ranks' experts (row -1). */
 __global__ void __launch_bounds__(kRowThreads)
     combine_kernel(const float *__restrict__ y, const int32_t *__restrict__ pair_row,
                    const int32_t *__restrict__ ids, const float *__restrict__ weights, int k, int H,
@@ -277,6 +283,7 @@ __global__ void __launch_bounds__(kRowThreads)
     for (int c = threadIdx.x * 4; c < H; c += kRowThreads * 4) {
         float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         for (int i = 0; i < k; i++) {
+            if (rows[i] < 0) continue;
             float v[4];
             ops_load4(y + (int64_t)rows[i] * H + c, v);
 #pragma unroll
@@ -361,14 +368,17 @@ extern "C" int moe_topk(const float *logits, int T, int E, int k, bool norm, int
     return 0;
 }
 
-extern "C" int moe_permute(const int32_t *ids, int T, int k, int E, const moe_perm_t *p,
-                           unsigned long long *load, cudaStream_t stream, err_t *err) {
-    if (T < 0 || E < 1 || E > MOE_MAX_EXPERTS || k < 1 || k > E)
-        return err_set(err, "moe_permute: bad shape (T %d, %d experts, top %d)", T, E, k);
+extern "C" int moe_permute(const int32_t *ids, int T, int k, int E_all, int e0, int E,
+                           const moe_perm_t *p, unsigned long long *load, cudaStream_t stream,
+                           err_t *err) {
+    if (T < 0 || E_all < 1 || E_all > MOE_MAX_EXPERTS || k < 1 || k > E_all || e0 < 0 || E < 1 ||
+        e0 + E > E_all)
+        return err_set(err, "moe_permute: bad shape (T %d, experts [%d, %d) of %d, top %d)", T, e0,
+                       e0 + E, E_all, k);
     if (T == 0) return 0;
-    OPS_LAUNCH((perm_count_kernel), 1, kPermThreads, 0, stream, ids, T * k, E,
+    OPS_LAUNCH((perm_count_kernel), 1, kPermThreads, 0, stream, ids, T * k, E_all, e0, E,
                moe_max_tiles(T, k, E), moe_max_rows(T, k, E), *p, load);
-    OPS_LAUNCH((perm_scatter_kernel), E, kScatterThreads, 0, stream, ids, T * k, k, *p);
+    OPS_LAUNCH((perm_scatter_kernel), E, kScatterThreads, 0, stream, ids, T * k, k, e0, *p);
     CUDA_CHECK(cudaGetLastError(), err);
     return 0;
 }

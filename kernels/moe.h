@@ -12,7 +12,8 @@
  *     moe_permute                    the T * k (token, expert) pairs grouped by expert, in token
  *                                    order, each expert's rows padded to MOE_TILE_M: tiles of
  *                                    one expert each, the token of each row, the row of each
- *                                    pair; adds each expert's count to the load statistics
+ *                                    pair; adds each expert's count to the load statistics;
+ *                                    under expert parallelism only the rank's experts' pairs
  *     moe_gemm                       every expert's GEMM in one launch (grouped): y[r] =
  *                                    A[r] W_e^T for the rows r of expert e's tiles, gathering A
  *                                    rows by token (gate|up) or reading them in order (down);
@@ -87,9 +88,12 @@ typedef struct moe_perm {
 size_t moe_perm_bytes(int T, int k, int E);
 void moe_perm_layout(void *base, int T, int k, int E, moe_perm_t *p);
 
-/* Groups the pairs of ids [T, k] by expert. load (device, may be NULL): [E] uint64 counters
- * that get each expert's count added (the expert-load statistics). */
-int moe_permute(const int32_t *ids, int T, int k, int E, const moe_perm_t *p,
+/* Groups the pairs of ids [T, k] (experts of E_all) whose expert is one of this rank's
+ * [e0, e0 + E) by expert: p's experts are those E (expert parallel: the others are other ranks',
+ * their pairs' pair_row -1; e0 0 and E = E_all otherwise), p sized for E. load (device, may be
+ * NULL): [E_all] uint64 counters that get every expert's count added, the other ranks' too (the
+ * expert-load statistics). */
+int moe_permute(const int32_t *ids, int T, int k, int E_all, int e0, int E, const moe_perm_t *p,
                 unsigned long long *load, cudaStream_t stream, err_t *err);
 
 /* The experts' weights of one projection. */
@@ -117,7 +121,8 @@ typedef struct moe_gemm_args {
 int moe_gemm(const moe_gemm_args_t *g, cudaStream_t stream, err_t *err);
 
 /* out [T, H] f32: out[t] = sum over j in increasing ids[t, j] of weights[t, j] * y[pair_row[t *
- * k + j]] (y [*, H] f32), with the CPU's rounding: a product, then a sum. */
+ * k + j]] (y [*, H] f32), with the CPU's rounding: a product, then a sum; pairs with pair_row -1
+ * (other ranks' experts) left out. */
 int moe_combine(const float *y, const int32_t *pair_row, const int32_t *ids, const float *weights,
                 int T, int k, int H, float *out, cudaStream_t stream, err_t *err);
 

@@ -45,6 +45,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <time.h>
 
 #include <cjson/cJSON.h>
@@ -105,8 +106,9 @@ static int32_t *json_ids(const cJSON *arr, int *n) {
 /* The backend at tensor parallel tp (1: none); NULL with the message in *err when create
  * refuses and err is not NULL. */
 static backend_t *open_backend_tp(const backend_ops_t *ops, model_weights_t *w, bool emulate,
-                                  int tp, err_t *err) {
+                                  int tp, bool ep, err_t *err) {
     backend_options_t o = {.n_threads = 2,
+                           .expert_parallel = ep,
                            .emulate_fp8_activations = emulate,
                            .gpu_memory_utilization = 0.5,
                            .max_num_batched_tokens = 2048,
@@ -124,7 +126,7 @@ static backend_t *open_backend_tp(const backend_ops_t *ops, model_weights_t *w, 
 }
 
 static backend_t *open_backend(const backend_ops_t *ops, model_weights_t *w, bool emulate) {
-    return open_backend_tp(ops, w, emulate, 1, NULL);
+    return open_backend_tp(ops, w, emulate, 1, false, NULL);
 }
 
 /* Models with recurrent state: n slots on be, sequence s in slot n - 1 - s; NULL otherwise. The
@@ -780,17 +782,18 @@ static double compare_rows(const float *ref, const float *got, int n, int vocab,
  * `fixture` (or, for NULL, n_prompts tu_prompt prompts) prefilled in one batch, logits within
  * tol; then n_lock of them generated greedily in lockstep for 8 tokens (chunked prefill, paged
  * decode). */
-static void tp2_against_tp1(model_weights_t *w, const char *fixture, bool fp8, double tol,
+static void tp2_against_tp1(model_weights_t *w, const char *fixture, bool fp8, bool ep, double tol,
                             int n_prompts, int n_lock) {
     const char *name = fixture ? fixture : "dummy";
-    backend_t *one = open_backend_tp(&cuda_backend_ops, w, false, 1, NULL);
-    backend_t *two = open_backend_tp(&cuda_backend_ops, w, false, 2, NULL);
+    backend_t *one = open_backend_tp(&cuda_backend_ops, w, false, 1, false, NULL);
+    backend_t *two = open_backend_tp(&cuda_backend_ops, w, false, 2, ep, NULL);
     assert_int_equal(cuda_backend_uses_fp8(one), fp8);
     assert_int_equal(cuda_backend_uses_fp8(two), fp8);
     char desc[512];
     two->ops->describe(two, desc, sizeof desc);
     print_message("%s: %s\n", name, desc);
     assert_non_null(strstr(desc, "tensor parallel 2"));
+    if (ep) assert_non_null(strstr(desc, "expert parallel"));
     assert_non_null(strstr(desc, "graphs off")); /* asked for, off at TP > 1 */
     int vocab = weights_config(w)->vocab_size, n, n2, ties = 0;
     cJSON *g = NULL;
@@ -847,7 +850,7 @@ static void tp2_against_tp1(model_weights_t *w, const char *fixture, bool fp8, d
  * as at TP 1. */
 static void test_tp2_bf16(void **state) {
     model_weights_t *w = tu_fixture_weights("tiny-qwen3");
-    tp2_against_tp1(w, "tiny-qwen3", false, LOGIT_TOL_TP, 5, 2);
+    tp2_against_tp1(w, "tiny-qwen3", false, false, LOGIT_TOL_TP, 5, 2);
     weights_destroy(w);
 
     enum { N = 4, GEN = 8 };
@@ -890,7 +893,7 @@ static void test_tp2_fp8(void **state) {
     model_source_t src = {
         .model = "tiny", .format = LOAD_DUMMY, .dummy_fp8 = true, .seed = 77, .lazy_dummy = true};
     model_weights_t *w = tu_weights(&src);
-    tp2_against_tp1(w, NULL, true, LOGIT_TOL_TP_FP8, 4, 2);
+    tp2_against_tp1(w, NULL, true, false, LOGIT_TOL_TP_FP8, 4, 2);
     weights_destroy(w);
 }
 
@@ -899,8 +902,43 @@ static void test_tp2_fp8(void **state) {
  * tp group runs it, not the moe one.) */
 static void test_tp2_experts(void **state) {
     model_weights_t *w = tu_fixture_weights("tiny-qwen3-moe");
-    tp2_against_tp1(w, "tiny-qwen3-moe", false, LOGIT_TOL_TP, 5, 2);
+    tp2_against_tp1(w, "tiny-qwen3-moe", false, false, LOGIT_TOL_TP, 5, 2);
     weights_destroy(w);
+}
+
+/* Expert parallel at TP 2: each rank holds half the experts whole, groups and computes only the
+ * pairs routed to them (the others' rows left out of its sums), and the all-reduce adds the
+ * ranks' parts. tiny-qwen3-moe (BF16, 8 experts, top 2), and block FP8 on dummy weights of a
+ * config whose every shard keeps to 128-blocks (hidden 256, 16 experts of 256, top 4, a dense
+ * layer of 512) so that the W8A8 grouped GEMM runs on a range of experts; its experts'
+ * 256-row slices would split nothing either, but whole they are each rank's 8. */
+static void test_tp2_experts_ep(void **state) {
+    model_weights_t *w = tu_fixture_weights("tiny-qwen3-moe");
+    tp2_against_tp1(w, "tiny-qwen3-moe", false, true, LOGIT_TOL_TP, 5, 2);
+    weights_destroy(w);
+    char dir[] = "/tmp/tachyon-ep-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char path[64];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("{\"architectures\": [\"Qwen3MoeForCausalLM\"], \"model_type\": \"qwen3_moe\", "
+          "\"hidden_size\": 256, \"intermediate_size\": 512, \"moe_intermediate_size\": 256, "
+          "\"num_experts\": 16, \"num_experts_per_tok\": 4, \"norm_topk_prob\": true, "
+          "\"decoder_sparse_step\": 1, \"mlp_only_layers\": [1], \"num_hidden_layers\": 2, "
+          "\"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"head_dim\": 128, "
+          "\"vocab_size\": 4096, \"max_position_embeddings\": 4096, \"rms_norm_eps\": 1e-06, "
+          "\"rope_theta\": 1000000, \"tie_word_embeddings\": false, \"torch_dtype\": "
+          "\"bfloat16\", \"bos_token_id\": 1, \"eos_token_id\": 2}",
+          f);
+    fclose(f);
+    model_source_t src = {
+        .model = dir, .format = LOAD_DUMMY, .dummy_fp8 = true, .seed = 91, .lazy_dummy = true};
+    w = tu_weights(&src);
+    tp2_against_tp1(w, NULL, true, true, LOGIT_TOL_TP_FP8, 2, 2);
+    weights_destroy(w);
+    remove(path);
+    rmdir(dir);
 }
 
 /* Qwen3.5 at TP 2 (tiny-qwen3.5, BF16): gated attention by heads (q | gate rows per head), the
@@ -909,7 +947,7 @@ static void test_tp2_experts(void **state) {
  * "qwen35": the tp group runs it.) */
 static void test_tp2_gated_deltanet(void **state) {
     model_weights_t *w = tu_fixture_weights("tiny-qwen3.5");
-    tp2_against_tp1(w, "tiny-qwen3.5", false, LOGIT_TOL_TP, 3, 2);
+    tp2_against_tp1(w, "tiny-qwen3.5", false, false, LOGIT_TOL_TP, 3, 2);
     weights_destroy(w);
 }
 
@@ -925,7 +963,7 @@ static void test_tp2_refusals(void **state) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         model_weights_t *w = tu_fixture_weights(cases[i].fixture);
         err_t err = {{0}};
-        backend_t *be = open_backend_tp(&cuda_backend_ops, w, false, 2, &err);
+        backend_t *be = open_backend_tp(&cuda_backend_ops, w, false, 2, false, &err);
         assert_null(be);
         print_message("%s at TP 2: %s\n", cases[i].fixture, err.msg);
         assert_non_null(strstr(err.msg, cases[i].needle));
@@ -1073,6 +1111,7 @@ int main(void) {
         cmocka_unit_test(test_tp2_fp8),
         cmocka_unit_test(test_tp2_experts),
         cmocka_unit_test(test_tp2_gated_deltanet),
+        cmocka_unit_test(test_tp2_experts_ep),
         cmocka_unit_test(test_tp2_refusals),
     };
     /* TEST_FILTER / TEST_SKIP: comma-separated patterns of the tests to run / to leave out, e.g.

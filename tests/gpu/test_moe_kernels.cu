@@ -179,16 +179,22 @@ typedef struct routed {
     perm_host_t h;
 } routed_t;
 
-static routed_t route(int T, int k, int E, route_t how) {
+/* Routed over E_all experts, grouped for this rank's [e0, e0 + E) (expert parallel; e0 0 and
+ * E_all = E otherwise). */
+static routed_t route_local(int T, int k, int E_all, int e0, int E, route_t how) {
     routed_t r;
-    r.ids = make_ids(T, k, E, how);
+    r.ids = make_ids(T, k, E_all, how);
     r.di = dev<int32_t>(r.ids.size());
     put(r.di, r.ids);
     r.buf = dev<uint8_t>(moe_perm_bytes(T, k, E));
     moe_perm_layout(r.buf, T, k, E, &r.p);
-    OPS(moe_permute(r.di, T, k, E, &r.p, NULL, 0, ERR));
+    OPS(moe_permute(r.di, T, k, E_all, e0, E, &r.p, NULL, 0, ERR));
     copy_perm(r.p, T, k, E, &r.h);
     return r;
+}
+
+static routed_t route(int T, int k, int E, route_t how) {
+    return route_local(T, k, E, 0, E, how);
 }
 
 static void unroute(routed_t &r) {
@@ -196,17 +202,19 @@ static void unroute(routed_t &r) {
     CK(cudaFree(r.buf));
 }
 
-static bool check_perm(const char *what, const std::vector<int32_t> &ids, int T, int k, int E,
-                       const perm_host_t &g) {
+/* The grouping of this rank's experts [e0, e0 + E): their pairs in token order, the pairs of
+ * other experts at row -1. */
+static bool check_perm(const char *what, const std::vector<int32_t> &ids, int T, int k, int e0,
+                       int E, const perm_host_t &g) {
     int tiles = moe_max_tiles(T, k, E), rows = moe_max_rows(T, k, E), at = 0;
-    std::vector<int32_t> want_token((size_t)rows, -1), want_pair((size_t)T * k);
+    std::vector<int32_t> want_token((size_t)rows, -1), want_pair((size_t)T * k, -1);
     std::vector<int32_t> want_expert((size_t)tiles, -1);
     for (int e = 0; e < E; e++) {
         int c = 0;
         if (g.offset[e] != at)
             return fail("%s FAIL: expert %d at %d, want %d\n", what, e, g.offset[e], at), false;
         for (int p = 0; p < T * k; p++)
-            if (ids[p] == e) {
+            if (ids[p] == e0 + e) {
                 want_token[(size_t)at + c] = p / k;
                 want_pair[p] = at + c;
                 c++;
@@ -229,28 +237,35 @@ static bool check_perm(const char *what, const std::vector<int32_t> &ids, int T,
     return true;
 }
 
-static void perm_case(int T, int k, int E, route_t how) {
-    std::vector<int32_t> ids = make_ids(T, k, E, how);
+/* Experts [e0, e0 + E) of E_all grouped (E_all = E: all of them); the load statistics count
+ * every expert's pairs, the other ranks' too. */
+static void perm_case(int T, int k, int E_all, int e0, int E, route_t how) {
+    std::vector<int32_t> ids = make_ids(T, k, E_all, how);
     int32_t *di = dev<int32_t>(ids.size());
     put(di, ids);
     void *buf = dev<uint8_t>(moe_perm_bytes(T, k, E));
     moe_perm_t p;
     moe_perm_layout(buf, T, k, E, &p);
-    unsigned long long *load = dev<unsigned long long>((size_t)E);
-    CK(cudaMemset(load, 0, (size_t)E * sizeof *load));
-    OPS(moe_permute(di, T, k, E, &p, load, 0, ERR));
-    OPS(moe_permute(di, T, k, E, &p, load, 0, ERR)); /* the statistics accumulate */
+    unsigned long long *load = dev<unsigned long long>((size_t)E_all);
+    CK(cudaMemset(load, 0, (size_t)E_all * sizeof *load));
+    OPS(moe_permute(di, T, k, E_all, e0, E, &p, load, 0, ERR));
+    OPS(moe_permute(di, T, k, E_all, e0, E, &p, load, 0, ERR)); /* the statistics accumulate */
     perm_host_t h;
     copy_perm(p, T, k, E, &h);
     char what[128];
-    snprintf(what, sizeof what, "moe_permute T=%d k=%d E=%d %s", T, k, E, route_name[how]);
-    bool ok = check_perm(what, ids, T, k, E, h);
-    std::vector<unsigned long long> l = get(load, (size_t)E);
-    for (int e = 0; ok && e < E; e++)
-        if (l[e] != 2ull * (unsigned long long)h.count[e]) {
-            fail("%s FAIL: expert %d load %llu, want %d\n", what, e, l[e], 2 * h.count[e]);
+    snprintf(what, sizeof what, "moe_permute T=%d k=%d experts [%d, %d) of %d %s", T, k, e0, e0 + E,
+             E_all, route_name[how]);
+    bool ok = check_perm(what, ids, T, k, e0, E, h);
+    std::vector<unsigned long long> l = get(load, (size_t)E_all);
+    for (int e = 0; ok && e < E_all; e++) {
+        unsigned long long want = 0;
+        for (int32_t id : ids)
+            want += id == e ? 2 : 0;
+        if (l[e] != want) {
+            fail("%s FAIL: expert %d load %llu, want %llu\n", what, e, l[e], want);
             ok = false;
         }
+    }
     if (ok) printf("%-60s ok\n", what);
     CK(cudaFree(di));
     CK(cudaFree(buf));
@@ -259,11 +274,15 @@ static void perm_case(int T, int k, int E, route_t how) {
 
 static void test_permute(void) {
     for (int how = 0; how < 3; how++) {
-        perm_case(SIZE(517, 41), 8, 128, (route_t)how);
-        perm_case(SIZE(93, 23), 2, 8, (route_t)how);
+        perm_case(SIZE(517, 41), 8, 128, 0, 128, (route_t)how);
+        perm_case(SIZE(93, 23), 2, 8, 0, 8, (route_t)how);
+        /* expert parallel: a rank's range, fewer experts than top-k among them */
+        perm_case(SIZE(517, 41), 8, 128, 32, 32, (route_t)how);
+        perm_case(SIZE(93, 23), 4, 8, 6, 2, (route_t)how);
     }
-    perm_case(1, 8, 128, ROUTE_RANDOM); /* decode: one token */
-    perm_case(3, 2, 64, ROUTE_RANDOM);  /* most experts empty */
+    perm_case(1, 8, 128, 0, 128, ROUTE_RANDOM); /* decode: one token */
+    perm_case(3, 2, 64, 0, 64, ROUTE_RANDOM);   /* most experts empty */
+    perm_case(1, 8, 128, 64, 64, ROUTE_RANDOM); /* maybe none of the rank's */
 }
 
 /* ---- grouped GEMM --------------------------------------------------------------------------- */
@@ -388,8 +407,9 @@ static void test_gemm(void) {
 
 /* ---- combine -------------------------------------------------------------------------------- */
 
-static void combine_case(int T, int k, int E, int H, route_t how) {
-    routed_t rt = route(T, k, E, how);
+/* Experts [e0, e0 + E) of E_all: the other ranks' pairs left out of each sum. */
+static void combine_case(int T, int k, int E_all, int e0, int E, int H, route_t how) {
+    routed_t rt = route_local(T, k, E_all, e0, E, how);
     const std::vector<int32_t> &ids = rt.ids;
     int32_t *di = rt.di;
     const moe_perm_t &p = rt.p;
@@ -415,6 +435,7 @@ static void combine_case(int T, int k, int E, int H, route_t how) {
         for (int c = 0; c < H; c++) {
             float acc = 0.0f;
             for (int j : order) {
+                if (h.pair_row[(size_t)t * k + j] < 0) continue;
                 volatile float prod =
                     y[(size_t)h.pair_row[(size_t)t * k + j] * H + c] * w[(size_t)t * k + j];
                 acc += prod;
@@ -423,7 +444,8 @@ static void combine_case(int T, int k, int E, int H, route_t how) {
         }
     }
     char what[128];
-    snprintf(what, sizeof what, "moe_combine T=%d k=%d E=%d H=%d %s", T, k, E, H, route_name[how]);
+    snprintf(what, sizeof what, "moe_combine T=%d k=%d experts [%d, %d) of %d H=%d %s", T, k, e0,
+             e0 + E, E_all, H, route_name[how]);
     close_all(what, out.data(), ref.data(), out.size(), 0.0, 0.0);
     unroute(rt);
     CK(cudaFree(dy));
@@ -432,8 +454,10 @@ static void combine_case(int T, int k, int E, int H, route_t how) {
 }
 
 static void test_combine(void) {
-    for (int how = 0; how < 3; how++)
-        combine_case(SIZE(131, 17), 8, 64, SIZE(2048, 256), (route_t)how);
+    for (int how = 0; how < 3; how++) {
+        combine_case(SIZE(131, 17), 8, 64, 0, 64, SIZE(2048, 256), (route_t)how);
+        combine_case(SIZE(131, 17), 8, 64, 16, 16, SIZE(2048, 256), (route_t)how);
+    }
 }
 
 int main(void) {
