@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "bench.h"
+#include "ui_experts.h"
 #include "ui_reqs.h"
 
 static const repl_command_t COMMANDS[] = {
@@ -36,9 +37,9 @@ static const repl_command_t COMMANDS[] = {
     {"/tools", NULL, "/tools [FILE|off]",
      "chat with the tools of an OpenAI tools JSON file (none: list them; off: no tools)",
      REPL_TOOLS, true},
-    {"/experts", NULL, "/experts",
-     "show the expert-load heat map of an MoE model (tokens per expert per layer, last ~10 s)",
-     REPL_EXPERTS, false},
+    {"/experts", NULL, "/experts [on|off|print]",
+     "live expert-load heat map of an MoE model in the chat pane's place (toggles; print: a copy)",
+     REPL_EXPERTS, true},
     {"/requests", "/reqs", "/requests [sort KEY [asc|desc] | filter [WHAT]]",
      "sort or filter the requests table (F6 focuses it: select, sort, filter, cancel)",
      REPL_REQUESTS, true},
@@ -260,6 +261,11 @@ static int parse_args(const repl_command_t *c, const char *rest, repl_cmd_t *out
             return usage(c, err);
         case REPL_CANCEL:
             return argc > 1 ? usage(c, err) : 0;
+        case REPL_EXPERTS:
+            if (argc > 1 || (argc == 1 && strcmp(argv[0], "on") && strcmp(argv[0], "off") &&
+                             strcmp(argv[0], "print")))
+                return usage(c, err);
+            return 0;
         default:
             return argc > 0 ? usage(c, err) : 0;
     }
@@ -399,6 +405,23 @@ int repl_help(const char *name, char *buf, size_t size, err_t *err) {
         case REPL_CANCEL:
             put(&o, "The engine cancels it as when its client does: each unfinished choice ends "
                     "with finish reason abort, which the client sees on its stream.\n");
+            break;
+        case REPL_EXPERTS:
+            put(&o,
+                "The panel takes the chat pane's place and redraws from each engine_stats() "
+                "sample (4 a second): one row per MoE layer, its experts left to right in cells "
+                "(several a cell when they do not fit), each a glyph \"%s\" by its tokens "
+                "against the row's busiest cell and a colour by its load against the layer's "
+                "mean expert: blue under half, green fair, yellow up to 3x, red above (bold "
+                "without colours); then the layer's busiest / mean expert and its tokens. The "
+                "counts are the engine's last ~10 s, or those since start when nothing was "
+                "routed in them. The summary names the busiest expert and the most unbalanced "
+                "layer. PgUp/PgDn (or the wheel) page through layers that do not fit; /experts, "
+                "/experts off or Esc gives the chat pane back (chat and commands work "
+                "meanwhile; a command that prints closes the panel). print: the map as text in "
+                "the chat pane, as of now. A dense model has no experts, and the panel says "
+                "so.\n",
+                UI_EXPERTS_RAMP);
             break;
         case REPL_COMPARE:
             put(&o, "Runs are named by their number in /results or by a result file (a path, or a "
@@ -579,6 +602,13 @@ int repl_complete(void *user, const char *line, size_t cursor, le_completion_t *
             return finish(out, NULL);
         case REPL_TOOLS:
             if (nw == 0 && strncmp("off", prefix, pl) == 0) add_cand(out, "off");
+            return finish(out, NULL);
+        case REPL_EXPERTS:
+            if (nw == 0) {
+                static const char *const subs[] = {"off", "on", "print"};
+                for (int i = 0; i < 3; i++)
+                    if (strncmp(subs[i], prefix, pl) == 0) add_cand(out, subs[i]);
+            }
             return finish(out, NULL);
         case REPL_REQUESTS:
             if (nw == 0) {

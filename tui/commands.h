@@ -32,7 +32,8 @@
  *                             cmd.flag points to the table entry)
  *     /get FLAG              /flags [PREFIX]
  *     /bench PROFILE [OPTIONS...]   (PROFILE checked against bench_profiles())
- *     /bench stop            /results          /experts
+ *     /bench stop            /results
+ *     /experts [on|off|print] (none: toggles the live panel; argv[0] as typed)
  *     /sweep FLAG V1,V2,... PROFILE [OPTIONS...]   (a live flag; each value checked)
  *     /tools [FILE]          (none: list the tools; FILE: an OpenAI tools array to chat with)
  *     /tools off             (REPL_TOOLS_OFF: chat without tools again)
@@ -71,7 +72,7 @@ typedef enum repl_kind {
     REPL_RESULTS,
     REPL_COMPARE, /* argc 0, or >= 2: argv[0] the base run, the others compared with it */
     REPL_CLEAR,
-    REPL_EXPERTS,   /* the expert-load heat map of an MoE model */
+    REPL_EXPERTS,   /* the expert-load heat map: argc 0 (toggle), or argv[0] on, off or print */
     REPL_TOOLS,     /* argc 0: list the tools; 1: argv[0] the file to load */
     REPL_TOOLS_OFF, /* /tools off */
     REPL_REQUESTS,  /* argc 0; or argv[0] "sort", argv[1] the key (ui_reqs.h), argv[2] asc|desc

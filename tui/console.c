@@ -409,6 +409,8 @@ static void frame(console_t *c) {
         .show_reasoning = c->show_reasoning,
         .log = c->show_log,
         .zoom = c->zoom,
+        .experts = c->experts,
+        .experts_top = c->experts_top,
         .busy = busy,
         .status = c->status,
         .status_error = c->status_error,
@@ -425,6 +427,8 @@ static void frame(console_t *c) {
     con_draw(c->drawer, &v, &out);
     c->scroll = out.scroll;
     c->reqs->top = out.reqs_top;
+    c->experts_top = out.experts_top;
+    c->experts_page = out.experts_rows;
     c->help_scroll = out.help_scroll;
     c->dirty = false;
     c->last_frame = now_s();

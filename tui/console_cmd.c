@@ -20,8 +20,8 @@ static const char help_keys[] =
     "  Alt-Enter    a new line in the message (a paste keeps its lines)\n"
     "  Tab / Right  complete / accept the dimmed suggestion\n"
     "  Up / Down    history          Ctrl-A/E/B/F/K/U/W/Y  edit the line\n"
-    "  PgUp / PgDn  scroll the chat and output pane\n"
-    "  Esc          stop the reply being generated\n"
+    "  PgUp / PgDn  scroll the chat pane (or page the /experts panel)\n"
+    "  Esc          close the expert-load panel (/experts); else stop the reply\n"
     "  F2           show / hide the model's reasoning\n"
     "  F3 log (stderr, stats, /set)  F4 zoom charts one by one  F5 rerun /bench  F10 quit\n"
     "  F6           the requests table: Up/Down select, s sort, r reverse, f filter,\n"
@@ -272,21 +272,42 @@ static void con_help(console_t *c, const char *name) {
     c->scroll = 0;
 }
 
-/* Runs one submitted line; returns true to quit. */
-/* /experts: the heat map of the engine's expert-load window, as of now (run it again to
- * refresh). */
-static void show_experts(console_t *c) {
-    engine_stats(c->eng, c->snap);
-    char *map = ui_experts_render(&c->snap->experts, c->lay.chat.w > 0 ? c->lay.chat.w : 80);
-    if (!map) {
-        con_out_error(c, "out of memory");
+/* /experts [on|off|print]: the live panel (console_draw_experts.c draws it from each sample) on,
+ * off or toggled; print: the map as of the last sample, as text in the pane (the panel closed
+ * so that it shows). */
+static void experts_command(console_t *c, const repl_cmd_t *cmd) {
+    const char *arg = cmd->argc ? cmd->argv[0] : "";
+    if (!strcmp(arg, "print")) {
+        char *map = ui_experts_render(&c->snap->experts, c->lay.chat.w > 1 ? c->lay.chat.w - 1 : 80,
+                                      engine_now(), 0);
+        if (!map) {
+            con_out_error(c, "out of memory");
+            return;
+        }
+        ui_text_add(c->text, UI_TXT_PRE, map);
+        free(map);
+        c->experts = false;
+        c->scroll = 0;
         return;
     }
-    ui_text_add(c->text, UI_TXT_PRE, map);
-    free(map);
-    c->scroll = 0;
+    c->experts = !strcmp(arg, "on") || (strcmp(arg, "off") && !c->experts);
+    c->experts_top = 0;
+    if (c->experts) c->show_log = false; /* the panel takes the pane, chat or log */
+    con_set_status(c, false, "%s",
+                   c->experts ? "expert load: live (PgUp/PgDn page the layers; Esc or /experts "
+                                "gives the chat pane back)"
+                              : "expert-load panel closed");
 }
 
+/* Commands whose outcome is text in the pane close the expert-load panel, so that it shows; the
+ * chat, flag changes and the rest leave it open (their outcome is on the status line, or the
+ * operator watches the load change). */
+static bool prints_to_pane(repl_kind_t k) {
+    return k == REPL_HELP || k == REPL_GET || k == REPL_FLAGS || k == REPL_RESULTS ||
+           k == REPL_COMPARE || k == REPL_TOOLS;
+}
+
+/* Runs one submitted line; returns true to quit. */
 static bool run_line(console_t *c, const char *line) {
     err_t err = {{0}};
     if (repl_parse(line, &c->cmd, &err) < 0) {
@@ -294,6 +315,7 @@ static bool run_line(console_t *c, const char *line) {
         return false;
     }
     repl_cmd_t *cmd = &c->cmd;
+    if (prints_to_pane(cmd->kind)) c->experts = false;
     switch (cmd->kind) {
         case REPL_EMPTY:
             break;
@@ -368,7 +390,7 @@ static bool run_line(console_t *c, const char *line) {
             con_chat_tools(c, cmd);
             break;
         case REPL_EXPERTS:
-            show_experts(c);
+            experts_command(c, cmd);
             break;
         case REPL_CLEAR:
             ui_text_clear(c->text);
@@ -434,7 +456,17 @@ static void open_help(console_t *c) {
     c->help_scroll = 1 << 20; /* from the top */
 }
 
+/* Scrolls the pane up (rows > 0) or down; the expert-load panel, when open, by its layers, at
+ * most to its last page (the drawing clamps its top again as the pane changes). */
 static void scroll_by(console_t *c, int rows) {
+    if (c->experts) {
+        int last = c->snap->experts.n_layers - (c->experts_page > 0 ? c->experts_page : 1);
+        c->experts_top -= rows;
+        if (c->experts_top > last) c->experts_top = last;
+        if (c->experts_top < 0) c->experts_top = 0;
+        c->dirty = true;
+        return;
+    }
     c->scroll += rows;
     if (c->scroll < 0) c->scroll = 0;
     c->dirty = true;
@@ -481,8 +513,9 @@ static bool fkey(console_t *c, int n) {
         case 2:
             c->show_reasoning = !c->show_reasoning;
             break;
-        case 3:
-            c->show_log = !c->show_log;
+        case 3: /* the log, or the chat again; either way in place of the expert-load panel */
+            c->show_log = c->experts ? true : !c->show_log;
+            c->experts = false;
             c->scroll = 0;
             break;
         case 4: /* each chart in turn, then the grid again */
@@ -552,7 +585,8 @@ void con_chat_touch(console_t *c) {
 }
 
 void con_chat_idle_check(console_t *c) {
-    if (c->reply) c->last_activity = engine_now(); /* a streaming reply is use */
+    if (c->reply) c->last_activity = engine_now();   /* a streaming reply is use */
+    if (c->experts) c->last_activity = engine_now(); /* the panel is watched: it keeps its rows */
     if (c->chat_idle || c->idle_s <= 0 || c->reply || c->help || le_text(c->le)[0] ||
         engine_now() - c->last_activity < c->idle_s)
         return;
@@ -576,8 +610,13 @@ static bool console_key(console_t *c, const input_event_t *ev) {
     c->help = false;
     if (con_reqs_key(c, ev)) return false;
     switch (ev->kind) {
-        case INPUT_ESC:
-            con_chat_stop(c);
+        case INPUT_ESC: /* the expert-load panel closes first; then Esc stops the reply */
+            if (c->experts) {
+                c->experts = false;
+                con_set_status(c, false, "expert-load panel closed");
+            } else {
+                con_chat_stop(c);
+            }
             return false;
         case INPUT_PASTE: /* the whole paste is one message, its line breaks kept */
             le_insert(c->le, ev->text);
@@ -590,10 +629,13 @@ static bool console_key(console_t *c, const input_event_t *ev) {
     if (ev->curses_key) {
         if (ch == KEY_MOUSE) return mouse_event(c);
         if (ch >= KEY_F(1) && ch <= KEY_F(10)) return fkey(c, ch - KEY_F(0));
+        /* a page: the pane's rows less two, or the expert-load panel's layers shown */
+        int page = c->lay.chat.h > 3 ? c->lay.chat.h - 2 : 1;
+        if (c->experts) page = c->experts_page > 1 ? c->experts_page : 1;
         if (ch == KEY_PPAGE)
-            scroll_by(c, c->lay.chat.h > 3 ? c->lay.chat.h - 2 : 1);
+            scroll_by(c, page);
         else if (ch == KEY_NPAGE)
-            scroll_by(c, -(c->lay.chat.h > 3 ? c->lay.chat.h - 2 : 1));
+            scroll_by(c, -page);
         return false;
     }
     if (ch == 12) { /* Ctrl-L */

@@ -60,6 +60,7 @@ bool con_draw_colors(bool want) {
     init_pair(PAIR_S2, COLOR_YELLOW, -1);
     init_pair(PAIR_S3, COLOR_CYAN, -1);
     init_pair(PAIR_S4, COLOR_MAGENTA, -1);
+    init_pair(PAIR_HEAT_COLD, COLOR_BLUE, -1);
     return true;
 }
 
@@ -689,6 +690,8 @@ void con_draw(con_drawer_t *d, const con_view_t *v, con_drawn_t *out) {
     out->scroll = v->scroll;
     out->help_scroll = v->help_scroll;
     out->reqs_top = v->reqs ? v->reqs->top : 0;
+    out->experts_top = v->experts_top;
+    out->experts_rows = 0;
     werase(stdscr);
     if (v->lay.too_small) {
         curs_set(0);
@@ -711,7 +714,10 @@ void con_draw(con_drawer_t *d, const con_view_t *v, con_drawn_t *out) {
                     draw_chart(d, v, i, v->lay.charts[i]);
             draw_flags(d, v);
             out->reqs_top = cd_draw_requests(d, v);
-            out->scroll = draw_chat(d, v);
+            if (v->experts)
+                out->experts_top = cd_draw_experts(d, v, &out->experts_rows);
+            else
+                out->scroll = draw_chat(d, v);
         }
         draw_status(v);
         curs_set(1);

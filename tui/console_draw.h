@@ -16,9 +16,10 @@
  *
  * Screen (layout.h places the panels): the header, the numbers band (ui_vitals.h), six charts
  * (one over the whole chart area when zoomed), the flags panel, the requests table, the chat/output
- * pane (or the log), the REPL line and the status line with the F-key bar (con_draw_fkey_at and
- * con_draw_chart_at tell what a click hit); the help over the charts; a "terminal too small"
- * screen below the layout's minimum. Colour only with view.color; ASCII glyphs with view.ascii.
+ * pane (or the log, or the live expert-load panel: console_draw_experts.c), the REPL line and
+ * the status line with the F-key bar (con_draw_fkey_at and con_draw_chart_at tell what a click
+ * hit); the help over the charts; a "terminal too small" screen below the layout's minimum. Colour
+ * only with view.color; ASCII glyphs with view.ascii.
  */
 #ifndef TACHYON_CONSOLE_DRAW_H
 #define TACHYON_CONSOLE_DRAW_H
@@ -89,6 +90,10 @@ typedef struct con_view {
     bool show_reasoning;
     bool log; /* text is the log (F3) */
     int zoom; /* the chart that takes the whole chart area (-1: none) */
+    /* the live expert-load panel (/experts) in the chat pane's place, drawn from stats->experts
+     * (ui_experts.h) from its MoE layer experts_top on */
+    bool experts;
+    int experts_top;
     /* REPL line: the editor's view, rendered con_draw_line_width() columns wide */
     le_view_t line;
     bool busy; /* a reply streams: the prompt says so */
@@ -106,7 +111,9 @@ typedef struct con_view {
 /* What drawing worked out: the scrolls clamped to the text there is. */
 typedef struct con_drawn {
     int scroll, help_scroll;
-    int reqs_top; /* the requests table's first row shown */
+    int reqs_top;     /* the requests table's first row shown */
+    int experts_top;  /* the expert-load panel's first MoE layer shown */
+    int experts_rows; /* and how many it showed (PgUp/PgDn's page); 0 when not drawn */
 } con_drawn_t;
 
 typedef struct con_drawer con_drawer_t;

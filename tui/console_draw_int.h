@@ -1,7 +1,8 @@
 /*
  * console_draw_int: what the files of console_draw share (console_draw.c: the frame, header,
- * charts, flags, chat, status and help; console_draw_reqs.c: the requests table): the drawer's
- * buffers, the colour pairs and the text helpers. Internal to them.
+ * charts, flags, chat, status and help; console_draw_reqs.c: the requests table;
+ * console_draw_experts.c: the expert-load panel): the drawer's buffers, the colour pairs and the
+ * text helpers. Internal to them.
  */
 #ifndef TACHYON_CONSOLE_DRAW_INT_H
 #define TACHYON_CONSOLE_DRAW_INT_H
@@ -27,6 +28,7 @@ enum {
     PAIR_S2,
     PAIR_S3,
     PAIR_S4,
+    PAIR_HEAT_COLD, /* the expert-load panel's cold cells (the others reuse OK, USER, ERROR) */
 };
 
 struct con_drawer {
@@ -61,5 +63,9 @@ void cd_bench_numbers(const bench_progress_t *p, bool wide, char *buf, size_t si
 /* The requests table (console_draw_reqs.c); returns the first row shown (v->reqs->top clamped
  * so that the selection is in view). */
 int cd_draw_requests(con_drawer_t *d, const con_view_t *v);
+
+/* The expert-load panel in the chat pane's place (console_draw_experts.c); returns the first
+ * MoE layer shown (v->experts_top clamped to the rows there are) and sets *rows to how many. */
+int cd_draw_experts(con_drawer_t *d, const con_view_t *v, int *rows);
 
 #endif

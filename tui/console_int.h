@@ -112,6 +112,9 @@ typedef struct console {
     double last_activity;        /* engine_now() of the last key, reply or benchmark report */
     bool chat_idle;              /* the pane is shrunk: the charts have the rows */
     bool mouse;                  /* mouse events on (--no-mouse: off) */
+    bool experts;                /* /experts: the live expert-load panel in the chat pane's place */
+    int experts_top;             /* its first MoE layer shown (PgUp/PgDn, the wheel) */
+    int experts_page;            /* layers it showed in the last frame: PgUp/PgDn's step */
     char last_bench[REPL_LINE_MAX]; /* the last /bench line: F5 runs it again */
     /* the requests table (console_reqs.c) */
     ui_reqs_t *reqs;   /* its settings and the rows built for the frame */

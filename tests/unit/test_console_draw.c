@@ -4,7 +4,8 @@
  * styles (tool calls apart from the reply) and scrolling, the numbers band (GPUs or the process,
  * the engine's numbers, errors in the alarm colour) and the charts' legends and time axes,
  * reasoning shown and folded, the REPL line's break marks, ASCII and monochrome, the help overlay's
- * scrolling and the "too small" screen. TEST_DUMP_SCREEN=1 prints every frame drawn to stderr. */
+ * scrolling, the expert-load panel and the "too small" screen. TEST_DUMP_SCREEN=1 prints every
+ * frame drawn to stderr. */
 #include <fcntl.h>
 #include <locale.h>
 #include <math.h>
@@ -693,6 +694,109 @@ static void test_requests_focus(void **state) {
     assert_false(attrs_at(y, f->v.lay.requests.x + 2, NULL) & A_REVERSE);
 }
 
+/* /experts: the live expert-load panel in the chat pane's place, redrawn from the snapshot it
+ * is given: its title and summary, one row per MoE layer, cells coloured by their heat (bold
+ * without colours); 94 layers x 128 experts at 80x24 clipped with what is left said and paged;
+ * a dense model says it has none; off again, the chat pane is back. */
+static void test_experts_panel(void **state) {
+    fixture_t *f = *state;
+    stats_experts_t *x = &f->stats.experts;
+    x->n_layers = 2;
+    x->n_experts = 8;
+    x->layer[0] = 0;
+    x->layer[1] = 2;
+    x->window_s = 9.5;
+    x->t = 99.9; /* refreshed just before the frame's time (100) */
+    for (int e = 0; e < 8; e++)
+        x->window[e] = 10;
+    x->window[8 + 5] = 72;
+    x->window[8 + 0] = 2; /* cold: under half the mean of 9.25 */
+    f->v.experts = true;
+    con_drawn_t out = draw(f);
+    const layout_t *l = &f->v.lay;
+    assert_int_equal(find_row("Expert load, live: 2 MoE layers (/experts or Esc: chat)"),
+                     l->chat.y);
+    assert_int_equal(find_row("Chat and output"), -1);
+    assert_int_equal(find_row("It is 4."), -1);
+    assert_int_equal(find_row("last 9.5 s: 2 MoE layers x 8 experts | busiest L2 e5 72 tok"),
+                     l->chat.y + 1);
+    int y0 = find_row("L0    |@@@@@@@@| x 1.00 80"), y2 = find_row("L2    |.    @  | x 7.78 74");
+    assert_true(y0 > l->chat.y + 1 && y2 == y0 + 1);
+    assert_int_equal(out.experts_top, 0);
+    short hot, fair, cold;
+    int x0 = l->chat.x + 7;
+    attr_t ha = attrs_at(y2, x0 + 5, &hot);
+    attrs_at(y0, x0, &fair);
+    attrs_at(y2, x0, &cold);
+    assert_true(hot != 0 && fair != 0 && cold != 0);
+    assert_true(hot != fair && hot != cold && fair != cold);
+    assert_true(ha & A_BOLD);
+    /* live: a new snapshot, a new frame */
+    x->window[8 + 5] = 2;
+    x->window[8 + 1] = 72;
+    draw(f);
+    assert_true(find_row("L2    |.@   .  | x 7.58 76") > l->chat.y);
+    assert_true(find_row("busiest L2 e1 72 tok") > 0);
+    /* without colours: the glyphs, hot cells bold, cold ones dim */
+    f->v.color = false;
+    draw(f);
+    y2 = find_row("L2    |.@   .  |");
+    ha = attrs_at(y2, x0 + 1, &hot);
+    assert_true((ha & A_BOLD) && hot == 0);
+    assert_true(attrs_at(y2, x0, NULL) & A_DIM);
+    f->v.color = con_draw_colors(true);
+
+    /* Qwen3-235B-A22B's shape at 80x24: the rows that fit, how many more, paged */
+    reopen(f, 80, 24);
+    x->n_layers = 94;
+    x->n_experts = 128;
+    for (int r = 0; r < 94; r++) {
+        x->layer[r] = (int16_t)r;
+        for (int e = 0; e < 128; e++)
+            x->window[r * 128 + e] = (uint32_t)(1 + (r + e) % 5);
+    }
+    out = draw(f);
+    l = &f->v.lay;
+    int last = l->chat.y + l->chat.h - 1;
+    int shown = 0;
+    for (int y = l->chat.y; y <= last; y++)
+        shown += strncmp(row(y), "L", 1) == 0 && strstr(row(y), " |") != NULL;
+    assert_true(shown >= 3);
+    char want[128];
+    snprintf(want, sizeof want, "Expert load, live: layers 1-%d of 94 (PgUp/PgDn", shown);
+    assert_int_equal(find_row(want), l->chat.y);
+    snprintf(want, sizeof want, "-- %d more MoE layers below (PgDn) --", 94 - shown);
+    assert_int_equal(find_row(want), last);
+    assert_int_equal(find_row("L0    |"), last - shown); /* under the title and summary */
+    assert_true(find_row("L0    |") >= l->chat.y + 2);
+    assert_non_null(strstr(row(find_row("L0    |")), "| x ")); /* the tail within the width */
+    assert_int_equal(out.experts_rows, shown);
+    f->v.experts_top = 40;
+    out = draw(f);
+    assert_int_equal(out.experts_top, 40);
+    snprintf(want, sizeof want, "L40   |");
+    assert_true(find_row(want) > l->chat.y);
+    assert_true(find_row("more MoE layers below (PgDn), more above (PgUp) --") == last);
+    f->v.experts_top = 1000; /* clamped to the last page */
+    out = draw(f);
+    assert_int_equal(out.experts_top, 94 - shown);
+    assert_true(find_row("L93   |") > l->chat.y);
+    snprintf(want, sizeof want, "-- %d more MoE layers above (PgUp) --", 94 - shown);
+    assert_int_equal(find_row(want), last);
+
+    /* a dense model */
+    x->n_layers = 0;
+    f->v.experts_top = 0;
+    draw(f);
+    assert_int_equal(find_row("Expert load (/experts or Esc: back to the chat)"), l->chat.y);
+    assert_int_equal(find_row("no expert load: the model has no MoE layers"), l->chat.y + 1);
+    /* off: the chat pane again */
+    f->v.experts = false;
+    draw(f);
+    assert_true(find_row("Chat and output") == l->chat.y);
+    assert_int_equal(find_row("Expert load"), -1);
+}
+
 /* The loading screen: the model, its shape and shards, the weights' bar as the backend takes
  * them, the KV cache once sized, the log under it; ASCII where asked. */
 static void test_loading(void **state) {
@@ -741,6 +845,7 @@ int main(void) {
         cmocka_unit_test(test_vitals_spec),
         cmocka_unit_test_setup_teardown(test_zoom_log_fkeys, setup, teardown),
         cmocka_unit_test_setup_teardown(test_requests_focus, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_experts_panel, setup, teardown),
         cmocka_unit_test_setup_teardown(test_loading, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -72,7 +72,12 @@ static void test_simple_commands(void **state) {
     ok("/clear", REPL_CLEAR, 0);
     ok("/results", REPL_RESULTS, 0);
     ok("/experts", REPL_EXPERTS, 0);
-    bad("/experts 3", "/experts takes no arguments");
+    ok("/experts off", REPL_EXPERTS, 1);
+    assert_string_equal(cmd.argv[0], "off");
+    ok("/experts on", REPL_EXPERTS, 1);
+    ok("/experts print", REPL_EXPERTS, 1);
+    bad("/experts 3", "usage: /experts [on|off|print]");
+    bad("/experts on off", "usage: /experts [on|off|print]");
     ok("/flags", REPL_FLAGS, 0);
     ok("/flags max", REPL_FLAGS, 1);
     ok("/flags diff", REPL_FLAGS, 1);
@@ -308,6 +313,12 @@ static void test_complete_commands(void **state) {
     assert_string_equal(comp.cand[0], "/exit");
     assert_string_equal(comp.cand[1], "/experts");
     assert_int_equal(complete("/exi", NULL), 1);
+    assert_int_equal(complete("/experts ", NULL), 3);
+    assert_string_equal(comp.cand[0], "off");
+    assert_string_equal(comp.cand[1], "on");
+    assert_string_equal(comp.cand[2], "print");
+    assert_int_equal(complete("/experts p", NULL), 1);
+    assert_string_equal(comp.cand[0], "print");
     assert_int_equal(complete("/help se", NULL), 1);
     assert_string_equal(comp.cand[0], "set");
     assert_int_equal(comp.start, 6);

@@ -2,8 +2,8 @@
  * (ui_series), the output pane's line ring, streaming appends and width-aware wrapping with
  * scrolling (ui_text), the cross-thread event queue with its eventfd wake-up on the
  * empty -> non-empty transition only (ui_queue), and the header's fields fitted to the width
- * with the URL and the served model name last to go (ui_header), and the expert-load heat map's
- * rows (ui_experts). */
+ * with the URL and the served model name last to go (ui_header). The expert-load heat map is
+ * test_ui_experts.c's. */
 #include <math.h>
 #include <poll.h>
 #include <pthread.h>
@@ -17,7 +17,6 @@
 
 #include <cmocka.h>
 
-#include "ui_experts.h"
 #include "ui_header.h"
 #include "ui_queue.h"
 #include "ui_series.h"
@@ -313,65 +312,6 @@ static void test_header_ranks(void **state) {
     assert_string_equal(small, "\xe4\xb8\xad\xe4\xb8\xad");
 }
 
-// ---------------------------------------------------------------------------------------------
-// ui_experts
-
-/* The i-th '\n'-separated line of text (static copy). */
-static const char *line_of(const char *text, int i) {
-    static char buf[512];
-    for (; i > 0 && text; i--) {
-        text = strchr(text, '\n');
-        if (text) text++;
-    }
-    assert_non_null(text);
-    const char *end = strchr(text, '\n');
-    size_t n = end ? (size_t)(end - text) : strlen(text);
-    assert_true(n < sizeof buf);
-    memcpy(buf, text, n);
-    buf[n] = 0;
-    return buf;
-}
-
-static void test_experts_heat_map(void **state) {
-    (void)state;
-    static stats_experts_t x;
-    char *map = ui_experts_render(&x, 80);
-    assert_non_null(strstr(map, "no MoE layers"));
-    free(map);
-    /* two layers of 8 experts: layer 0 balanced, layer 2 all on expert 5 but a little on 0 */
-    x.n_layers = 2;
-    x.n_experts = 8;
-    x.layer[0] = 0;
-    x.layer[1] = 2;
-    x.window_s = 9.5;
-    for (int e = 0; e < 8; e++) {
-        x.window[e] = 10;
-        x.total[e] = 100;
-        x.total[8 + e] = 1;
-    }
-    x.window[8 + 5] = 72;
-    x.window[8 + 0] = 8;
-    map = ui_experts_render(&x, 80);
-    assert_non_null(strstr(line_of(map, 0), "over the last 9.5 s: 2 MoE layers x 8 experts, 1 "
-                                            "expert a cell"));
-    assert_string_equal(line_of(map, 2), "L0    |@@@@@@@@| x 1.00 80");
-    assert_string_equal(line_of(map, 3), "L2    |.    @  | x 7.20 80");
-    free(map);
-    /* an idle engine: the totals since start; 128 experts in a 40-column pane: 9 a cell */
-    static stats_experts_t big;
-    big.n_layers = 1;
-    big.n_experts = 128;
-    big.layer[0] = 47;
-    for (int e = 0; e < 128; e++)
-        big.total[e] = e < 6 ? 60 : 6; /* the first cell: (6 x 60 + 3 x 6) / 9 = 42 */
-    map = ui_experts_render(&big, 40);
-    assert_non_null(strstr(line_of(map, 0), "since start"));
-    assert_non_null(strstr(line_of(map, 0), "9 experts a cell"));
-    const char *row = line_of(map, 2);
-    assert_string_equal(row, "L47   |@::::::::::::::| x 7.03 1092");
-    free(map);
-}
-
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_series_ring),
@@ -383,7 +323,6 @@ int main(void) {
         cmocka_unit_test(test_queue_wakeup),
         cmocka_unit_test(test_queue_threads),
         cmocka_unit_test(test_header_ranks),
-        cmocka_unit_test(test_experts_heat_map),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
