@@ -823,6 +823,7 @@ int core_devices(const core_t *e, backend_device_t *out, int max) {
 }
 
 void core_stats(core_t *e, stats_snapshot_t *out) {
+    stats_age_experts(e->stats, engine_now());
     stats_snapshot(e->stats, out);
 }
 

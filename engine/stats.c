@@ -220,6 +220,24 @@ int stats_experts_init(stats_t *st, int n_layers, int n_experts, const int *laye
     return 0;
 }
 
+/* Drops the buckets that have left the window by second `sec` (under mu). */
+static void expire_experts(expert_ring_t *r, stats_experts_t *x, int64_t sec) {
+    int cells = x->n_layers * x->n_experts;
+    for (int b = 0; b < STATS_EXPERT_WINDOW; b++)
+        if (r->second[b] >= 0 && r->second[b] <= sec - STATS_EXPERT_WINDOW) {
+            for (int c = 0; c < cells; c++)
+                x->window[c] -= r->bucket[b][c];
+            memset(r->bucket[b], 0, (size_t)cells * sizeof r->bucket[b][0]);
+            r->second[b] = -1;
+        }
+}
+
+void stats_age_experts(stats_t *st, double now) {
+    pthread_mutex_lock(&st->mu);
+    if (st->experts) expire_experts(st->experts, &st->head.experts, (int64_t)floor(now));
+    pthread_mutex_unlock(&st->mu);
+}
+
 void stats_record_experts(stats_t *st, const uint64_t *total, double t) {
     pthread_mutex_lock(&st->mu);
     expert_ring_t *r = st->experts;
@@ -230,13 +248,7 @@ void stats_record_experts(stats_t *st, const uint64_t *total, double t) {
     }
     int cells = x->n_layers * x->n_experts;
     int64_t sec = (int64_t)floor(t);
-    for (int b = 0; b < STATS_EXPERT_WINDOW; b++)
-        if (r->second[b] >= 0 && r->second[b] <= sec - STATS_EXPERT_WINDOW) {
-            for (int c = 0; c < cells; c++)
-                x->window[c] -= r->bucket[b][c];
-            memset(r->bucket[b], 0, (size_t)cells * sizeof r->bucket[b][0]);
-            r->second[b] = -1;
-        }
+    expire_experts(r, x, sec);
     int b = (int)(sec % STATS_EXPERT_WINDOW);
     r->second[b] = sec;
     for (int c = 0; c < cells; c++) {

@@ -195,6 +195,10 @@ double stats_spec_mean_length(const stats_snapshot_t *s);
 int stats_experts_init(stats_t *st, int n_layers, int n_experts, const int *layers, double t);
 /* The cumulative counts [n_layers * n_experts] (rows as in stats_experts_t) at time t. */
 void stats_record_experts(stats_t *st, const uint64_t *total, double t);
+/* Drops from the expert-load window what is older than STATS_EXPERT_WINDOW at `now`: an idle
+ * engine records nothing, so a reader ages the window before its snapshot (the engine's
+ * engine_stats does) rather than showing the last busy seconds as current. */
+void stats_age_experts(stats_t *st, double now);
 
 void stats_snapshot(stats_t *st, stats_snapshot_t *out);
 

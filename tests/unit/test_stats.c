@@ -431,6 +431,16 @@ static void test_expert_load(void **state) {
     stats_snapshot(st, &snap);
     assert_int_equal(snap.experts.window[0], 0);
     assert_int_equal(snap.experts.total[0], 30);
+    /* nothing recorded while idle: aging at a later time empties what left the window */
+    total[0] += 4;
+    stats_record_experts(st, total, 201.2);
+    stats_age_experts(st, 205.0); /* 201's bucket still in the window */
+    stats_snapshot(st, &snap);
+    assert_int_equal(snap.experts.window[0], 4);
+    stats_age_experts(st, 211.5); /* 201 <= 211 - 10: gone */
+    stats_snapshot(st, &snap);
+    assert_int_equal(snap.experts.window[0], 0);
+    assert_int_equal(snap.experts.total[0], 34);
     stats_destroy(st);
 }
 
