@@ -193,7 +193,9 @@ for k, b in enumerate([b'{"value": "abc"}', b'{"value": -5}', b'{}', b'{"value":
                        b'[1]', b'{"value": 1e100}', b'{"value": "1 "}', b'not json', b'{"value": "\xff"}',
                        b'{"value": 0}']):
     case("admin max-num-seqs %d" % k, raw_post("/admin/flags/max-num-seqs", b), 400)
-case("admin reload flag", raw_post("/admin/flags/tensor-parallel-size", b'{"value": 2}'), 400)
+# reload flags reopen the engine in place (test_server_api); here the values they refuse
+case("admin reload flag 0", raw_post("/admin/flags/tensor-parallel-size", b'{"value": 0}'), 400)
+case("admin reload flag 99", raw_post("/admin/flags/data-parallel-size", b'{"value": 99}'), 400)
 case("admin enum flag", raw_post("/admin/flags/scheduling-policy", b'{"value": "random"}'), 400)
 case("admin unknown flag", raw_post("/admin/flags/warp-speed", b'{"value": 9}'), 404)
 case("admin nested path", build("GET", "/admin/flags/a/b"), 404, False)
