@@ -909,9 +909,8 @@ static void test_tp2_experts(void **state) {
 /* Expert parallel at TP 2: each rank holds half the experts whole, groups and computes only the
  * pairs routed to them (the others' rows left out of its sums), and the all-reduce adds the
  * ranks' parts. tiny-qwen3-moe (BF16, 8 experts, top 2), and block FP8 on dummy weights of a
- * config whose every shard keeps to 128-blocks (hidden 256, 16 experts of 256, top 4, a dense
- * layer of 512) so that the W8A8 grouped GEMM runs on a range of experts; its experts'
- * 256-row slices would split nothing either, but whole they are each rank's 8. */
+ * config whose every shard keeps to 128-blocks (hidden 256, 8 experts of 128, top 2, a dense
+ * layer of 256) so that the W8A8 grouped GEMM runs on a range of experts (4 a rank). */
 static void test_tp2_experts_ep(void **state) {
     model_weights_t *w = tu_fixture_weights("tiny-qwen3-moe");
     tp2_against_tp1(w, "tiny-qwen3-moe", false, true, LOGIT_TOL_TP, 5, 2);
@@ -923,8 +922,8 @@ static void test_tp2_experts_ep(void **state) {
     FILE *f = fopen(path, "w");
     assert_non_null(f);
     fputs("{\"architectures\": [\"Qwen3MoeForCausalLM\"], \"model_type\": \"qwen3_moe\", "
-          "\"hidden_size\": 256, \"intermediate_size\": 512, \"moe_intermediate_size\": 256, "
-          "\"num_experts\": 16, \"num_experts_per_tok\": 4, \"norm_topk_prob\": true, "
+          "\"hidden_size\": 256, \"intermediate_size\": 256, \"moe_intermediate_size\": 128, "
+          "\"num_experts\": 8, \"num_experts_per_tok\": 2, \"norm_topk_prob\": true, "
           "\"decoder_sparse_step\": 1, \"mlp_only_layers\": [1], \"num_hidden_layers\": 2, "
           "\"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"head_dim\": 128, "
           "\"vocab_size\": 4096, \"max_position_embeddings\": 4096, \"rms_norm_eps\": 1e-06, "

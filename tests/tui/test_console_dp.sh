@@ -47,8 +47,12 @@ for i in 1 2; do
 done
 tui_wait '^ DP0 TP0 +fwd [0-9.]+ ms/step +coll [0-9.]+ ms \([0-9]+%\)'
 tui_wait '^ DP1 TP1 +fwd [0-9.]+ ms/step +coll [0-9.]+ ms \([0-9]+%\)'
+# the rows are what this checks: the two long requests are cut short by quitting twice
+tui_send '/quit' Enter
+tui_wait 'in flight: quitting now aborts them'
+tui_send '/quit' Enter
+tui_wait 'console exited: rc=' 20
 wait
-tui_quit
 tmux_ kill-server
 
 tui_start --

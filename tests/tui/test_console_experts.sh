@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The live expert-load panel (/experts) on the tiny Qwen3-MoE fixture (MoE layers 0 and 2 of 8
-# experts, top-2) at 80x24, 120x40, 200x50 and in NO_COLOR/C: it takes the chat pane's place,
+# experts, top-2) at 80x24 (colours) and 200x50 in NO_COLOR/C (test_console_draw's unit case
+# draws the panel at other sizes): it takes the chat pane's place,
 # empty before any token; a client's completion routes 2 x (prompt + generated - 1) tokens through
 # each MoE layer, which the rows show once the console's next sample has them, and a second
 # completion changes the panel again (it is redrawn from each sample, not printed once): the
@@ -75,7 +76,7 @@ check_moe() {
     return 0
 }
 
-for size in 80x24 120x40 200x50 120x40-plain; do
+for size in 80x24 200x50-plain; do
     TUI_W=${size%%x*} TUI_H=${size#*x} TUI_H=${TUI_H%-plain}
     plain=
     [ "${size%-plain}" != "$size" ] && plain=1
