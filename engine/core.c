@@ -120,8 +120,11 @@ int check_rebuild_flags(const core_t *e, flag_values_t *f, err_t *err) {
         return err_set(err,
                        "max-model-len %d is more than the model's max_position_embeddings (%d)",
                        f->max_model_len, model_len);
-    if (f->kv_cache_dtype == KV_DTYPE_FP8 && strcmp(e->ops->name, "cuda") != 0)
-        return err_set(err, "kv-cache-dtype fp8 needs the cuda backend (this engine runs on %s)",
+    if (f->kv_cache_dtype == KV_DTYPE_FP8 && strcmp(e->ops->name, "cuda") != 0 &&
+        strcmp(e->ops->name, "cpu") != 0)
+        return err_set(err,
+                       "kv-cache-dtype fp8 needs the cuda backend, or the cpu backend's emulation "
+                       "(this engine runs on %s)",
                        e->ops->name);
     return 0;
 }

@@ -158,7 +158,8 @@ static const flag_def_t FLAGS[] = {
      FIELD(kv_cache_dtype),
      .choices = KV_DTYPE_CHOICES,
      .def = "auto",
-     .help = "auto: the model's activation type; fp8: e4m3 (cuda backend)"},
+     .help = "auto: the model's activation type; fp8: e4m3 (cuda; the cpu backend emulates its "
+             "rounding)"},
     {.name = "mamba-ssm-cache-dtype",
      .type = FLAG_ENUM,
      .apply = FLAG_REBUILD,

@@ -49,6 +49,7 @@
 #include <unistd.h>
 
 #include "backend.h"
+#include "flags.h"
 #include "cpu_moe.h"
 #include "cpu_fast.h"
 #include "cpu_gdn.h"
@@ -94,6 +95,9 @@ typedef struct cpu_backend {
     int half;          /* rotary_dim / 2: RoPE pairs (j, j + half) of each head's first dims */
     cpu_gdn_t *gdn;    /* Gated DeltaNet layers and their state slots, when the model has any */
     bool ssm_bf16;     /* state slots keep the SSM state rounded to bf16 */
+    bool kv_fp8;       /* --kv-cache-dtype fp8: K and V rounded through e4m3 as they are written
+                          (the cuda backend's cache, kv_scale 1), kept in the f32 pool */
+    bool kv_fp8_next;  /* configure's, from the next kv_reserve (the engine rebuilds after it) */
     int kmax;          /* widest GEMM input: the most columns of any linear (H, nH*D, I) */
     cpu_moe_t *moe;    /* scratch of the MLP_MOE layers; NULL without */
     uint64_t *expert_counts; /* [n_layers][n_experts] tokens routed since create */
@@ -425,6 +429,7 @@ int cpu_rank_create(const backend_options_t *opts, const model_weights_t *w, con
     be->emulate_fp8 = opts && opts->emulate_fp8_activations;
     be->fast = !(opts && opts->cpu_reference) && cpu_fast_supported();
     be->ssm_bf16 = opts && opts->ssm_state_bf16;
+    be->kv_fp8 = be->kv_fp8_next = opts && opts->kv_cache_dtype == KV_DTYPE_FP8;
     be->half = c->rotary_dim / 2;
     be->kmax = c->hidden_size; /* the widest GEMM input, widened by bind_layer */
     shard_vocab(c->vocab_size, shard->rank, shard->tp, &be->v0, &be->vn, &be->vpad);
@@ -548,6 +553,7 @@ static int cpu_kv_reserve(backend_t *base, int num_blocks, int block_size, err_t
     be->num_blocks = num_blocks;
     be->block_size = block_size;
     be->layer_floats = layer_floats;
+    be->kv_fp8 = be->kv_fp8_next;
     if (!be->k_pool || !be->v_pool) {
         free_kv_pool(be);
         return err_set(err, "cpu backend: out of memory for a KV pool of %d blocks (%zu MiB)",
@@ -649,8 +655,15 @@ static int full_attention(cpu_backend_t *be, const be_batch_t *b, int layer, err
         for (int h = 0; slot >= 0 && h < c->n_kv_heads; h++) { /* cpu_ops.h: head-major blocks */
             int64_t at = cpu_kv_offset(slot, h, c->n_kv_heads, be->block_size, D);
             int64_t from = (int64_t)t * kvd + (int64_t)h * D;
-            memcpy(k_layer + at, be->k + from, (size_t)D * sizeof(float));
-            memcpy(v_layer + at, be->v + from, (size_t)D * sizeof(float));
+            if (be->kv_fp8) {
+                for (int i = 0; i < D; i++) {
+                    k_layer[at + i] = cpu_e4m3_round(be->k[from + i]);
+                    v_layer[at + i] = cpu_e4m3_round(be->v[from + i]);
+                }
+            } else {
+                memcpy(k_layer + at, be->k + from, (size_t)D * sizeof(float));
+                memcpy(v_layer + at, be->v + from, (size_t)D * sizeof(float));
+            }
         }
     }
 
@@ -863,16 +876,20 @@ static int cpu_state_copy(backend_t *base, int src, int dst, err_t *err) {
     return cpu_gdn_copy(be->gdn, src, dst, err);
 }
 
-/* The CPU takes one live option: the SSM state's dtype, for the next state_reserve. */
+/* The CPU takes two live options: the SSM state's dtype, for the next state_reserve, and the KV
+ * cache's, for the next kv_reserve. */
 static void cpu_configure(backend_t *base, const backend_options_t *opts) {
-    ((cpu_backend_t *)base)->ssm_bf16 = opts->ssm_state_bf16;
+    cpu_backend_t *be = (cpu_backend_t *)base;
+    be->ssm_bf16 = opts->ssm_state_bf16;
+    be->kv_fp8_next = opts->kv_cache_dtype == KV_DTYPE_FP8;
 }
 
 static void cpu_describe(const backend_t *base, char *buf, size_t size) {
     const cpu_backend_t *be = (const cpu_backend_t *)base;
-    snprintf(buf, size, "cpu, %d thread%s, f32%s (W8A8 emulation %s)%s", be->n_threads,
+    snprintf(buf, size, "cpu, %d thread%s, f32%s (W8A8 emulation %s)%s%s", be->n_threads,
              be->n_threads == 1 ? "" : "s", be->fast ? "" : ", scalar reference kernels",
              be->emulate_fp8 ? "on" : "off",
+             be->kv_fp8 ? ", kv fp8 (e4m3 rounding emulated in an f32 pool)" : "",
              be->embed->dummy ? ", dummy weights generated as read (a copy would not fit)" : "");
 }
 

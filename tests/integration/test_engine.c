@@ -640,6 +640,58 @@ static void test_active_request_list(void **state) {
     engine_close(eng);
 }
 
+/* A stream's first choice's tokens into ids (at most n); returns how many. */
+static int collect_ids(engine_stream_t *s, int32_t *ids, int n) {
+    static outcome_t o;
+    collect(s, &o);
+    int k = o.n_tokens[0] < n ? o.n_tokens[0] : n;
+    memcpy(ids, o.tokens[0], (size_t)k * sizeof *ids);
+    return k;
+}
+
+/* --kv-cache-dtype fp8 on the CPU backend, switched live (a rebuild): the description says so,
+ * a request's greedy tokens are the same alone and among others (the rounding is per value, as
+ * the GPU's cache), and back to auto the tokens are the f32 cache's again. */
+static void test_fp8_kv_cpu(void **state) {
+    (void)state;
+    const char *const flags[] = {"max-model-len", "256", NULL};
+    engine_t *eng = tu_open_engine(tu_fixture("tiny-qwen3"), "cpu", flags);
+    enum { N = 4, GEN = 12 };
+    int32_t prompts[N][96], f32[N][GEN], fp8[N][GEN], fp8_batch[N][GEN];
+    int len[N];
+    sampling_params_t p = tu_greedy(GEN);
+    for (int i = 0; i < N; i++)
+        len[i] = tu_prompt(60 + i, prompts[i]);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(collect_ids(tu_submit(eng, prompts[i], len[i], &p), f32[i], GEN), GEN);
+    err_t err = {{0}};
+    assert_int_equal(engine_flag_set(eng, "kv-cache-dtype", "fp8", &err), 0);
+    char desc[256];
+    engine_describe_backend(eng, desc, sizeof desc);
+    assert_non_null(strstr(desc, "kv fp8"));
+    for (int i = 0; i < N; i++)
+        assert_int_equal(collect_ids(tu_submit(eng, prompts[i], len[i], &p), fp8[i], GEN), GEN);
+    engine_stream_t *s[N];
+    for (int i = 0; i < N; i++)
+        s[i] = tu_submit(eng, prompts[i], len[i], &p);
+    int differ = 0;
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(collect_ids(s[i], fp8_batch[i], GEN), GEN);
+        assert_memory_equal(fp8_batch[i], fp8[i], sizeof fp8[i]);
+        differ += memcmp(fp8[i], f32[i], sizeof f32[i]) != 0;
+    }
+    print_message("fp8 KV: %d of %d greedy continuations differ from the f32 cache's\n", differ, N);
+    assert_int_equal(engine_flag_set(eng, "kv-cache-dtype", "auto", &err), 0);
+    engine_describe_backend(eng, desc, sizeof desc);
+    assert_null(strstr(desc, "kv fp8"));
+    for (int i = 0; i < N; i++) {
+        int32_t again[GEN];
+        assert_int_equal(collect_ids(tu_submit(eng, prompts[i], len[i], &p), again, GEN), GEN);
+        assert_memory_equal(again, f32[i], sizeof again);
+    }
+    engine_close(eng);
+}
+
 int main(void) {
     struct CMUnitTest tests[] = {
         cmocka_unit_test(test_batch_invariance),
@@ -651,6 +703,7 @@ int main(void) {
         cmocka_unit_test(test_stress_null_backend),
         cmocka_unit_test(test_stress_cpu_backend),
         cmocka_unit_test(test_active_request_list),
+        cmocka_unit_test(test_fp8_kv_cpu),
     };
     size_t n = 0; /* TEST_FILTER / TEST_SKIP, e.g. TEST_FILTER='test_stress_*' (testutil.h) */
     for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++)
