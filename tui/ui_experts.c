@@ -103,12 +103,14 @@ int ui_experts_summary(const ui_experts_map_t *m, char *buf, size_t size) {
     if (m->idle_s > UI_EXPERTS_IDLE_S) put(&o, ", idle %.0f s", m->idle_s);
     put(&o, ": %d MoE layer%s x %d experts", m->n_rows, m->n_rows == 1 ? "" : "s", x->n_experts);
     if (m->per > 1) put(&o, " (%d a cell)", m->per);
+    /* the total before the details: a narrow pane folds the summary onto two rows and cuts what
+     * does not fit */
+    put(&o, " | %llu routed since start", (unsigned long long)m->since_start);
     if (m->hot_row >= 0) {
         put(&o, " | busiest L%d e%d %llu tok, %.0f%% of its layer", x->layer[m->hot_row],
             m->hot_expert, (unsigned long long)m->hot_tokens, m->hot_share);
         put(&o, " | worst imbalance L%d x%.2f", x->layer[m->worst_row], m->worst_imbalance);
     }
-    put(&o, " | %llu routed since start", (unsigned long long)m->since_start);
     return (int)o.len;
 }
 

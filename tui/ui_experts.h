@@ -76,8 +76,9 @@ typedef struct ui_experts_map {
  * (engine_now(), x->t's clock; <= 0: as of x->t). */
 void ui_experts_map(const stats_experts_t *x, int width, double now, ui_experts_map_t *m);
 
-/* The summary line: "last 9.5 s: 94 MoE layers x 128 experts (4 a cell) | busiest L12 e37 1234
- * tok, 31% of its layer | worst imbalance L40 x12.30 | 5678 routed since start" ("last 9.5 s,
+/* The summary line: "last 9.5 s: 94 MoE layers x 128 experts (4 a cell) | 5678 routed since
+ * start | busiest L12 e37 1234 tok, 31% of its layer | worst imbalance L40 x12.30" (the total
+ * before the details, which a narrow pane's fold may cut) ("last 9.5 s,
  * idle 4 s: ..." once the engine has been idle a while); for a dense
  * model the "no MoE layers" sentence, before any token "no tokens routed yet". Returns the
  * length (cut to size - 1). */
