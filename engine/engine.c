@@ -220,10 +220,11 @@ int engine_submit(engine_t *e, const engine_request_t *req, engine_stream_t **ou
     int rc = refuse_reloading(e, "request refused", err);
     if (rc) return rc;
     pthread_rwlock_rdlock(&e->lock);
-    if (e->n == 0) {
+    if (e->n == 0) { /* reloading, or a reload that could not reopen any layout */
         pthread_rwlock_unlock(&e->lock);
-        return refuse_reloading(e, "request refused", err) ? ENGINE_E_BUSY
-                                                           : err_set(err, "the engine is down");
+        if (!refuse_reloading(e, "request refused", err))
+            err_set(err, "request refused: the engine is down (a reload failed; the log says why)");
+        return ENGINE_E_BUSY;
     }
     int r = 0;
     if (e->n > 1) {
