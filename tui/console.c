@@ -259,6 +259,7 @@ static void sample_machine(console_t *c, double t, const counters_t *o) {
     ui_ops_from_stats(s, t, OPS_WIN_S, &c->ops);
     c->ops.block_size = c->cur_flags.block_size;
     c->ops.max_model_len = c->cur_flags.max_model_len;
+    c->ops.kv_fp8 = c->cur_flags.kv_cache_dtype == KV_DTYPE_FP8;
     /* data-parallel replicas: a row each, from their own snapshots */
     sample_ranks(c, t);
     int dp = engine_replicas(c->eng);

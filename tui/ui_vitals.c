@@ -231,7 +231,7 @@ static void ops_fields(placer_t *p, const ui_ops_t *o) {
     char a[24], b[24];
     field_t f = {0};
     double pct = o->kv_total ? 100.0 * o->kv_used / o->kv_total : NAN;
-    add(&f, UI_VS_LABEL, "KV ");
+    add(&f, UI_VS_LABEL, o->kv_fp8 ? "KV fp8 " : "KV ");
     if (o->block_size > 0) {
         count_text((double)o->kv_used * o->block_size, a, sizeof a);
         count_text((double)o->kv_total * o->block_size, b, sizeof b);

@@ -23,6 +23,7 @@
 #ifndef TACHYON_UI_VITALS_H
 #define TACHYON_UI_VITALS_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "stats.h"
@@ -34,6 +35,7 @@
 
 typedef struct ui_ops {
     int kv_used, kv_total;      /* blocks */
+    bool kv_fp8;                /* --kv-cache-dtype fp8: the band says "KV fp8" */
     int block_size;             /* tokens per block; 0 unknown */
     int max_model_len;          /* tokens; 0 unknown */
     double prefix_hit_pct;      /* % of prompt tokens looked up that were cached; NaN none */

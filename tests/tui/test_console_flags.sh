@@ -25,6 +25,10 @@ tui_send '/set block-size 32' Enter
 tui_wait 'needs a KV-pool rebuild'
 tui_wait 'KV pool rebuilt in'
 tui_wait '\*block-size +32$'
+# the KV cache's dtype (the cpu backend emulates fp8's rounding): the band says so
+tui_send '/set kv-cache-dtype fp8' Enter
+tui_wait 'kv-cache-dtype = fp8: KV pool rebuilt in'
+tui_wait '^ KV fp8 [0-9.k]+/[0-9.k]+ tok'
 
 # a reload flag: the engine reopened in place, the header's layout follows
 tui_send '/set tensor-parallel-size 2' Enter

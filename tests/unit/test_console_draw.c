@@ -479,6 +479,14 @@ static void test_vitals_spec(void **state) {
     for (int i = 0; i < n; i++)
         strncat(line, segs[i].text, sizeof line - strlen(line) - 1);
     assert_non_null(strstr(line, "spec acc 50% len 2.00"));
+    assert_null(strstr(line, "KV fp8"));
+    /* an fp8 KV cache says so where the band gives the cache's size */
+    ops.kv_fp8 = true;
+    n = ui_vitals_lay(NULL, &ops, 400, 4, segs, UI_VITALS_MAX_SEGS, &rows);
+    line[0] = '\0';
+    for (int i = 0; i < n; i++)
+        strncat(line, segs[i].text, sizeof line - strlen(line) - 1);
+    assert_non_null(strstr(line, "KV fp8 0/0 blk"));
     free(s);
 }
 
