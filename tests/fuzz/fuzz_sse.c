@@ -78,8 +78,12 @@ static void read_message(const char *data, size_t len) {
     if (len < 4096 && depth_of(data, len) < 60 && fz_utf8_valid((const uint8_t *)data, len)) {
         err_t err;
         cJSON *j = json_parse(data, len, &err);
-        FZ_CHECK(valid == (j != NULL), "bench_sse_json_valid says %d, json_parse %s: %.*s", valid,
-                 j ? "valid" : err.msg, (int)len, data);
+        /* json_parse refuses an object key holding U+0000 by design (json.h: cJSON would cut the
+         * key), which is valid JSON the client rightly takes */
+        bool nul_key = !j && strstr(err.msg, "object key holds U+0000");
+        FZ_CHECK(nul_key || valid == (j != NULL),
+                 "bench_sse_json_valid says %d, json_parse %s: %.*s", valid, j ? "valid" : err.msg,
+                 (int)len, data);
         cJSON_Delete(j);
     }
     size_t vl, el, l;
