@@ -58,20 +58,19 @@ static int match(router_t *r, int replica, const uint64_t *h, int blocks) {
 }
 
 int router_match(router_t *r, int replica, const int32_t *ids, int n) {
-    uint64_t *h = malloc(ROUTER_MAX_BLOCKS * sizeof *h);
-    if (!h) return 0;
+    uint64_t h[ROUTER_MAX_BLOCKS]; /* 8 KiB */
+    int blocks = block_hashes(ids, n, h);
     pthread_mutex_lock(&r->mu);
-    int m = match(r, replica, h, block_hashes(ids, n, h));
+    int m = match(r, replica, h, blocks);
     pthread_mutex_unlock(&r->mu);
-    free(h);
     return m;
 }
 
 int router_pick(router_t *r, const int32_t *ids, int n, const int *load) {
     if (r->n <= 1) return 0;
-    uint64_t *h = malloc(ROUTER_MAX_BLOCKS * sizeof *h);
+    uint64_t h[ROUTER_MAX_BLOCKS]; /* 8 KiB; hashed outside the lock */
+    int blocks = block_hashes(ids, n, h);
     pthread_mutex_lock(&r->mu);
-    int blocks = h ? block_hashes(ids, n, h) : 0;
     /* the least busy, ties from the round-robin start */
     int least = -1;
     for (int k = 0; k < r->n; k++) {
@@ -90,6 +89,5 @@ int router_pick(router_t *r, const int32_t *ids, int n, const int *load) {
     for (int b = 0; b < blocks; b++)
         *slot(r, pick, h[b]) = h[b];
     pthread_mutex_unlock(&r->mu);
-    free(h);
     return pick;
 }

@@ -262,12 +262,8 @@ static void sample_machine(console_t *c, double t, const counters_t *o) {
     c->ops.kv_fp8 = c->cur_flags.kv_cache_dtype == KV_DTYPE_FP8;
     /* data-parallel replicas: a row each, from their own snapshots */
     sample_ranks(c, t);
-    int dp = engine_replicas(c->eng);
-    if (dp > 1 && (c->rsnap || (c->rsnap = malloc(sizeof *c->rsnap))))
-        for (int i = 0; i < dp && i < UI_VITALS_MAX_REPLICAS; i++) {
-            engine_replica_stats(c->eng, i, c->rsnap);
-            ui_ops_replica(&c->ops, i, c->rsnap, t, OPS_WIN_S);
-        }
+    for (int i = 0; i < c->n_rsnap && i < UI_VITALS_MAX_REPLICAS; i++)
+        ui_ops_replica(&c->ops, i, c->rsnap[i], t, OPS_WIN_S);
     const counters_t *k = &c->hist[c->n_hist - 1];
     if (k->queue_n > o->queue_n)
         c->ops.queue_ms = 1e3 * (k->queue_sum - o->queue_sum) / (double)(k->queue_n - o->queue_n);
@@ -278,8 +274,27 @@ static void sample_machine(console_t *c, double t, const counters_t *o) {
     if (rows > c->band_rows) con_relayout(c);
 }
 
-static void sample(console_t *c) {
+/* The engine's snapshot into c->snap; with data-parallel replicas each one's into c->rsnap too
+ * and their sum into c->snap (what engine_stats computes), so that each replica is copied once
+ * per sample, not once for the sum and again for its row. */
+static void take_stats(console_t *c) {
+    int dp = engine_replicas(c->eng);
+    c->n_rsnap = 0;
+    if (dp > 1 && dp <= STATS_MERGE_MAX) {
+        int got = 0;
+        while (got < dp && (c->rsnap[got] || (c->rsnap[got] = malloc(sizeof *c->rsnap[got]))))
+            engine_replica_stats(c->eng, got, c->rsnap[got]), got++;
+        if (got == dp) {
+            stats_merge(c->snap, c->rsnap, dp);
+            c->n_rsnap = dp;
+            return;
+        }
+    }
     engine_stats(c->eng, c->snap);
+}
+
+static void sample(console_t *c) {
+    take_stats(c);
     const stats_snapshot_t *s = c->snap;
     counters_t k = {.t = now_s(),
                     .prompt = s->prompt_tokens,
@@ -629,7 +644,8 @@ static void console_free(console_t *c) {
     jb_free(&c->reply_text);
     free(c->system);
     free(c->snap);
-    free(c->rsnap);
+    for (int i = 0; i < STATS_MERGE_MAX; i++)
+        free(c->rsnap[i]);
     free(c->reqs);
     con_drawer_destroy(c->drawer);
     ui_gpu_sampler_stop(c->gpu_sampler);

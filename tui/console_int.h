@@ -71,7 +71,10 @@ typedef struct console {
     bool log_echo; /* ...and also written to stderr itself (a file: every line kept) */
     /* metrics */
     stats_snapshot_t *snap;
-    stats_snapshot_t *rsnap; /* one replica's, for the vitals' replica rows (data parallel) */
+    /* data parallel: each replica's snapshot of the last sample ([n_rsnap]; their sum is snap),
+     * for the vitals' replica rows */
+    stats_snapshot_t *rsnap[STATS_MERGE_MAX];
+    int n_rsnap;
     /* the vitals' tensor-parallel rank rows (console.c sample_ranks) */
     int n_ranks;
     backend_rank_stats_t rank_prev[UI_VITALS_MAX_RANKS]; /* at rank_prev_t */
