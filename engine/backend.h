@@ -75,6 +75,11 @@ typedef struct backend_options {
                                       pool */
     bool ssm_state_bf16;           /* models with state: SSM state in bf16, not f32 (the
                                       mamba-ssm-cache-dtype flag; applies at state_reserve) */
+    bool mtp;                      /* models with MTP layers (backend_ops_t.mtp_forward): the
+                                      KV pool also holds those layers' K/V, and forward keeps
+                                      every token's final hidden state for mtp_forward (the
+                                      speculative method mtp; applies at kv_reserve, and
+                                      kv_block_bytes counts it from `configure` on) */
     int tensor_parallel_size;      /* ranks the model is sharded over (0, 1: none); only a
                                       backend with backend_ops_t.tensor_parallel takes more */
     bool expert_parallel;          /* with tensor_parallel_size > 1: MoE experts placed whole
@@ -165,6 +170,17 @@ typedef struct backend_ops {
     /* Optional (tensor parallel instances, engine/tp.h): each rank's time since create, out[r]
      * for r < max; returns the ranks. Any thread (a copy under the instance's lock). */
     int (*rank_stats)(backend_t *be, backend_rank_stats_t *out, int max);
+    /* Optional (NULL: no MTP drafting). Runs the model's multi-token-prediction head (models.md
+     * 4.8: fc over [norm(embed(x_{t+1})) | norm(h_t)], MTP layer step % n_mtp_layers, its norm,
+     * the shared lm_head) over a batch laid out as for forward, for a pool reserved with
+     * backend_options_t.mtp: token_ids[i] is the token x_{t+1} that follows position t =
+     * positions[i], and slot_mapping, context_len and the block tables are those of position t
+     * (the layer's own K/V, in the same slots as the model's). hidden_rows[i] names h_t: at step
+     * 0 a row of the last forward's tokens (its final-norm output), at step > 0 a row of the
+     * last mtp_forward's (the head's own output, for the next draft). Writes logits [n_logits,
+     * vocab_size] f32 (host) for the batch's logit rows. */
+    int (*mtp_forward)(backend_t *be, const be_batch_t *b, const int32_t *hidden_rows, int step,
+                       float *logits, err_t *err);
 } backend_ops_t;
 
 /* Every backend instance starts with this header. */

@@ -80,6 +80,7 @@ static void backend_options_from_flags(backend_options_t *bo, const flag_values_
     bo->kv_cache_dtype = f->kv_cache_dtype;
     bo->tensor_parallel_size = f->tensor_parallel_size;
     bo->expert_parallel = f->enable_expert_parallel;
+    bo->mtp = f->speculative_method == SPEC_MTP;
     bo->ssm_state_bf16 = f->mamba_ssm_cache_dtype == SSM_DTYPE_BF16 ||
                          (f->mamba_ssm_cache_dtype == SSM_DTYPE_AUTO && cfg->ssm_dtype == DT_BF16);
 }
@@ -120,6 +121,13 @@ int check_rebuild_flags(const core_t *e, flag_values_t *f, err_t *err) {
         return err_set(err,
                        "max-model-len %d is more than the model's max_position_embeddings (%d)",
                        f->max_model_len, model_len);
+    if (f->speculative_method == SPEC_MTP && e->cfg->n_mtp_layers == 0)
+        return err_set(err, "speculative method mtp: %s has no MTP head (no mtp.* tensors)",
+                       e->cfg->source);
+    if (f->speculative_method == SPEC_MTP && !e->be->ops->mtp_forward)
+        return err_set(err, "speculative method mtp: the %s backend%s does not run the MTP head",
+                       e->ops->name,
+                       f->tensor_parallel_size > 1 ? " at tensor-parallel-size > 1" : "");
     if (f->kv_cache_dtype == KV_DTYPE_FP8 && strcmp(e->ops->name, "cuda") != 0 &&
         strcmp(e->ops->name, "cpu") != 0)
         return err_set(err,
@@ -363,6 +371,11 @@ static bool step(core_t *e, stats_step_t *st) {
         if (q->b.choice == 0 && q->req->n_started < q->req->n) output_fork_choices(e, q->req);
         if (q->req->scripted) script_token(e, q, &e->batch.results[l]);
         if (!q->finished) output_on_token(e, q, &e->batch.results[l], now);
+    }
+    if (e->f.speculative_method == SPEC_MTP) { /* the head's passes count as the backend's */
+        double tm0 = engine_now();
+        spec_mtp(e, &out, &b);
+        tf1 += engine_now() - tm0;
     }
 record:
     output_flush_itl(e);

@@ -27,6 +27,7 @@
 #include "kvcache.h"
 #include "sampler.h"
 #include "scheduler.h"
+#include "spec.h"
 #include "stream_int.h"
 
 typedef struct eng_req eng_req_t;
@@ -56,6 +57,12 @@ typedef struct eng_choice {
      * recurrent state was copied to before the verify (-1: none) */
     bool spec_planned;
     int32_t spec_snap;
+    /* the MTP head (spec.c): the drafts it made for the context of mtp_base tokens, under block
+     * table generation mtp_gen; mtp_done: the positions it has read the model's hidden state of
+     * (its K/V written from them), under mtp_gen */
+    int32_t mtp_draft[SPEC_MAX_TOKENS];
+    int n_mtp_draft, mtp_base, mtp_done;
+    uint32_t mtp_gen;
 } eng_choice_t;
 
 static inline eng_choice_t *choice_of(sched_seq_t *s) {

@@ -17,7 +17,7 @@ static const char *const POLICY_CHOICES[] = {"fcfs", "priority", NULL};
 static const char *const GENCONFIG_CHOICES[] = {"auto", "vllm", NULL};
 static const char *const KV_DTYPE_CHOICES[] = {"auto", "fp8", NULL};
 static const char *const SSM_DTYPE_CHOICES[] = {"auto", "float32", "bfloat16", NULL};
-static const char *const SPEC_METHOD_CHOICES[] = {"none", "ngram", NULL};
+static const char *const SPEC_METHOD_CHOICES[] = {"none", "ngram", "mtp", NULL};
 static const char *const BOOL_VALUES[] = {"true", "false", NULL};
 static const char *const UNSET_VALUES[] = {"unset", NULL};
 
@@ -209,11 +209,12 @@ static const flag_def_t FLAGS[] = {
              "threads / N each); requests go to the least busy, shared prefixes together"},
     {.name = "speculative-method",
      .type = FLAG_ENUM,
-     .apply = FLAG_LIVE,
+     .apply = FLAG_REBUILD, /* mtp: the pool holds the MTP layers' K/V */
      FIELD(speculative_method),
      .choices = SPEC_METHOD_CHOICES,
      .def = "ngram",
-     .help = "speculative drafts: ngram (prompt lookup, no extra weights) or none"},
+     .help = "speculative drafts: ngram (prompt lookup, no extra weights), mtp (the model's "
+             "multi-token-prediction head: Qwen3.5) or none"},
     {.name = "num-speculative-tokens",
      .type = FLAG_INT,
      .apply = FLAG_LIVE,

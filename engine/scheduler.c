@@ -323,6 +323,14 @@ static void take_blocks(kv_pool_t *kv, sched_seq_t *seq, int n) {
         seq->blocks[seq->n_blocks++] = kv_alloc(kv);
 }
 
+int sched_seq_cover(sched_t *s, sched_seq_t *seq, int upto, int keep_free) {
+    int bs = kv_block_size(s->kv), need = blocks_needed(seq, upto, bs);
+    if (need < 0) return -1;
+    int spare = kv_available(s->kv) - keep_free;
+    take_blocks(s->kv, seq, need < spare ? need : spare > 0 ? spare : 0);
+    return seq->n_blocks * bs;
+}
+
 /* Without chunked prefill a computation that does not fit the rest of the budget waits; one
  * larger than the whole budget runs alone in a step of its own, or it would never run. A
  * sequence waiting to fork stops at the fork point. */

@@ -129,6 +129,12 @@ static inline int sched_seq_append(sched_seq_t *seq, int32_t token) {
     return 0;
 }
 
+/* Gives a running sequence blocks so that they cover `upto` tokens, for K/V written ahead of
+ * its tokens (the MTP head's drafts, spec.h), taking none that would leave fewer than keep_free
+ * free. Returns the tokens its blocks cover then (less than upto when the pool cannot spare
+ * them), -1 when out of memory. The blocks stay with the sequence, as a draft's do. */
+int sched_seq_cover(sched_t *s, sched_seq_t *seq, int upto, int keep_free);
+
 /* Queues a sequence (state SCHED_SEQ_IDLE, tokens set; it may already hold computed blocks, as a
  * fork does) in the waiting queue. -1 when out of memory. */
 int sched_add(sched_t *s, sched_seq_t *seq);

@@ -12,6 +12,7 @@
 #include "core_int.h"
 #include "grow.h"
 #include "json.h"
+#include "spec_mtp.h"
 
 // ---------------------------------------------------------------------------------------------
 // --speculative-config
@@ -29,7 +30,7 @@ int spec_parse_config(const char *json, struct flag_values *v, err_t *err) {
     cJSON *root = json_parse(json, strlen(json), err);
     if (!root) return -1;
     int rc = -1, k = -1, nmax = -1, nmin = -1, off_at = 0;
-    bool ngram = false;
+    spec_method_t method = SPEC_NONE;
     if (!cJSON_IsObject(root)) {
         err_set(err, "must be a JSON object, such as "
                      "{\"method\":\"ngram\",\"num_speculative_tokens\":3}");
@@ -43,14 +44,20 @@ int spec_parse_config(const char *json, struct flag_values *v, err_t *err) {
                 err_set(err, "\"method\" must be a string");
                 goto out;
             }
-            if (strcmp(item->valuestring, "ngram") != 0) {
+            /* vLLM's names: "mtp", and the model-specific ones it still takes */
+            const char *m = item->valuestring;
+            if (strcmp(m, "ngram") == 0) {
+                method = SPEC_NGRAM;
+            } else if (strcmp(m, "mtp") == 0 || strcmp(m, "qwen3_next_mtp") == 0 ||
+                       strcmp(m, "qwen3_5_mtp") == 0) {
+                method = SPEC_MTP;
+            } else {
                 err_set(err,
-                        "method \"%.60s\" is not supported (supported: \"ngram\"; the MTP head "
-                        "of Qwen3.5, \"qwen3_next_mtp\", is not loaded yet)",
-                        item->valuestring);
+                        "method \"%.60s\" is not supported (supported: \"ngram\", \"mtp\" "
+                        "(also as \"qwen3_next_mtp\", \"qwen3_5_mtp\"))",
+                        m);
                 goto out;
             }
-            ngram = true;
         } else if (strcmp(key, "num_speculative_tokens") == 0) {
             if (config_int(item, 1, SPEC_MAX_TOKENS, &k, err) < 0) goto out;
         } else if (strcmp(key, "prompt_lookup_max") == 0) {
@@ -67,8 +74,12 @@ int spec_parse_config(const char *json, struct flag_values *v, err_t *err) {
             goto out;
         }
     }
-    if (!ngram) {
-        err_set(err, "\"method\" is missing (supported: \"ngram\")");
+    if (method == SPEC_NONE) {
+        err_set(err, "\"method\" is missing (supported: \"ngram\", \"mtp\")");
+        goto out;
+    }
+    if (method == SPEC_MTP && (nmax >= 0 || nmin >= 0)) {
+        err_set(err, "prompt_lookup_max and prompt_lookup_min apply to method \"ngram\" only");
         goto out;
     }
     if (k < 0) {
@@ -82,7 +93,7 @@ int spec_parse_config(const char *json, struct flag_values *v, err_t *err) {
         err_set(err, "prompt_lookup_min (%d) is more than prompt_lookup_max (%d)", nmin, nmax);
         goto out;
     }
-    v->speculative_method = SPEC_NGRAM;
+    v->speculative_method = method;
     v->num_speculative_tokens = k;
     v->prompt_lookup_max = nmax;
     v->prompt_lookup_min = nmin;
@@ -145,6 +156,11 @@ struct spec {
     int n_drafted, cap;
     bool *emit; /* [cap_emit] */
     int cap_emit;
+    /* spec_verify's: each planned sequence's positions whose hidden state is the model's (its
+     * computed ones, up to the last accepted draft), when valid_set; else out->n_new */
+    int *valid, cap_valid;
+    bool valid_set;
+    mtp_pass_t mtp; /* spec_mtp's batches (spec_mtp.c) */
 };
 
 spec_t *spec_create(void) {
@@ -155,6 +171,8 @@ void spec_destroy(spec_t *sp) {
     if (!sp) return;
     free(sp->drafted);
     free(sp->emit);
+    free(sp->valid);
+    mtp_pass_free(&sp->mtp);
     free(sp);
 }
 
@@ -172,10 +190,12 @@ static void free_snap(core_t *e, eng_choice_t *q) {
 void spec_draft(core_t *e) {
     spec_t *sp = e->spec;
     sp->n_drafted = 0;
+    sp->valid_set = false;
     e->batch.n_drafts = 0;
-    const spec_drafter_t *d = spec_drafter((spec_method_t)e->f.speculative_method);
+    spec_method_t method = (spec_method_t)e->f.speculative_method;
+    const spec_drafter_t *d = spec_drafter(method); /* NULL for mtp: the head drafted already */
     int k = e->f.num_speculative_tokens;
-    if (!d || k <= 0) return;
+    if ((!d && method != SPEC_MTP) || k <= 0) return;
     int n, bs = kv_block_size(e->kv), off_at = e->f.speculative_disable_by_batch_size;
     sched_seq_t *const *run = sched_running(e->sched, &n);
     /* vLLM's disable_by_batch_size: at high concurrency a step is compute-bound and drafts cost
@@ -193,10 +213,12 @@ void spec_draft(core_t *e) {
         sched_seq_t *s = run[i];
         if (!s) continue;
         eng_choice_t *q = choice_of(s);
-        /* decoding: everything left to compute is output (a rolled-back verify leaves more than
-         * one token), and no scripted reply replaces what is sampled */
+        /* decoding (one token to compute: a rolled-back verify leaves more, which this step
+         * computes without drafts, so that its state moves on; drafts on top of them, rejected
+         * again, would roll them back again, and a run of rejections would recompute an ever
+         * longer tail every step), and no scripted reply replaces what is sampled */
         if (q->finished || q->req->scripted || s->n_computed < s->n_prompt ||
-            s->n_tokens <= s->n_prompt)
+            s->n_tokens <= s->n_prompt || s->n_tokens - s->n_computed > 1)
             continue;
         /* no draft past what the step could output: max_tokens, max-model-len */
         int room = k, n_out = s->n_tokens - s->n_prompt;
@@ -208,7 +230,8 @@ void spec_draft(core_t *e) {
         if (room <= 0 || sched_seq_reserve(s, s->n_tokens + room) < 0 ||
             GROW(sp->drafted, sp->cap, sp->n_drafted + 1) < 0)
             continue;
-        int got = d->propose(&e->f, s->tokens, s->n_tokens, room, s->tokens + s->n_tokens);
+        int got = d ? d->propose(&e->f, s->tokens, s->n_tokens, room, s->tokens + s->n_tokens)
+                    : mtp_take(q, room, s->tokens + s->n_tokens);
         if (got <= 0) continue;
         int beyond = s->n_tokens + got - s->n_blocks * bs; /* tokens past its blocks */
         if (beyond > 0) spare -= (beyond + bs - 1) / bs;
@@ -274,6 +297,9 @@ const bool *spec_verify(core_t *e, sched_out_t *out, const be_batch_t *b) {
     if (sp->n_drafted == 0) return NULL; /* spec_plan made room for every row in emit */
     uint64_t per_pos[SPEC_MAX_TOKENS] = {0}, drafts = 0, drafted = 0, accepted = 0;
     int k_max = 0;
+    sp->valid_set = GROW(sp->valid, sp->cap_valid, out->n) == 0;
+    for (int i = 0; sp->valid_set && i < out->n; i++)
+        sp->valid[i] = out->n_new[i];
     const sampler_result_t *res = e->batch.results;
     for (int l = 0; l < b->n_logits;) {
         int i = e->batch.logit_seq[l];
@@ -293,6 +319,7 @@ const bool *spec_verify(core_t *e, sched_out_t *out, const be_batch_t *b) {
             sp->emit[l + j] = j <= a;
         for (int j = 0; j < a; j++)
             per_pos[j]++;
+        if (sp->valid_set) sp->valid[i] = out->n_new[i] - (d - a);
         drafts++;
         drafted += (uint64_t)d;
         accepted += (uint64_t)a;
@@ -318,6 +345,17 @@ const bool *spec_verify(core_t *e, sched_out_t *out, const be_batch_t *b) {
     if (drafts > 0) stats_add_spec(e->stats, drafts, drafted, accepted, per_pos, k_max);
     e->spec_step_accepted = (int)accepted;
     return sp->emit;
+}
+
+void spec_mtp(core_t *e, const sched_out_t *out, const be_batch_t *b) {
+    spec_t *sp = e->spec;
+    int off_at = e->f.speculative_disable_by_batch_size;
+    if (e->f.speculative_method != SPEC_MTP || e->f.num_speculative_tokens <= 0 ||
+        (off_at > 0 && sched_num_running(e->sched) >= off_at))
+        return;
+    err_t err;
+    if (mtp_run(e, &sp->mtp, out, b, sp->valid_set ? sp->valid : NULL, &err) < 0)
+        fprintf(stderr, "tachyon: engine: the MTP head: %s (no drafts this step)\n", err.msg);
 }
 
 void spec_drop(core_t *e) {

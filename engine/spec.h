@@ -25,17 +25,19 @@
  * computed, accepted positions. Recurrent state (Qwen3.5): the verify step advances the state
  * over every draft, so the sequence's state slot is first copied to a spare slot (state_copy);
  * if a draft is rejected the copy is put back and the whole step's tokens count as not
- * computed: the next step recomputes them (with new drafts on top). A sequence drafts only when
- * a spare slot is free (at max-num-seqs running sequences with state, fewer draft).
+ * computed: the next step recomputes them, without drafts (with drafts on top, a run of
+ * rejections would roll an ever longer tail back). A sequence drafts only when a spare slot is
+ * free (at max-num-seqs running sequences with state, fewer draft).
  *
- * Drafters implement spec_drafter_t (n-gram prompt lookup here; an MTP head, which needs the
- * target's last hidden state from the backend, would be a second one).
+ * Drafters implement spec_drafter_t (n-gram prompt lookup); the MTP head (spec_mtp.h) drafts
+ * after a step instead, from the hidden states the model computed in it (spec_mtp).
  *
  *     flags: --speculative-config '{"method":"ngram","num_speculative_tokens":3,
  *                                   "prompt_lookup_max":4,"prompt_lookup_min":2}'
  *     engine step:  spec_draft(e);  sched_schedule(...);  spec_plan(e, &out);
  *                   batch_build(...); forward; sample;  emit = spec_verify(e, &out, &b);
- *                   sched_advance(...);  emit[l]: output row l   ...  spec_drop(e) on failure
+ *                   sched_advance(...);  emit[l]: output row l;  spec_mtp(e, &out, &b)
+ *                   ...  spec_drop(e) on failure
  *
  * Engine thread only.
  */
@@ -53,6 +55,7 @@
 typedef enum spec_method {
     SPEC_NONE,
     SPEC_NGRAM,
+    SPEC_MTP,
 } spec_method_t;
 
 struct flag_values;
@@ -61,7 +64,8 @@ struct sched_out;
 struct be_batch;
 
 /* Parses vLLM's --speculative-config JSON into the speculative flags of v: "method" ("ngram";
- * "mtp" and the other vLLM methods are refused: not supported yet), "num_speculative_tokens"
+ * "mtp", also as "qwen3_next_mtp" or "qwen3_5_mtp"; vLLM's other methods are refused: not
+ * supported; prompt_lookup_* with mtp are refused), "num_speculative_tokens"
  * (1..SPEC_MAX_TOKENS), "prompt_lookup_max" / "prompt_lookup_min" (1..SPEC_MAX_NGRAM, min <=
  * max; one given sets both, neither gives 5 and 5 as vLLM does), "disable_by_batch_size" (0..65536:
  * no drafts in a step while that many sequences run; 0, the default, never). Unknown keys are
@@ -104,6 +108,10 @@ void spec_plan(struct core *e, struct sched_out *out);
  * counts the stats. Returns which of the b->n_logits rows are output ([n_logits], valid until
  * the next step), or NULL when the step had no drafts (every row is). */
 const bool *spec_verify(struct core *e, struct sched_out *out, const struct be_batch *b);
+
+/* After the step's tokens are emitted (speculative method mtp): the model's MTP head over the
+ * positions each sequence computed, and the drafts for the next step (spec_mtp.h). */
+void spec_mtp(struct core *e, const struct sched_out *out, const struct be_batch *b);
 
 /* Takes every draft still appended back out (a failed step) and frees snapshot slots. */
 void spec_drop(struct core *e);

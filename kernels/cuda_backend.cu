@@ -613,4 +613,5 @@ extern "C" const backend_ops_t cuda_backend_ops = {
     cb_max_logit_rows,
     true, /* tensor_parallel: ranks on one device (cb_tp.cu) */
     NULL, /* rank_stats: engine/tp.h's instance has them */
+    NULL, /* mtp_forward: the MTP head runs on the cpu backend only so far */
 };

@@ -10,6 +10,8 @@ the committed checkpoints. Writes:
   tests/fixtures/tiny-qwen3.5-fp8/  block-FP8 Qwen3_5ForCausalLM (model.*, mtp.*), other shapes,
                                     a custom layer_types pattern, tied embeddings, two shards
   tests/fixtures/golden/tiny-qwen3.5{,-fp8}.{json,logits.f32}
+  tests/fixtures/golden/tiny-qwen3.5{,-fp8}.mtp.{json,logits.f32}  (the MTP head's; alone with
+                                    --mtp-golden-only)
 Both have 8 layers (6 Gated DeltaNet, 2 gated full attention) and one MTP layer, and carry
 tests/fixtures/tokenizer/qwen35's tokenizer with the Qwen3.5 chat template (chat/qwen3.5.jinja).
 The golden outputs come from transformers' own torch code paths (no flash-linear-attention,
@@ -417,6 +419,91 @@ def check_from_pretrained(fixture, directory, cls, golden_dir):
         assert diff <= 1e-4, f"{fixture}: from_pretrained logits differ by {diff}"
 
 
+def load_mtp(text, directory):
+    """The checkpoint's MTP head (mtp.*: BF16, or block FP8 dequantized exactly) as an f32 Mtp."""
+    raw = {}
+    for f in sorted(directory.glob("*.safetensors")):
+        raw.update(safetensors.torch.load_file(str(f)))
+    mtp = Mtp(text).float().eval()
+    state = {}
+    for name, value in raw.items():
+        if not name.startswith("mtp.") or name.endswith("_scale_inv"):
+            continue
+        if value.dtype == torch.float8_e4m3fn:
+            value = mf.dequantize_block_fp8(value, raw[name + "_scale_inv"])
+        state[name[len("mtp."):]] = value.float()
+    mtp.load_state_dict(state, strict=True)
+    return mtp
+
+
+def mtp_run(model, mtp, tokens, hidden, positions):
+    """The MTP head over a whole sequence of its inputs at once (causal, so each row is what an
+    engine computes for it with the earlier rows' K/V cached): row i embeds tokens[i] (x_{t+1})
+    beside hidden[i] (h_t) at positions[i] (t, as vLLM's proposer places it). Returns the logits
+    and the head's normed output (the hidden of the next draft)."""
+    emb = model.model.embed_tokens(torch.tensor([tokens]))
+    u = mtp.fc(torch.cat([mtp.pre_fc_norm_embedding(emb), mtp.pre_fc_norm_hidden(hidden[None])],
+                         dim=-1))
+    n = u.shape[1]
+    cos_sin = model.model.rotary_emb(u, torch.tensor([positions]))
+    mask = torch.full((n, n), float("-inf")).triu(1)[None, None]
+    out = mtp.norm(mtp.layers[0](u, position_embeddings=cos_sin, attention_mask=mask))
+    return model.lm_head(out)[0], out[0]
+
+
+MTP_GOLDEN_DRAFTS = 4
+
+
+def make_mtp_golden(fixture, text, directory, golden_dir):
+    """golden/<fixture>.mtp.{json,logits.f32}: the MTP head's logits, in f32 on the stored
+    weights, for two of the golden prompts followed by their first 8 greedy tokens (sequence
+    x_0..x_{n-1}, the model's final-norm hidden states h_t from one forward):
+      step 0, every position t = 0..n-2: input (x_{t+1}, h_t) at position t (rows 0..n-2);
+      then MTP_GOLDEN_DRAFTS - 1 chained draft steps from the last position: step j embeds the
+      previous step's argmax draft beside the previous step's output at position n - 2 + j
+      (one row each);
+    and the model's own greedy next token after every prefix (greedy_next[t] follows x_0..x_t)
+    with its top-1/top-2 margin, so that a test can tell which drafts an engine accepts."""
+    model = reference_model(text, load_text_state(directory))
+    mtp = load_mtp(text, directory)
+    golden = json.loads((golden_dir / f"{fixture}.json").read_text())
+    cases, rows = [], []
+    with torch.no_grad():
+        for p in golden["prompts"][2:4]:
+            seq = p["ids"] + p["greedy"][:8]
+            n = len(seq)
+            hidden = model.model(input_ids=torch.tensor([seq])).last_hidden_state[0]
+            target = model.lm_head(hidden)
+            top2 = target.topk(2, dim=-1).values
+            toks, hid, pos = seq[1:], hidden[:-1], list(range(n - 1))
+            logits, out = mtp_run(model, mtp, toks, hid, pos)
+            step0 = logits.numpy()
+            drafts, chained = [int(step0[-1].argmax())], []
+            for j in range(1, MTP_GOLDEN_DRAFTS):
+                toks, pos = toks + [drafts[-1]], pos + [n - 2 + j]
+                hid = torch.cat([hid, out[-1:]])
+                logits, out = mtp_run(model, mtp, toks, hid, pos)
+                chained.append(logits[-1].numpy())
+                drafts.append(int(chained[-1].argmax()))
+            cases.append({"ids": seq, "logits_row_offset": len(rows), "step0_rows": n - 1,
+                          "drafts": drafts,
+                          "greedy_next": target.argmax(-1).tolist(),
+                          "greedy_next_margin": [round(float(m), 6)
+                                                 for m in (top2[:, 0] - top2[:, 1])],
+                          "accepted_at_step0": int(sum(int(step0[t].argmax()) == seq[t + 2]
+                                                       for t in range(n - 2)))})
+            rows.extend(step0)
+            rows.extend(chained)
+    logits_file = f"{fixture}.mtp.logits.f32"
+    np.stack(rows).astype("<f4").tofile(golden_dir / logits_file)
+    mf.write_golden_json(golden_dir / f"{fixture}.mtp.json", {
+        "fixture": fixture, "vocab_size": VOCAB, "chained_steps": MTP_GOLDEN_DRAFTS - 1,
+        "reference": f"transformers {transformers.__version__} eager float32 (the MTP layer is "
+                     "transformers' Qwen3_5DecoderLayer; fc and norms as vLLM's "
+                     "Qwen3_5MultiTokenPredictor)",
+        "logits_file": logits_file, "prompts": cases})
+
+
 # ---------------------------------------------------------------------------------------------
 
 
@@ -430,15 +517,32 @@ def golden_only():
         golden_dir = Path(tmp)
         for name, text in ((BF16, BF16_TEXT), (FP8, FP8_TEXT)):
             make_golden(name, text, FIXTURES / name, tok, topics, golden_dir)
+            make_mtp_golden(name, text, FIXTURES / name, golden_dir)
         check_from_pretrained(BF16, FIXTURES / BF16, Qwen3_5ForConditionalGeneration, golden_dir)
         for f in golden_dir.iterdir():
             shutil.copyfile(f, FIXTURES / "golden" / f.name)
     log("golden outputs rewritten")
 
 
+def mtp_golden_only():
+    """--mtp-golden-only: the MTP head's golden outputs again, beside the committed ones."""
+    torch.use_deterministic_algorithms(True)
+    torch.set_num_threads(1)
+    with tempfile.TemporaryDirectory(prefix="make-fixtures-qwen35-") as tmp:
+        golden_dir = Path(tmp)
+        for name, text in ((BF16, BF16_TEXT), (FP8, FP8_TEXT)):
+            shutil.copyfile(FIXTURES / "golden" / f"{name}.json", golden_dir / f"{name}.json")
+            make_mtp_golden(name, text, FIXTURES / name, golden_dir)
+            for f in golden_dir.glob(f"{name}.mtp.*"):
+                shutil.copyfile(f, FIXTURES / "golden" / f.name)
+    log("MTP golden outputs rewritten")
+
+
 def main():
     if sys.argv[1:] == ["--golden-only"]:
         return golden_only()
+    if sys.argv[1:] == ["--mtp-golden-only"]:
+        return mtp_golden_only()
     for pkg in ("fla", "causal_conv1d", "kernels"):
         if importlib.util.find_spec(pkg) is not None:
             sys.exit(f"{pkg} is installed: the golden outputs must come from transformers' torch "
@@ -468,6 +572,8 @@ def main():
         torch.set_num_threads(1)
         golden = {BF16: make_golden(BF16, BF16_TEXT, bf16_dir, tok, topics, golden_dir),
                   FP8: make_golden(FP8, FP8_TEXT, fp8_dir, tok, topics, golden_dir)}
+        make_mtp_golden(BF16, BF16_TEXT, bf16_dir, golden_dir)
+        make_mtp_golden(FP8, FP8_TEXT, fp8_dir, golden_dir)
         check_from_pretrained(BF16, bf16_dir, Qwen3_5ForConditionalGeneration, golden_dir)
         for name in (BF16, FP8):
             dst = FIXTURES / name

@@ -21,7 +21,7 @@ case $name in
         run+=("$build")
         want='^engine instructions per step at [0-9]+ sequences: [0-9]+'
         ;;
-    cpu-speed.sh | tokenizer-speed.sh | health-latency.sh | crosscheck.sh | spec-ngram.sh)
+    cpu-speed.sh | tokenizer-speed.sh | health-latency.sh | crosscheck.sh | spec-ngram.sh | spec-mtp.sh)
         run+=("$build/tachyon")
         ;;
     console-cost.sh)

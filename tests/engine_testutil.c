@@ -1,8 +1,12 @@
 #include "engine_testutil.h"
 
+#include <cjson/cJSON.h>
+
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
 
 #include <cmocka.h>
 
@@ -104,4 +108,29 @@ void tu_check_expert_load(engine_t *eng, uint64_t forwarded) {
         assert_int_equal(total, forwarded * (uint64_t)c->n_experts_per_tok);
         assert_true(window > 0 && used > 1);
     }
+}
+
+void tu_golden_load(const char *golden, tu_golden_t *g) {
+    char name[256];
+    snprintf(name, sizeof name, "golden/%s.json", golden);
+    char *text = tu_read(tu_fixture(name), NULL);
+    assert_non_null(text);
+    g->json = cJSON_Parse(text);
+    free(text);
+    assert_non_null(g->json);
+    const cJSON *vocab = cJSON_GetObjectItem(g->json, "vocab_size");
+    const cJSON *file = cJSON_GetObjectItem(g->json, "logits_file");
+    assert_true(cJSON_IsNumber(vocab) && vocab->valueint > 0 && cJSON_IsString(file));
+    g->vocab = vocab->valueint;
+    snprintf(name, sizeof name, "golden/%s", file->valuestring);
+    size_t len;
+    g->logits = (float *)tu_read(tu_fixture(name), &len);
+    assert_non_null(g->logits);
+    g->n_rows = len / (sizeof(float) * (size_t)g->vocab);
+    assert_int_equal(len, g->n_rows * sizeof(float) * (size_t)g->vocab);
+}
+
+void tu_golden_free(tu_golden_t *g) {
+    cJSON_Delete(g->json);
+    free(g->logits);
 }

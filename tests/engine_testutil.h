@@ -19,6 +19,17 @@
 /* The weights src names (a fixture, a preset, dummy or not); the caller destroys them. */
 model_weights_t *tu_weights(const model_source_t *src);
 
+/* A golden output of scripts/make-fixtures: golden/<name>.json (cJSON) and its logits file,
+ * rows of vocab_size f32. tu_golden_load fails the test when either is missing or malformed. */
+typedef struct tu_golden {
+    struct cJSON *json;
+    float *logits; /* [n_rows, vocab] */
+    size_t n_rows;
+    int vocab;
+} tu_golden_t;
+void tu_golden_load(const char *name, tu_golden_t *g);
+void tu_golden_free(tu_golden_t *g);
+
 /* The weights of fixture `name` (tests/fixtures), as they are stored. */
 model_weights_t *tu_fixture_weights(const char *name);
 

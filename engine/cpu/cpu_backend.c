@@ -58,83 +58,9 @@
 #include "shard.h"
 #include "cpu_tp.h"
 #include "cpu_weights.h"
+#include "cpu_backend_int.h"
 
 #define MAX_THREADS 256
-
-/* A layer's weights by slot (weights.h), those of its kinds bound: the checkpoint's tensors, and
- * f32 copies of the small ones (norm vectors, with Qwen3.5's 1 + w applied; the Gated
- * DeltaNet's parameters and conv weight). */
-typedef struct cpu_layer {
-    const wtensor_t *w[L_COUNT];
-    const float *norm[L_COUNT]; /* [rows, cols] f32, small slots only */
-    int linear;                 /* ATTN_LINEAR: its ordinal among the linear layers */
-    int kv;                     /* ATTN_FULL, ATTN_GATED: its place in the KV pool (kv_layers) */
-    /* ATTN_LINEAR: in_proj_qkv and conv1d as q | k | v parts (shard_qkv; at tp 1 one whole
-     * tensor at [0]) */
-    const wtensor_t *qkv[3], *conv[3];
-    cpu_moe_weights_t moe; /* MLP_MOE */
-} cpu_layer_t;
-
-typedef struct cpu_backend {
-    backend_t base;
-    const model_config_t *cfg; /* &lcfg */
-    model_config_t lcfg;       /* the config this rank computes with (shard_config) */
-    shard_t shard;             /* which rank of how many (tp 1: the whole model) */
-    wtensor_t *views;          /* tp > 1: this rank's shards of the checkpoint's tensors */
-    int64_t v0, vn, vpad;      /* lm_head rows [v0, v0 + vn) held; the widest rank's share */
-    int n_threads;
-    bool emulate_fp8;
-    bool fast; /* cpu_fast.h's kernels, else cpu_ops.h's */
-    cpu_pool_t *pool;
-
-    const wtensor_t *embed, *lm_head;
-    cpu_layer_t *layers;
-    float *norms;      /* f32 copies of every small weight (tiny) */
-    float *final_norm; /* [H], inside norms */
-    float *inv_freq;   /* [rotary_dim / 2] */
-    int half;          /* rotary_dim / 2: RoPE pairs (j, j + half) of each head's first dims */
-    cpu_gdn_t *gdn;    /* Gated DeltaNet layers and their state slots, when the model has any */
-    bool ssm_bf16;     /* state slots keep the SSM state rounded to bf16 */
-    bool kv_fp8;       /* --kv-cache-dtype fp8: K and V rounded through e4m3 as they are written
-                          (the cuda backend's cache, kv_scale 1), kept in the f32 pool */
-    bool kv_fp8_next;  /* configure's, from the next kv_reserve (the engine rebuilds after it) */
-    int kmax;          /* widest GEMM input: the most columns of any linear (H, nH*D, I) */
-    cpu_moe_t *moe;    /* scratch of the MLP_MOE layers; NULL without */
-    uint64_t *expert_counts; /* [n_layers][n_experts] tokens routed since create */
-    int32_t *trace;          /* trace_routing's [n_layers][T][k], or NULL */
-
-    /* KV pool, f32 [kv layers][num_blocks][n_kv_heads][block_size][head_dim] each (cpu_ops.h: a
-     * head's rows of a block together): the softmax attention layers only (kv_layers), in layer
-     * order; a Gated DeltaNet layer keeps no K/V */
-    float *k_pool, *v_pool;
-    int num_blocks, block_size;
-    size_t layer_floats;
-
-    /* Activations for up to cap_tokens tokens, grown when a larger batch arrives. */
-    int cap_tokens;
-    float *h;         /* [T, H] residual stream */
-    float *xn;        /* [T, H] normed input, then projection outputs */
-    float *q;         /* [T, nH*D] */
-    float *qg;        /* [T, nH*2D] ATTN_GATED's q_proj output: [q_h | gate_h] per head */
-    float *k, *v;     /* [T, nKV*D] */
-    float *att;       /* [T, nH*D] attention output */
-    float *gate;      /* [T, I] */
-    float *up;        /* [T, I] */
-    float *aq;        /* [T, kmax] GEMM input after W8A8 quantization */
-    float *rope_cos;  /* [T, half] */
-    float *rope_sin;  /* [T, half] */
-    int32_t *tok_seq; /* [T] sequence of each token */
-    float *part;      /* [T, H] (tp > 1) an MoE layer's partial output, before the all-reduce */
-    int cap_logits;   /* rows of lg_rank and lg_all (tp > 1) */
-    float *lg_rank;   /* [cap_logits, vpad] this rank's logits */
-    float *lg_all;    /* [tp, cap_logits, vpad] every rank's, all-gathered */
-
-    float **wbuf;        /* [n_threads][wbuf_floats] dequantized weight rows */
-    int64_t wbuf_floats; /* CPU_MM_ROWS * kmax, or a fast GEMM's panel */
-    float **scores;      /* [n_threads][heads per KV head * cap_ctx] attention scores */
-    int64_t cap_ctx;
-    int64_t max_ctx; /* longest context of the current batch */
-} cpu_backend_t;
 
 /* ---------------------------------------------------------------------------------------------
  * Parallel jobs */
@@ -157,8 +83,7 @@ static void gemm_rows(void *ctx, int thread, int64_t begin, int64_t end) {
         cpu_matmul_rows(j->x, j->T, j->w, begin, end, j->y, j->ldy, j->be->wbuf[thread]);
 }
 
-/* y[T, N] (row stride ldy) = x[T, K] W^T, quantizing x first when W8A8 is emulated. */
-static void gemm(cpu_backend_t *be, const float *x, int T, const wtensor_t *w, float *y,
+void cpu_be_gemm(cpu_backend_t *be, const float *x, int T, const wtensor_t *w, float *y,
                  int64_t ldy) {
     if (T == 0) return;
     x = cpu_linear_input(x, T, w, be->emulate_fp8, be->aq);
@@ -219,8 +144,9 @@ static void *alloc_floats(size_t n) {
 }
 
 static void free_activations(cpu_backend_t *be) {
-    float **bufs[] = {&be->h,    &be->xn, &be->q,  &be->qg,       &be->k,        &be->v,   &be->att,
-                      &be->gate, &be->up, &be->aq, &be->rope_cos, &be->rope_sin, &be->part};
+    float **bufs[] = {&be->h,    &be->xn,   &be->q,       &be->qg, &be->k,        &be->v,
+                      &be->att,  &be->gate, &be->up,      &be->aq, &be->rope_cos, &be->rope_sin,
+                      &be->part, &be->hid,  &be->hid_mtp, &be->cat};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
         free(*bufs[i]);
         *bufs[i] = NULL;
@@ -252,8 +178,13 @@ static int ensure_tokens(cpu_backend_t *be, int n_tokens, err_t *err) {
     be->rope_sin = alloc_floats(T * half);
     be->tok_seq = malloc(T * sizeof(int32_t));
     be->part = alloc_floats(be->shard.tp > 1 ? T * H : 1);
-    if (!be->h || !be->xn || !be->q || !be->qg || !be->k || !be->v || !be->att || !be->gate ||
-        !be->up || !be->aq || !be->rope_cos || !be->rope_sin || !be->tok_seq || !be->part) {
+    be->hid = alloc_floats(be->n_mtp > 0 ? T * H : 1);
+    be->hid_mtp = alloc_floats(be->n_mtp > 0 ? T * H : 1);
+    be->cat = alloc_floats(be->n_mtp > 0 ? 2 * T * H : 1);
+    be->hid_rows = be->hid_mtp_rows = 0; /* the rows kept are gone with the buffers */
+    if (!be->hid || !be->hid_mtp || !be->cat || !be->h || !be->xn || !be->q || !be->qg || !be->k ||
+        !be->v || !be->att || !be->gate || !be->up || !be->aq || !be->rope_cos || !be->rope_sin ||
+        !be->tok_seq || !be->part) {
         free_activations(be);
         return err_set(err, "cpu backend: out of memory for a batch of %d tokens", n_tokens);
     }
@@ -304,14 +235,16 @@ static float *map_zeroed(size_t floats) {
     return p == MAP_FAILED ? NULL : p;
 }
 
-/* Layers with a K/V cache: all but the linear-attention ones. */
-static int kv_layers(const model_config_t *c) {
-    return c->n_layers - model_count_attn(c, ATTN_LINEAR);
+/* Layers with a K/V cache: all but the linear-attention ones, and the MTP layers when the pool
+ * holds theirs (after the decoder's). */
+static int kv_layers(const cpu_backend_t *be, bool mtp) {
+    const model_config_t *c = be->cfg;
+    return c->n_layers - model_count_attn(c, ATTN_LINEAR) + (mtp ? be->n_mtp : 0);
 }
 
 static void free_kv_pool(cpu_backend_t *be) {
     if (be->k_pool || be->v_pool) {
-        size_t bytes = be->layer_floats * (size_t)kv_layers(be->cfg) * sizeof(float);
+        size_t bytes = be->layer_floats * (size_t)kv_layers(be, be->mtp) * sizeof(float);
         if (be->k_pool) munmap(be->k_pool, bytes);
         if (be->v_pool) munmap(be->v_pool, bytes);
     }
@@ -436,7 +369,9 @@ int cpu_rank_create(const backend_options_t *opts, const model_weights_t *w, con
     size_t per_layer = L_COUNT + 6 + (size_t)c->n_experts * E_COUNT;
     be->views =
         shard->tp > 1 ? calloc((size_t)c->n_layers * per_layer + 1, sizeof *be->views) : NULL;
-    be->layers = calloc((size_t)c->n_layers, sizeof *be->layers);
+    be->n_mtp = shard->tp == 1 ? c->n_mtp_layers : 0; /* cpu_mtp.c */
+    be->mtp_next = opts && opts->mtp && be->n_mtp > 0;
+    be->layers = calloc((size_t)(c->n_layers + be->n_mtp), sizeof *be->layers);
     if (!be->layers || (shard->tp > 1 && !be->views)) {
         cpu_destroy(&be->base);
         return err_set(err, "cpu backend: out of memory");
@@ -454,12 +389,16 @@ int cpu_rank_create(const backend_options_t *opts, const model_weights_t *w, con
         cpu_destroy(&be->base);
         return -1;
     }
-    for (int l = 0; l < c->n_layers; l++)
+    for (int l = 0; l < c->n_layers + be->n_mtp; l++)
         if (bind_layer(be, w, l, be->views ? be->views + 1 + (size_t)l * per_layer : NULL,
                        &norm_floats, err) < 0) {
             cpu_destroy(&be->base);
             return -1;
         }
+    if (cpu_mtp_bind(be, w, &norm_floats, err) < 0) {
+        cpu_destroy(&be->base);
+        return -1;
+    }
 
     be->norms = alloc_floats(norm_floats);
     be->inv_freq = alloc_floats((size_t)be->half);
@@ -480,7 +419,7 @@ int cpu_rank_create(const backend_options_t *opts, const model_weights_t *w, con
     }
     float *cursor = be->norms;
     int linear = 0;
-    for (int l = 0; l < c->n_layers; l++) {
+    for (int l = 0; l < c->n_layers + be->n_mtp; l++) {
         cpu_layer_t *L = &be->layers[l];
         cpu_need_t need[L_COUNT];
         for (int i = 0, n = cpu_layer_needs(c, l, need); i < n; i++) {
@@ -493,14 +432,18 @@ int cpu_rank_create(const backend_options_t *opts, const model_weights_t *w, con
                 L->norm[s] = cpu_take_norm(L->w[s], cpu_copy_offset(c, s), &cursor);
             }
         }
-        L->kv = c->layer[l].attn == ATTN_LINEAR ? -1 : l - linear; /* the K/V layers before it */
+        /* the K/V layers before it (an MTP layer's: after every decoder layer's) */
+        L->kv = c->layer[l].attn == ATTN_LINEAR ? -1 : l - linear;
         L->linear = c->layer[l].attn == ATTN_LINEAR ? linear++ : -1;
     }
     be->final_norm = cpu_take_norm(final_norm, c->norm_offset, &cursor);
+    cpu_mtp_take_norms(be, &cursor);
     cpu_rope_inv_freq(c->rotary_dim, c->rope_theta, be->inv_freq);
 
     if (c->n_experts > 0) {
-        be->expert_counts = calloc((size_t)c->n_layers * (size_t)c->n_experts, sizeof(uint64_t));
+        /* the MTP layers' rows after the decoder's (expert_load reports the decoder's) */
+        be->expert_counts =
+            calloc((size_t)(c->n_layers + be->n_mtp) * (size_t)c->n_experts, sizeof(uint64_t));
         if (!be->expert_counts) err_set(err, "cpu backend: out of memory");
         if (!be->expert_counts || cpu_moe_create(c, n_threads, be->fast, &be->moe, err) < 0) {
             cpu_destroy(&be->base);
@@ -531,7 +474,8 @@ static int cpu_create(const backend_options_t *opts, const model_weights_t *w, b
 static size_t cpu_kv_block_bytes(const backend_t *base, int block_size) {
     const cpu_backend_t *be = (const cpu_backend_t *)base;
     const model_config_t *c = be->cfg;
-    return 2 * (size_t)kv_layers(c) * (size_t)block_size * (size_t)model_kv_dim(c) * sizeof(float);
+    return 2 * (size_t)kv_layers(be, be->mtp_next) * (size_t)block_size * (size_t)model_kv_dim(c) *
+           sizeof(float);
 }
 
 static int cpu_kv_reserve(backend_t *base, int num_blocks, int block_size, err_t *err) {
@@ -544,7 +488,7 @@ static int cpu_kv_reserve(backend_t *base, int num_blocks, int block_size, err_t
     size_t layer_floats, total;
     if (__builtin_mul_overflow((size_t)num_blocks, (size_t)block_size, &layer_floats) ||
         __builtin_mul_overflow(layer_floats, (size_t)model_kv_dim(c), &layer_floats) ||
-        __builtin_mul_overflow(layer_floats, (size_t)kv_layers(c), &total) ||
+        __builtin_mul_overflow(layer_floats, (size_t)kv_layers(be, be->mtp_next), &total) ||
         total > SIZE_MAX / sizeof(float))
         return err_set(err, "cpu backend: KV pool of %d blocks of %d tokens is too large",
                        num_blocks, block_size);
@@ -554,6 +498,7 @@ static int cpu_kv_reserve(backend_t *base, int num_blocks, int block_size, err_t
     be->block_size = block_size;
     be->layer_floats = layer_floats;
     be->kv_fp8 = be->kv_fp8_next;
+    be->mtp = be->mtp_next;
     if (!be->k_pool || !be->v_pool) {
         free_kv_pool(be);
         return err_set(err, "cpu backend: out of memory for a KV pool of %d blocks (%zu MiB)",
@@ -565,9 +510,8 @@ static int cpu_kv_reserve(backend_t *base, int num_blocks, int block_size, err_t
 /* ---------------------------------------------------------------------------------------------
  * forward */
 
-/* Checks the batch and sizes the buffers for it; maps each token to its sequence (attention's
- * work items are (token, head) pairs). */
-static int prepare(cpu_backend_t *be, const be_batch_t *b, const float *logits, err_t *err) {
+/* Also maps each token to its sequence (attention's work items are (token, head) pairs). */
+int cpu_be_prepare(cpu_backend_t *be, const be_batch_t *b, const float *logits, err_t *err) {
 #ifndef NDEBUG
     if (be->k_pool && backend_check_batch(b, be->num_blocks, be->block_size, err) < 0)
         return err_prefix(err, "cpu backend");
@@ -628,13 +572,13 @@ static int full_attention(cpu_backend_t *be, const be_batch_t *b, int layer, err
         cpu_rmsnorm(be->h + (int64_t)t * H, L->norm[L_ATTN_NORM], H, c->rms_norm_eps,
                     be->xn + (int64_t)t * H);
     if (gated) {
-        gemm(be, be->xn, T, L->w[L_Q], be->qg, 2 * (int64_t)qd);
+        cpu_be_gemm(be, be->xn, T, L->w[L_Q], be->qg, 2 * (int64_t)qd);
         split_gated_q(be, T);
     } else {
-        gemm(be, be->xn, T, L->w[L_Q], be->q, qd);
+        cpu_be_gemm(be, be->xn, T, L->w[L_Q], be->q, qd);
     }
-    gemm(be, be->xn, T, L->w[L_K], be->k, kvd);
-    gemm(be, be->xn, T, L->w[L_V], be->v, kvd);
+    cpu_be_gemm(be, be->xn, T, L->w[L_K], be->k, kvd);
+    cpu_be_gemm(be, be->xn, T, L->w[L_V], be->v, kvd);
 
     /* q, k = rope(rmsnorm(q, q_norm)), rope(rmsnorm(k, k_norm)); kv_cache[slot_mapping] = k, v */
     size_t kv_offset = (size_t)L->kv * be->layer_floats;
@@ -691,7 +635,7 @@ static int full_attention(cpu_backend_t *be, const be_batch_t *b, int layer, err
     if (gated) apply_output_gate(be, T);
 
     /* h += att Wo^T (summed over the ranks' heads) */
-    gemm(be, be->att, T, L->w[L_O], be->xn, H);
+    cpu_be_gemm(be, be->att, T, L->w[L_O], be->xn, H);
     int64_t n = (int64_t)T * H;
     if (all_reduce(be, be->xn, n, err) < 0) return -1;
     for (int64_t i = 0; i < n; i++)
@@ -701,7 +645,7 @@ static int full_attention(cpu_backend_t *be, const be_batch_t *b, int layer, err
 
 static void gemm_for_gdn(void *ctx, const float *x, int T, const wtensor_t *w, float *y,
                          int64_t ldy) {
-    gemm(ctx, x, T, w, y, ldy);
+    cpu_be_gemm(ctx, x, T, w, y, ldy);
 }
 
 /* ATTN_LINEAR: h += the Gated DeltaNet of layer `layer` (cpu_gdn.h). */
@@ -741,14 +685,14 @@ static int dense_mlp(cpu_backend_t *be, int T, int layer, err_t *err) {
     for (int t = 0; t < T; t++)
         cpu_rmsnorm(be->h + (int64_t)t * H, L->norm[L_MLP_NORM], H, c->rms_norm_eps,
                     be->xn + (int64_t)t * H);
-    gemm(be, be->xn, T, L->w[L_GATE], be->gate, I);
-    gemm(be, be->xn, T, L->w[L_UP], be->up, I);
+    cpu_be_gemm(be, be->xn, T, L->w[L_GATE], be->gate, I);
+    cpu_be_gemm(be, be->xn, T, L->w[L_UP], be->up, I);
     int64_t n = (int64_t)T * I;
     for (int64_t i = 0; i < n; i++) {
         float g = be->gate[i];
         be->gate[i] = g / (1.0f + expf(-g)) * be->up[i];
     }
-    gemm(be, be->gate, T, L->w[L_DOWN], be->xn, H);
+    cpu_be_gemm(be, be->gate, T, L->w[L_DOWN], be->xn, H);
     n = (int64_t)T * H;
     if (all_reduce(be, be->xn, n, err) < 0) return -1;
     for (int64_t i = 0; i < n; i++)
@@ -764,7 +708,9 @@ static int moe_mlp(cpu_backend_t *be, int T, int layer, err_t *err) {
     for (int t = 0; t < T; t++)
         cpu_rmsnorm(be->h + (int64_t)t * H, L->norm[L_MLP_NORM], H, c->rms_norm_eps,
                     be->xn + (int64_t)t * H);
-    int32_t *trace = be->trace ? be->trace + (size_t)layer * T * c->n_experts_per_tok : NULL;
+    int32_t *trace = be->trace && layer < c->n_layers
+                         ? be->trace + (size_t)layer * T * c->n_experts_per_tok
+                         : NULL;
     uint64_t *counts = be->expert_counts + (size_t)layer * (size_t)c->n_experts;
     if (be->shard.tp == 1) {
         cpu_moe_forward(be->moe, be->pool, &L->moe, be->xn, T, be->h, be->emulate_fp8, counts,
@@ -786,7 +732,7 @@ static int moe_mlp(cpu_backend_t *be, int T, int layer, err_t *err) {
  * (rank 0 writes logits; every rank takes part). */
 static int vocab_parallel_logits(cpu_backend_t *be, int n, float *logits, err_t *err) {
     if (n == 0) return 0; /* on every rank alike: n is the batch's */
-    gemm(be, be->xn, n, be->lm_head, be->lg_rank, be->vpad);
+    cpu_be_gemm(be, be->xn, n, be->lm_head, be->lg_rank, be->vpad);
     size_t bytes = (size_t)n * (size_t)be->vpad * sizeof(float);
     if (comm_all_gather(be->shard.comm, be->lg_rank, bytes, be->lg_all, err) < 0) return -1;
     if (be->shard.rank != 0) return 0;
@@ -801,46 +747,66 @@ static int vocab_parallel_logits(cpu_backend_t *be, int n, float *logits, err_t 
     return 0;
 }
 
+void cpu_be_rope(cpu_backend_t *be, const be_batch_t *b) {
+    int half = be->half;
+    for (int t = 0; t < b->n_tokens; t++)
+        cpu_rope_cos_sin(b->positions[t], be->inv_freq, half, be->rope_cos + (int64_t)t * half,
+                         be->rope_sin + (int64_t)t * half);
+}
+
+int cpu_be_layer(cpu_backend_t *be, const be_batch_t *b, int l, err_t *err) {
+    const model_config_t *c = be->cfg;
+    switch (c->layer[l].attn) {
+        case ATTN_FULL:
+        case ATTN_GATED:
+            if (full_attention(be, b, l, err) < 0) return -1;
+            break;
+        case ATTN_LINEAR:
+            if (linear_attention(be, b, l, err) < 0) return -1;
+            break;
+    }
+    switch (c->layer[l].mlp) {
+        case MLP_DENSE:
+            return dense_mlp(be, b->n_tokens, l, err);
+        case MLP_MOE:
+            return moe_mlp(be, b->n_tokens, l, err);
+    }
+    return 0;
+}
+
 static int cpu_forward(backend_t *base, const be_batch_t *b, float *logits, err_t *err) {
     cpu_backend_t *be = (cpu_backend_t *)base;
     const model_config_t *c = be->cfg;
-    int rc = prepare(be, b, logits, err);
+    int rc = cpu_be_prepare(be, b, logits, err);
     if (rc == 0 && be->gdn && b->n_tokens > 0) rc = cpu_gdn_check(be->gdn, b, err);
     if (be->shard.tp > 1 && agree(be, rc, err) < 0) return -1;
     if (rc < 0) return -1;
-    int T = b->n_tokens, H = c->hidden_size, half = be->half;
+    int T = b->n_tokens, H = c->hidden_size;
+    be->hid_rows = 0;
     if (T == 0) return 0;
     /* h = embed[token_ids], and each position's RoPE angles */
-    for (int t = 0; t < T; t++) {
+    for (int t = 0; t < T; t++)
         cpu_dequant_rows(be->embed, b->token_ids[t], 1, be->h + (int64_t)t * H);
-        cpu_rope_cos_sin(b->positions[t], be->inv_freq, half, be->rope_cos + (int64_t)t * half,
-                         be->rope_sin + (int64_t)t * half);
+    cpu_be_rope(be, b);
+    for (int l = 0; l < c->n_layers; l++)
+        if (cpu_be_layer(be, b, l, err) < 0) return -1;
+    /* logits = rmsnorm(h[logit_rows], final_norm) Wlm^T; with the MTP head, every token's
+     * rmsnorm(h, final_norm) is kept for it (models.md 4.8: vLLM hands it the model's output) */
+    if (be->mtp) {
+        for (int t = 0; t < T; t++)
+            cpu_rmsnorm(be->h + (int64_t)t * H, be->final_norm, H, c->rms_norm_eps,
+                        be->hid + (int64_t)t * H);
+        for (int i = 0; i < b->n_logits; i++)
+            memcpy(be->xn + (int64_t)i * H, be->hid + (int64_t)b->logit_rows[i] * H,
+                   (size_t)H * sizeof(float));
+        be->hid_rows = T;
+    } else {
+        for (int i = 0; i < b->n_logits; i++)
+            cpu_rmsnorm(be->h + (int64_t)b->logit_rows[i] * H, be->final_norm, H, c->rms_norm_eps,
+                        be->xn + (int64_t)i * H);
     }
-    for (int l = 0; l < c->n_layers; l++) {
-        switch (c->layer[l].attn) {
-            case ATTN_FULL:
-            case ATTN_GATED:
-                if (full_attention(be, b, l, err) < 0) return -1;
-                break;
-            case ATTN_LINEAR:
-                if (linear_attention(be, b, l, err) < 0) return -1;
-                break;
-        }
-        switch (c->layer[l].mlp) {
-            case MLP_DENSE:
-                if (dense_mlp(be, T, l, err) < 0) return -1;
-                break;
-            case MLP_MOE:
-                if (moe_mlp(be, T, l, err) < 0) return -1;
-                break;
-        }
-    }
-    /* logits = rmsnorm(h[logit_rows], final_norm) Wlm^T */
-    for (int i = 0; i < b->n_logits; i++)
-        cpu_rmsnorm(be->h + (int64_t)b->logit_rows[i] * H, be->final_norm, H, c->rms_norm_eps,
-                    be->xn + (int64_t)i * H);
     if (be->shard.tp > 1) return vocab_parallel_logits(be, b->n_logits, logits, err);
-    gemm(be, be->xn, b->n_logits, be->lm_head, logits, c->vocab_size);
+    cpu_be_gemm(be, be->xn, b->n_logits, be->lm_head, logits, c->vocab_size);
     return 0;
 }
 
@@ -876,12 +842,13 @@ static int cpu_state_copy(backend_t *base, int src, int dst, err_t *err) {
     return cpu_gdn_copy(be->gdn, src, dst, err);
 }
 
-/* The CPU takes two live options: the SSM state's dtype, for the next state_reserve, and the KV
- * cache's, for the next kv_reserve. */
+/* The CPU takes three live options: the SSM state's dtype, for the next state_reserve, and the
+ * KV cache's dtype and whether it holds the MTP layers', for the next kv_reserve. */
 static void cpu_configure(backend_t *base, const backend_options_t *opts) {
     cpu_backend_t *be = (cpu_backend_t *)base;
     be->ssm_bf16 = opts->ssm_state_bf16;
     be->kv_fp8_next = opts->kv_cache_dtype == KV_DTYPE_FP8;
+    be->mtp_next = opts->mtp && be->n_mtp > 0;
 }
 
 static void cpu_describe(const backend_t *base, char *buf, size_t size) {
@@ -908,4 +875,5 @@ const backend_ops_t cpu_backend_ops = {
     .state_bytes = cpu_state_bytes,
     .state_reserve = cpu_state_reserve,
     .state_copy = cpu_state_copy,
+    .mtp_forward = cpu_mtp_forward,
 };

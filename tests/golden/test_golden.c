@@ -35,37 +35,6 @@
 #define LOGIT_TOLERANCE 1e-3
 #define BLOCK           16
 
-typedef struct golden {
-    cJSON *json;
-    float *logits; /* [rows, vocab] */
-    size_t n_rows;
-    int vocab;
-} golden_t;
-
-/* golden/<golden>.json and its logits (golden: the fixture's name, or a variant of it). */
-static void golden_load(const char *golden, golden_t *g) {
-    char name[256];
-    snprintf(name, sizeof name, "golden/%s.json", golden);
-    char *text = tu_read(tu_fixture(name), NULL);
-    assert_non_null(text);
-    g->json = cJSON_Parse(text);
-    free(text);
-    assert_non_null(g->json);
-    g->vocab = cJSON_GetObjectItem(g->json, "vocab_size")->valueint;
-    snprintf(name, sizeof name, "golden/%s",
-             cJSON_GetObjectItem(g->json, "logits_file")->valuestring);
-    size_t len;
-    g->logits = (float *)tu_read(tu_fixture(name), &len);
-    assert_non_null(g->logits);
-    g->n_rows = len / (sizeof(float) * (size_t)g->vocab);
-    assert_int_equal(len, g->n_rows * sizeof(float) * (size_t)g->vocab);
-}
-
-static void golden_free(golden_t *g) {
-    cJSON_Delete(g->json);
-    free(g->logits);
-}
-
 static int32_t *json_ids(const cJSON *arr, int *n) {
     *n = cJSON_GetArraySize(arr);
     int32_t *ids = malloc((size_t)*n * sizeof *ids);
@@ -102,8 +71,8 @@ static int32_t *state_slots(backend_t *be, const model_weights_t *w, int n) {
 /* Prefills every prompt of golden/<golden>.json in one batch and returns the largest
  * |logit - golden| over all its rows. */
 static double batched_prefill_error(const char *fixture, const char *golden, bool emulate) {
-    golden_t g;
-    golden_load(golden, &g);
+    tu_golden_t g;
+    tu_golden_load(golden, &g);
     model_weights_t *w;
     backend_t *be;
     open_fixture(fixture, emulate, &w, &be);
@@ -209,7 +178,7 @@ static double batched_prefill_error(const char *fixture, const char *golden, boo
     free(sslots);
     backend_destroy(be);
     weights_destroy(w);
-    golden_free(&g);
+    tu_golden_free(&g);
     return worst;
 }
 
@@ -264,8 +233,8 @@ static void greedy(backend_t *be, int vocab, const int32_t *prompt, int n_prompt
 }
 
 static void check_greedy(const char *fixture, const char *golden, bool emulate) {
-    golden_t g;
-    golden_load(golden, &g);
+    tu_golden_t g;
+    tu_golden_load(golden, &g);
     model_weights_t *w;
     backend_t *be;
     open_fixture(fixture, emulate, &w, &be);
@@ -308,7 +277,7 @@ static void check_greedy(const char *fixture, const char *golden, bool emulate) 
     free(sslots);
     backend_destroy(be);
     weights_destroy(w);
-    golden_free(&g);
+    tu_golden_free(&g);
 }
 
 static void test_bf16_logits(void **state) {

@@ -1,18 +1,22 @@
-/* Speculative decoding with n-gram drafts (engine/spec.h) on the CPU backend:
+/* Speculative decoding with n-gram drafts and Qwen3.5's MTP head (engine/spec.h, spec_mtp.h)
+ * on the CPU backend:
  * - greedy exactness: each request's tokens with drafts (k = 1 and 3, turned on live) are the
  *   tokens without, alone and in a batch, and in a pool small enough to force preemption
  *   (asserted), for Qwen3 dense, Qwen3-MoE and Qwen3.5 (recurrent state rolled back on a
  *   rejection); drafts are verified and some accepted (asserted), so the comparison means
- *   something;
+ *   something; the same with the MTP head's drafts (k = 1, 2 and 4, the method set by a pool
+ *   rebuild) on both Qwen3.5 fixtures;
  * - seeded sampled requests (temperature, top-p, top-k, n = 2) give the same tokens with and
- *   without drafts;
+ *   without drafts (n-gram; MTP on Qwen3.5);
  * - the distribution: token counts at output positions 1..4 of 240 sampled requests with drafts
  *   and 240 without (independent seeds) agree by a chi-squared test at the 0.1% level;
  * - max_tokens is never passed and finish reasons and usage stay right when one step emits
  *   several tokens; stop ids and stop strings met inside an accepted run end the choice there,
  *   with the text and logprobs of the run without drafts; turning num-speculative-tokens to 0
- *   live stops the drafts, and toggling it while a batch runs loses nothing; drafts take only
- *   the token budget the running decodes leave. */
+ *   live stops the drafts, and toggling it while a batch runs loses nothing (n-gram on Qwen3;
+ *   MTP on Qwen3.5, where the acceptance counters move); drafts take only the token budget the
+ *   running decodes leave;
+ * - the MTP method refused where it cannot run: a model without an MTP head, tensor parallel. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -147,21 +151,33 @@ static void expect_idle(engine_t *eng, stats_snapshot_t *snap) {
 
 static outcome_t base[N_REQ], got[N_REQ];
 
-/* Greedy with and without drafts, alone, together, and preempted in a small pool. */
-static void greedy_exact(const char *fixture, int max_token, const char *pool) {
+/* Drafts on: n-gram (tu_spec_on) or the MTP head, k of them. */
+static void spec_on(engine_t *eng, bool mtp, const char *k) {
+    if (!mtp) {
+        tu_spec_on(eng, k);
+        return;
+    }
+    set_flag(eng, "speculative-method", "mtp");
+    set_flag(eng, "num-speculative-tokens", k);
+}
+
+/* Greedy with and without drafts, alone, together, and preempted in a small pool: n-gram with
+ * k = 1, 3, 3, the MTP head with k = 1, 2, 4. */
+static void greedy_exact(const char *fixture, int max_token, const char *pool, bool mtp) {
     make_prompts(max_token);
     const char *const flags[] = {"max-model-len", "256", NULL};
     engine_t *eng = tu_open_engine(tu_fixture(fixture), "cpu", flags);
     sampling_params_t p = tu_greedy(N_GEN);
     run(eng, &p, false, base);
-    tu_spec_on(eng, "1");
+    spec_on(eng, mtp, "1");
     run(eng, &p, true, got);
     expect_same(base, got, 1, "together, k 1");
-    set_flag(eng, "num-speculative-tokens", "3");
+    set_flag(eng, "num-speculative-tokens", mtp ? "2" : "3");
     run(eng, &p, false, got);
-    expect_same(base, got, 1, "alone, k 3");
+    expect_same(base, got, 1, "alone, k 2 (mtp) or 3");
+    set_flag(eng, "num-speculative-tokens", mtp ? "4" : "3");
     run(eng, &p, true, got);
-    expect_same(base, got, 1, "together, k 3");
+    expect_same(base, got, 1, "together, k 4 (mtp) or 3");
     static stats_snapshot_t snap;
     expect_idle(eng, &snap);
     print_message("%s: %llu drafts of %llu tokens, %llu accepted (rate %.2f, mean length %.2f)\n",
@@ -177,7 +193,7 @@ static void greedy_exact(const char *fixture, int max_token, const char *pool) {
     const char *const small[] = {
         "max-model-len", "128", "kv-cache-memory", pool, "max-num-batched-tokens", "48", NULL};
     eng = tu_open_engine(tu_fixture(fixture), "cpu", small);
-    tu_spec_on(eng, "3");
+    spec_on(eng, mtp, mtp ? "4" : "3");
     run(eng, &p, true, got);
     expect_same(base, got, 1, "preempted");
     expect_idle(eng, &snap);
@@ -191,11 +207,11 @@ static void greedy_exact(const char *fixture, int max_token, const char *pool) {
 /* 3 layers x K,V x 2 heads x 128 x f32 x 16 tokens = 96 KiB a block: 10 blocks hold one or two
  * of the sequences (up to 5 blocks each). */
 static void test_greedy_exact_qwen3(void **state) {
-    greedy_exact("tiny-qwen3", 2048, "983040");
+    greedy_exact("tiny-qwen3", 2048, "983040", false);
 }
 
 static void test_greedy_exact_moe(void **state) {
-    greedy_exact("tiny-qwen3-moe", 2048, "983040");
+    greedy_exact("tiny-qwen3-moe", 2048, "983040", false);
 }
 
 /* tiny-qwen3.5: a KV block is 32 KiB (its 2 attention layers, as test_engine_qwen35 counts), a
@@ -204,13 +220,26 @@ static void test_greedy_exact_moe(void **state) {
 static void test_greedy_exact_qwen35(void **state) {
     static char pool[32];
     snprintf(pool, sizeof pool, "%d", 8 * 32768 + 10 * 116736);
-    greedy_exact("tiny-qwen3.5", 1000, pool);
+    greedy_exact("tiny-qwen3.5", 1000, pool, false);
+}
+
+/* The MTP head's drafts: its layer's K/V make a block 48 KiB (three attention layers). */
+static void test_mtp_greedy_exact_qwen35(void **state) {
+    static char pool[32];
+    snprintf(pool, sizeof pool, "%d", 8 * 49152 + 10 * 116736);
+    greedy_exact("tiny-qwen3.5", 1000, pool, true);
+}
+
+static void test_mtp_greedy_exact_qwen35_fp8(void **state) {
+    static char pool[32];
+    snprintf(pool, sizeof pool, "%d", 8 * 49152 + 10 * 116736);
+    greedy_exact("tiny-qwen3.5-fp8", 1000, pool, true);
 }
 
 /* Seeded sampled requests, n = 2: the same tokens with drafts (spec.h: the draw at an output
  * position is the one the sampler makes there without drafts). Sampling makes drafts fail
  * often: on Qwen3.5 each failure puts the recurrent state back (asserted: some rejected). */
-static void seeded_exact(const char *fixture, int max_token) {
+static void seeded_exact(const char *fixture, int max_token, bool mtp) {
     make_prompts(max_token);
     engine_t *eng = tu_open_engine(tu_fixture(fixture), "cpu", NULL);
     sampling_params_t p;
@@ -224,7 +253,7 @@ static void seeded_exact(const char *fixture, int max_token) {
     p.has_seed = true;
     p.seed = 4242;
     run(eng, &p, true, base);
-    tu_spec_on(eng, "3");
+    spec_on(eng, mtp, "3");
     run(eng, &p, true, got);
     expect_same(base, got, 2, "seeded");
     static stats_snapshot_t snap;
@@ -238,11 +267,15 @@ static void seeded_exact(const char *fixture, int max_token) {
 }
 
 static void test_seeded_sampling_exact(void **state) {
-    seeded_exact("tiny-qwen3", 2048);
+    seeded_exact("tiny-qwen3", 2048, false);
 }
 
 static void test_seeded_sampling_exact_qwen35(void **state) {
-    seeded_exact("tiny-qwen3.5", 1000);
+    seeded_exact("tiny-qwen3.5", 1000, false);
+}
+
+static void test_mtp_seeded_sampling_exact(void **state) {
+    seeded_exact("tiny-qwen3.5", 1000, true);
 }
 
 /* max_tokens not a multiple of what steps emit, and a max_tokens of 1 (no drafts then), with
@@ -345,12 +378,12 @@ static void test_stops_and_logprobs(void **state) {
 
 /* num-speculative-tokens changed live while a batch runs (0, 3, 1, 0, ...: from the next step):
  * nothing is lost and every greedy output is the one without drafts. */
-static void test_live_toggle_during_run(void **state) {
-    make_prompts(2048);
-    engine_t *eng = tu_open_engine(tu_fixture("tiny-qwen3"), "cpu", NULL);
+static void live_toggle(const char *fixture, int max_token, bool mtp) {
+    make_prompts(max_token);
+    engine_t *eng = tu_open_engine(tu_fixture(fixture), "cpu", NULL);
     sampling_params_t p = tu_greedy(N_GEN);
     run(eng, &p, true, base);
-    tu_spec_on(eng, "0");
+    spec_on(eng, mtp, "0");
     engine_stream_t *s[N_REQ];
     for (int i = 0; i < N_REQ; i++)
         s[i] = tu_submit(eng, prompts[i], prompt_len[i], &p);
@@ -367,6 +400,35 @@ static void test_live_toggle_during_run(void **state) {
         collect(s[i], &got[i]);
     expect_same(base, got, 1, "toggled");
     expect_idle(eng, &snap);
+    print_message("%s, toggled: %llu drafts, %llu accepted\n", fixture,
+                  (unsigned long long)snap.spec_draft_tokens,
+                  (unsigned long long)snap.spec_accepted_tokens);
+    assert_true(snap.spec_accepted_tokens > 0); /* the counters moved */
+    engine_close(eng);
+}
+
+static void test_live_toggle_during_run(void **state) {
+    live_toggle("tiny-qwen3", 2048, false);
+}
+
+static void test_mtp_live_toggle_during_run(void **state) {
+    live_toggle("tiny-qwen3.5", 1000, true);
+}
+
+/* The MTP method where it cannot run: a model without an MTP head (the flag and
+ * --speculative-config at open), tensor parallel ranks (no MTP on them yet). */
+static void test_mtp_refused(void **state) {
+    engine_t *eng = tu_open_engine(tu_fixture("tiny-qwen3"), "cpu", NULL);
+    err_t err = {{0}};
+    assert_int_equal(engine_flag_set(eng, "speculative-method", "mtp", &err), -1);
+    assert_non_null(strstr(err.msg, "has no MTP head"));
+    engine_close(eng);
+    const char *const tp[] = {"tensor-parallel-size", "2", NULL};
+    eng = tu_open_engine(tu_fixture("tiny-qwen3.5"), "cpu", tp);
+    assert_int_equal(engine_flag_set(eng, "speculative-method", "mtp", &err), -1);
+    assert_non_null(strstr(err.msg, "tensor-parallel-size > 1"));
+    set_flag(eng, "tensor-parallel-size", "1");
+    set_flag(eng, "speculative-method", "mtp"); /* one rank: it runs */
     engine_close(eng);
 }
 
@@ -499,11 +561,16 @@ int main(void) {
         cmocka_unit_test(test_greedy_exact_qwen3),
         cmocka_unit_test(test_greedy_exact_moe),
         cmocka_unit_test(test_greedy_exact_qwen35),
+        cmocka_unit_test(test_mtp_greedy_exact_qwen35),
+        cmocka_unit_test(test_mtp_greedy_exact_qwen35_fp8),
         cmocka_unit_test(test_seeded_sampling_exact),
         cmocka_unit_test(test_seeded_sampling_exact_qwen35),
+        cmocka_unit_test(test_mtp_seeded_sampling_exact),
         cmocka_unit_test(test_lengths_and_live_off),
         cmocka_unit_test(test_stops_and_logprobs),
         cmocka_unit_test(test_live_toggle_during_run),
+        cmocka_unit_test(test_mtp_live_toggle_during_run),
+        cmocka_unit_test(test_mtp_refused),
         cmocka_unit_test(test_budget_before_drafts),
         cmocka_unit_test(test_distribution),
     };

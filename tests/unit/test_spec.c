@@ -132,9 +132,21 @@ static void test_config(void **state) {
 
     assert_non_null(strstr(parse_err("[1]"), "JSON object"));
     assert_non_null(strstr(parse_err("{\"method\":"), "")); /* json_parse's message */
+    /* the MTP head: vLLM's name and the model-specific ones it still takes */
+    static const char *const mtp[] = {"mtp", "qwen3_next_mtp", "qwen3_5_mtp"};
+    for (int i = 0; i < 3; i++) {
+        char json[96];
+        snprintf(json, sizeof json, "{\"method\":\"%s\",\"num_speculative_tokens\":2}", mtp[i]);
+        flags_init(&v);
+        assert_int_equal(spec_parse_config(json, &v, &err), 0);
+        assert_int_equal(v.speculative_method, SPEC_MTP);
+        assert_int_equal(v.num_speculative_tokens, 2);
+    }
+    assert_non_null(strstr(parse_err("{\"method\":\"mtp\",\"num_speculative_tokens\":2,"
+                                     "\"prompt_lookup_max\":3}"),
+                           "apply to method \"ngram\" only"));
     assert_non_null(
-        strstr(parse_err("{\"method\":\"qwen3_next_mtp\",\"num_speculative_tokens\":2}"),
-               "not supported"));
+        strstr(parse_err("{\"method\":\"eagle3\",\"num_speculative_tokens\":2}"), "not supported"));
     assert_non_null(strstr(parse_err("{\"num_speculative_tokens\":2}"), "\"method\" is missing"));
     assert_non_null(
         strstr(parse_err("{\"method\":\"ngram\"}"), "\"num_speculative_tokens\" is missing"));

@@ -1,0 +1,194 @@
+/*
+ * spec_mtp: the MTP drafter (spec_mtp.h): the head's step-0 batch over the positions each
+ * sequence computed, then one batch per further draft.
+ */
+#include "spec_mtp.h"
+
+#include <string.h>
+
+#include "grow.h"
+
+void mtp_pass_free(mtp_pass_t *mp) {
+    free(mp->ent);
+    free(mp->tokens);
+    free(mp->pos);
+    free(mp->rows);
+    free(mp->qstart);
+    free(mp->ctx);
+    free(mp->tables);
+    free(mp->logit_rows);
+    free(mp->owner);
+    free(mp->slots);
+    free(mp->logits);
+    memset(mp, 0, sizeof *mp);
+}
+
+int mtp_take(const eng_choice_t *q, int room, int32_t *out) {
+    const sched_seq_t *s = &q->b.s;
+    if (q->n_mtp_draft == 0 || q->mtp_base != s->n_tokens || q->mtp_gen != s->blocks_gen) return 0;
+    int n = q->n_mtp_draft < room ? q->n_mtp_draft : room;
+    memcpy(out, q->mtp_draft, (size_t)(n > 0 ? n : 0) * sizeof *out);
+    return n > 0 ? n : 0;
+}
+
+/* Room for n_tokens tokens of n_seqs sequences, a row of logits each (the tables: fill_tables). */
+static int reserve(mtp_pass_t *mp, int n_tokens, int n_seqs, int vocab) {
+    return GROW(mp->ent, mp->cap_ent, n_seqs) < 0 ||
+                   GROW(mp->tokens, mp->cap_tokens, n_tokens) < 0 ||
+                   GROW(mp->pos, mp->cap_pos, n_tokens) < 0 ||
+                   GROW(mp->rows, mp->cap_rows, n_tokens) < 0 ||
+                   GROW(mp->slots, mp->cap_slots, n_tokens) < 0 ||
+                   GROW(mp->logit_rows, mp->cap_logit_rows, n_tokens) < 0 ||
+                   GROW(mp->owner, mp->cap_owner, n_tokens) < 0 ||
+                   GROW(mp->qstart, mp->cap_qstart, n_seqs + 1) < 0 ||
+                   GROW(mp->ctx, mp->cap_ctx, n_seqs) < 0 ||
+                   GROW(mp->logits, mp->cap_logits, n_seqs * vocab) < 0
+               ? -1
+               : 0;
+}
+
+static int64_t slot_of(const sched_seq_t *s, int bs, int pos) {
+    return (int64_t)s->blocks[pos / bs] * bs + pos % bs;
+}
+
+static int32_t argmax(const float *x, int n) {
+    int32_t best = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
+}
+
+/* Drafts sequence q may use after this step (0: it does not decode next), its blocks taken for
+ * the draft positions the head writes. */
+static int drafts_wanted(core_t *e, eng_choice_t *q, int to) {
+    sched_seq_t *s = &q->b.s;
+    if (to != s->n_tokens - 1 || s->n_tokens <= s->n_prompt) return 0;
+    int want = e->f.num_speculative_tokens, n_out = s->n_tokens - s->n_prompt;
+    if (q->req->max_tokens - n_out - 1 < want) want = q->req->max_tokens - n_out - 1;
+    if (e->mml - 1 - s->n_tokens < want) want = e->mml - 1 - s->n_tokens;
+    if (want <= 1) return want > 0 ? want : 0;
+    /* draft j writes position to - 1 + j: blocks up to to + want - 2 */
+    int covered = sched_seq_cover(e->sched, s, to + want - 1, sched_num_running(e->sched));
+    if (covered < 0) covered = s->n_blocks * kv_block_size(e->kv);
+    return covered - to + 1 < want ? covered - to + 1 : want;
+}
+
+/* The batch over mp's token arrays: n_seq sequences, their tables at `stride`. */
+static be_batch_t batch_of(const mtp_pass_t *mp, int n_tok, int n_seq, int stride, int n_logits) {
+    return (be_batch_t){.n_tokens = n_tok,
+                        .n_seqs = n_seq,
+                        .token_ids = mp->tokens,
+                        .positions = mp->pos,
+                        .slot_mapping = mp->slots,
+                        .query_start = mp->qstart,
+                        .context_len = mp->ctx,
+                        .block_tables = mp->tables,
+                        .block_table_stride = stride,
+                        .n_logits = n_logits,
+                        .logit_rows = mp->logit_rows};
+}
+
+/* Fills the block tables of the entries owner[0..n_seq) (indices into mp->ent); the widest. */
+static int fill_tables(mtp_pass_t *mp, int n_seq) {
+    int stride = 1;
+    for (int i = 0; i < n_seq; i++) {
+        const sched_seq_t *s = &mp->ent[mp->owner[i]].q->b.s;
+        if (s->n_blocks > stride) stride = s->n_blocks;
+    }
+    if (GROW(mp->tables, mp->cap_tables, n_seq * stride) < 0) return -1;
+    for (int i = 0; i < n_seq; i++) {
+        const sched_seq_t *s = &mp->ent[mp->owner[i]].q->b.s;
+        memcpy(mp->tables + (size_t)i * (size_t)stride, s->blocks,
+               (size_t)s->n_blocks * sizeof *s->blocks);
+    }
+    return stride;
+}
+
+int mtp_run(core_t *e, mtp_pass_t *mp, const sched_out_t *out, const be_batch_t *b,
+            const int *valid, err_t *err) {
+    int bs = kv_block_size(e->kv), V = e->cfg->vocab_size;
+    if (reserve(mp, b->n_tokens, b->n_seqs, V) < 0) return err_set(err, "out of memory");
+    /* step 0: x_{t+1} beside h_t for the positions read this step */
+    int n_ent = 0, n_tok = 0, n_logits = 0;
+    for (int r = 0; r < b->n_seqs; r++) {
+        int i = e->batch.row_out[r];
+        eng_choice_t *q = choice_of(out->seqs[i]);
+        sched_seq_t *s = &q->b.s;
+        q->n_mtp_draft = 0;
+        if (q->mtp_gen != s->blocks_gen) { /* preempted: its K/V went with its blocks */
+            q->mtp_done = 0;
+            q->mtp_gen = s->blocks_gen;
+        }
+        if (q->finished || q->req->scripted) continue;
+        int p0 = b->positions[b->query_start[r]];
+        int to = p0 + (valid ? valid[i] : out->n_new[i]);
+        if (to > s->n_tokens - 1) to = s->n_tokens - 1; /* x_{t+1} must be known */
+        int from = q->mtp_done > p0 ? q->mtp_done : p0;
+        if (from >= to) continue;
+        mtp_entry_t *en = &mp->ent[n_ent];
+        *en = (mtp_entry_t){.q = q, .to = to, .want = drafts_wanted(e, q, to)};
+        mp->owner[n_ent] = n_ent;
+        mp->qstart[n_ent] = n_tok;
+        mp->ctx[n_ent] = to;
+        for (int t = from; t < to; t++, n_tok++) {
+            mp->tokens[n_tok] = s->tokens[t + 1];
+            mp->pos[n_tok] = t;
+            mp->slots[n_tok] = slot_of(s, bs, t);
+            mp->rows[n_tok] = b->query_start[r] + (t - p0);
+        }
+        if (en->want > 0) {
+            en->row = n_logits;
+            mp->logit_rows[n_logits++] = n_tok - 1;
+        }
+        q->mtp_done = to;
+        n_ent++;
+    }
+    if (n_ent == 0) return 0;
+    mp->qstart[n_ent] = n_tok;
+    int stride = fill_tables(mp, n_ent);
+    if (stride < 0) return err_set(err, "out of memory");
+    be_batch_t mb = batch_of(mp, n_tok, n_ent, stride, n_logits);
+    if (e->be->ops->mtp_forward(e->be, &mb, mp->rows, 0, mp->logits, err) < 0) return -1;
+    for (int i = 0; i < n_ent; i++) {
+        mtp_entry_t *en = &mp->ent[i];
+        if (en->want == 0) continue;
+        en->q->mtp_draft[0] = argmax(mp->logits + (size_t)en->row * (size_t)V, V);
+        en->q->n_mtp_draft = 1;
+        en->q->mtp_base = en->q->b.s.n_tokens;
+        en->row = mp->logit_rows[en->row]; /* its output row, the next step's hidden */
+    }
+
+    /* draft j: the previous draft beside the head's output at the previous position, one token
+     * per sequence still drafting */
+    for (int j = 1; j < e->f.num_speculative_tokens; j++) {
+        int n = 0;
+        for (int i = 0; i < n_ent; i++) {
+            mtp_entry_t *en = &mp->ent[i];
+            if (en->want <= j) continue;
+            const sched_seq_t *s = &en->q->b.s;
+            int p = en->to - 1 + j;
+            mp->owner[n] = i;
+            mp->qstart[n] = n;
+            mp->ctx[n] = p + 1;
+            mp->tokens[n] = en->q->mtp_draft[j - 1];
+            mp->pos[n] = p;
+            mp->slots[n] = slot_of(s, bs, p);
+            mp->rows[n] = en->row;
+            mp->logit_rows[n] = n;
+            n++;
+        }
+        if (n == 0) break;
+        mp->qstart[n] = n;
+        stride = fill_tables(mp, n);
+        if (stride < 0) return err_set(err, "out of memory");
+        mb = batch_of(mp, n, n, stride, n);
+        if (e->be->ops->mtp_forward(e->be, &mb, mp->rows, j, mp->logits, err) < 0) return -1;
+        for (int l = 0; l < n; l++) {
+            mtp_entry_t *en = &mp->ent[mp->owner[l]];
+            en->q->mtp_draft[j] = argmax(mp->logits + (size_t)l * (size_t)V, V);
+            en->q->n_mtp_draft = j + 1;
+            en->row = l;
+        }
+    }
+    return 0;
+}
