@@ -178,7 +178,8 @@ typedef struct backend_ops {
      * (the layer's own K/V, in the same slots as the model's). hidden_rows[i] names h_t: at step
      * 0 a row of the last forward's tokens (its final-norm output), at step > 0 a row of the
      * last mtp_forward's (the head's own output, for the next draft). Writes logits [n_logits,
-     * vocab_size] f32 (host) for the batch's logit rows. */
+     * vocab_size] f32 (host) for the batch's logit rows. With b NULL it only answers whether
+     * this instance runs the model's head: 0, or -1 with why not. */
     int (*mtp_forward)(backend_t *be, const be_batch_t *b, const int32_t *hidden_rows, int step,
                        float *logits, err_t *err);
 } backend_ops_t;

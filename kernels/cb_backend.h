@@ -4,9 +4,10 @@
  *     cuda_backend.cu   the backend_ops_t table: create / destroy, the KV pool, device sampling
  *     cb_weights.cu     the weights on the device: layout by layer kind, upload, FP8 or BF16
  *     cb_layers.cu      the layer stack of one step (run_stack), with linear() as the one
- *                       FP8 / BF16 dispatch point
+ *                       FP8 / BF16 dispatch point; the MTP head's pass (cb_run_mtp)
  *     cb_moe.cu         the MLP_MOE layers: their weights (router, experts) and their run
- *     cb_step.cu        a step: batch checks, metadata staging, pieces, CUDA graphs (forward)
+ *     cb_step.cu        a step: batch checks, metadata staging, pieces, CUDA graphs (forward);
+ *                       an MTP pass (cb_mtp_forward)
  *
  * Device layout: one weight arena (QKV and gate/up fused by concatenating rows; the intermediate
  * size padded to a multiple of 128 with zero rows / columns so FP8 scale blocks never straddle
@@ -179,6 +180,21 @@ typedef struct cuda_backend {
     float *final_norm;  /* [H] f32 */
     float *inv_freq;    /* [rotary_dim / 2] f32 */
 
+    /* The MTP head (Qwen3.5's mtp.*, run by cb_mtp_forward): its layers are layers[L .. L +
+     * n_mtp) (at tp 1 with dense MTP layers; 0 otherwise), their K/V after the decoder's in the
+     * pool while `mtp` (backend_options_t.mtp at the last kv_reserve; mtp_next from configure),
+     * and then every forward keeps its tokens' final-norm output in hid. */
+    int n_mtp;
+    bool mtp, mtp_next;
+    cb_linear_t mtp_fc; /* [H, 2H] over [norm(embedding) | norm(hidden)] */
+    bool mtp_fc_bf16;   /* fc in BF16 (the BF16 path, or an FP8 checkpoint's unquantized fc) */
+    float *mtp_norm_e, *mtp_norm_h, *mtp_norm; /* [H] f32: embedding, hidden, output norms */
+    uint16_t *hid;               /* [cap_t, H] bf16 the last forward's final-norm rows */
+    uint16_t *hid_mtp;           /* [cap_t, H] bf16 the last MTP pass's output rows (mtp.norm) */
+    uint16_t *mtp_cat;           /* [cap_t, 2H] bf16 the fc's input */
+    int hid_rows, hid_mtp_rows;  /* rows of each that hold a pass's tokens */
+    const int32_t *mtp_rows_src; /* host: the pass's hidden rows, while it is staged */
+
     /* capacities */
     int cap_t; /* tokens per piece, a multiple of 4 */
     int cap_s; /* sequences per piece */
@@ -216,9 +232,10 @@ typedef struct cuda_backend {
     /* step metadata: device buffers and their pinned staging, same layout */
     void *meta_d, *meta_h;
     size_t meta_bytes;
-    int32_t *ids_d, *pos_d, *qs_d, *ctx_d, *lrows_d, *sslots_d;
+    int32_t *ids_d, *pos_d, *qs_d, *ctx_d, *lrows_d, *sslots_d, *mrows_d;
     int64_t *slots_d;
     int32_t *ids_h, *pos_h, *qs_h, *ctx_h, *lrows_h, *sslots_h; /* sslots: state slots [cap_s] */
+    int32_t *mrows_h; /* [cap_t] an MTP pass's hidden rows */
     int64_t *slots_h;
     int32_t *tables_d, *tables_h; /* [cap_tables] block tables, the batch's stride */
     size_t cap_tables;
@@ -336,8 +353,13 @@ void cb_trace_routing(backend_t *base, int32_t *ids);
 /* The activation arena's and the logits' layouts from base (NULL: only measures); bytes. */
 size_t cb_layout_activations(cuda_backend_t *be, char *base);
 size_t cb_layout_logits(cuda_backend_t *be, char *base);
-/* Enqueues the forward pass of one piece whose metadata is on the device. */
+/* Enqueues the forward pass of one piece whose metadata is on the device (with the MTP head's
+ * K/V in the pool, every token's final-norm row into be->hid too). */
 int cb_run_stack(cuda_backend_t *be, const run_args_t *r, err_t *err);
+/* Enqueues an MTP pass (step: the draft's index; its layer is L + step % n_mtp) over a piece
+ * whose metadata is on the device: the fc input from the token ids beside rows mrows_d of src
+ * (hid at step 0, hid_mtp after), the layer, mtp.norm into hid_mtp, logits of the rows. */
+int cb_run_mtp(cuda_backend_t *be, const run_args_t *r, int step, const uint16_t *src, err_t *err);
 
 /* cb_step.cu */
 
@@ -352,5 +374,9 @@ void cb_plan_graphs(cuda_backend_t *be);
 void cb_drop_graphs(cuda_backend_t *be);
 /* backend_ops_t.forward */
 int cb_forward(backend_t *base, const be_batch_t *b, float *logits, err_t *err);
+/* backend_ops_t.mtp_forward: one piece at most (the engine's MTP batches are no larger than the
+ * step's), run eagerly. */
+int cb_mtp_forward(backend_t *base, const be_batch_t *b, const int32_t *hidden_rows, int step,
+                   float *logits, err_t *err);
 
 #endif

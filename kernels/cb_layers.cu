@@ -49,6 +49,8 @@
 
 #include <cmath>
 
+#include "cuda_check.h"
+
 // ---------------------------------------------------------------------------------------------
 // Workspaces
 
@@ -69,6 +71,11 @@ size_t cb_layout_activations(cuda_backend_t *be, char *base) {
     be->gu = take(&a, T * 2 * (size_t)be->I_pad * GEMM_OUT_BYTES);
     be->d_out = take(&a, T * H * GEMM_OUT_BYTES);
     cb_moe_layout_activations(be, &a);
+    if (be->n_mtp) {
+        be->hid = (uint16_t *)take(&a, T * H * 2);
+        be->hid_mtp = (uint16_t *)take(&a, T * H * 2);
+        be->mtp_cat = (uint16_t *)take(&a, T * 2 * H * 2);
+    }
     if (be->n_linear) {
         size_t C = (size_t)be->C, Hv = (size_t)be->Hv, vd = Hv * (size_t)be->dv;
         if (be->fp8) be->x16n = (uint16_t *)take(&a, T * H * 2);
@@ -328,11 +335,48 @@ int cb_run_stack(cuda_backend_t *be, const run_args_t *r, err_t *err) {
                 break;
         }
     }
+    if (be->mtp) { /* every token's rmsnorm(h += out, final_norm), for the MTP head */
+        if (ops_add_rmsnorm_bf16(be->resid, out, GEMM_OUT, NULL, r->T, be->H, be->final_norm,
+                                 be->eps, be->hid, be->stream, err) < 0)
+            return -1;
+        out = NULL; /* added */
+    }
     if (r->n_logits == 0) return 0;
     /* logits = rmsnorm(h += out, final_norm)[logit_rows] Wlm^T */
     if (ops_add_rmsnorm_bf16(be->resid, out, GEMM_OUT, r->rows, r->n_logits, be->H, be->final_norm,
                              be->eps, be->xf, be->stream, err) < 0)
         return -1;
     if (be->shard.tp > 1) return cb_vocab_parallel_logits(be, r->n_logits, r->logits, err);
+    return gemm_bf16(be->gemm, &be->lm_head, be->xf, r->n_logits, r->logits, true, err);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The MTP head (models.md 4.8; the CPU's twin: engine/cpu/cpu_mtp.c)
+
+int cb_run_mtp(cuda_backend_t *be, const run_args_t *r, int step, const uint16_t *src, err_t *err) {
+    const int T = r->T, H = be->H, l = be->L + step % be->n_mtp;
+    cudaStream_t st = be->stream;
+    /* h = [rmsnorm(embed[x]) | rmsnorm(h_t)] fc^T (an FP8 fc quantizes the bf16 input) */
+    if (ops_mtp_input(be->embed, be->ids_d, src, be->mrows_d, T, H, be->mtp_norm_e, be->mtp_norm_h,
+                      be->eps, be->mtp_cat, st, err) < 0)
+        return -1;
+    int rc =
+        be->fp8 && be->mtp_fc_bf16
+            ? gemm_bf16(be->gemm, &be->mtp_fc.w16, be->mtp_cat, T, be->o_out, GEMM_OUT_F32, err)
+            : linear(be, bf16_of(be->mtp_cat), &be->mtp_fc, T, be->o_out, err);
+    if (rc < 0) return -1;
+    CUDA_CHECK(cudaMemcpyAsync(be->resid, be->o_out, (size_t)T * (size_t)H * 4,
+                               cudaMemcpyDeviceToDevice, st),
+               err);
+    /* the MTP layer, as a decoder layer; out = rmsnorm(h, mtp.norm) for every token */
+    if (full_attention(be, r, l, NULL, err) < 0 || dense_mlp(be, r, l, be->o_out, err) < 0 ||
+        ops_add_rmsnorm_bf16(be->resid, be->d_out, GEMM_OUT, NULL, T, H, be->mtp_norm, be->eps,
+                             be->hid_mtp, st, err) < 0)
+        return -1;
+    if (r->n_logits == 0) return 0;
+    /* logits = out[logit_rows] Wlm^T */
+    if (ops_add_rmsnorm_bf16(be->resid, NULL, GEMM_OUT, r->rows, r->n_logits, H, be->mtp_norm,
+                             be->eps, be->xf, st, err) < 0)
+        return -1;
     return gemm_bf16(be->gemm, &be->lm_head, be->xf, r->n_logits, r->logits, true, err);
 }

@@ -79,12 +79,13 @@ size_t cb_layout_meta(cuda_backend_t *be, char *base, bool host) {
     int64_t *slots = (int64_t *)take(&a, T * 8);
     int32_t *qs = (int32_t *)take(&a, (S + 1) * 4), *ctx = (int32_t *)take(&a, S * 4);
     int32_t *lrows = (int32_t *)take(&a, Lr * 4), *sslots = (int32_t *)take(&a, S * 4);
+    int32_t *mrows = (int32_t *)take(&a, T * 4);
     if (host) {
         be->ids_h = ids, be->pos_h = pos, be->slots_h = slots, be->qs_h = qs, be->ctx_h = ctx;
-        be->lrows_h = lrows, be->sslots_h = sslots;
+        be->lrows_h = lrows, be->sslots_h = sslots, be->mrows_h = mrows;
     } else {
         be->ids_d = ids, be->pos_d = pos, be->slots_d = slots, be->qs_d = qs, be->ctx_d = ctx;
-        be->lrows_d = lrows, be->sslots_d = sslots;
+        be->lrows_d = lrows, be->sslots_d = sslots, be->mrows_d = mrows;
     }
     return a.off;
 }
@@ -123,8 +124,9 @@ int cb_grow_arena(cuda_backend_t *be, size_t need, err_t *err) {
 // Batches
 
 /* What forward() must hold not to read or write out of bounds: backend_check_bounds, then what
- * pieces and the kernels need besides (positions >= 0, logit rows ascending). */
-static int check_batch(const cuda_backend_t *be, const be_batch_t *b, err_t *err) {
+ * pieces and the kernels need besides (positions >= 0, logit rows ascending; a model with state:
+ * a state slot per sequence, unless `stateless`: an MTP pass, which reads none). */
+static int check_batch(const cuda_backend_t *be, const be_batch_t *b, bool stateless, err_t *err) {
     if (!b) return err_set(err, "cuda backend: NULL batch");
     if (!be->kv_mem) return err_set(err, "cuda backend: forward before kv_reserve");
     if (backend_check_bounds(b, be->num_blocks, be->block_size, be->V, err) < 0)
@@ -136,6 +138,7 @@ static int check_batch(const cuda_backend_t *be, const be_batch_t *b, err_t *err
         if (b->logit_rows[i] <= b->logit_rows[i - 1])
             return err_set(err, "cuda backend: logit rows must ascend (row %d after %d)",
                            b->logit_rows[i], b->logit_rows[i - 1]);
+    if (stateless) return 0;
     if (be->n_linear && b->n_seqs > 0 && !b->state_slots)
         return err_set(err, "cuda backend: a model with recurrent state needs state_slots");
     for (int s = 0; be->n_linear && s < b->n_seqs; s++)
@@ -206,6 +209,7 @@ static int stage_piece(cuda_backend_t *be, const be_batch_t *b, const piece_t *p
         be->sslots_h[j] = b->state_slots ? b->state_slots[s] : -1;
     }
     be->qs_h[ns] = nt;
+    if (be->mtp_rows_src) memcpy(be->mrows_h, be->mtp_rows_src + p->t0, (size_t)nt * 4);
     memcpy(be->tables_h, seq_row(b, p->s0), (size_t)ns * (size_t)stride * 4);
     for (int i = 0; i < nl; i++)
         be->lrows_h[i] = b->logit_rows[p->l0 + i] - p->t0;
@@ -359,7 +363,8 @@ logits:
 int cb_forward(backend_t *base, const be_batch_t *b, float *logits, err_t *err) {
     cuda_backend_t *be = (cuda_backend_t *)base;
     be->logits_rows = -1;
-    if (check_batch(be, b, err) < 0) return -1;
+    be->hid_rows = 0;
+    if (check_batch(be, b, false, err) < 0) return -1;
     if (b->n_tokens == 0) return 0;
     CUDA_CHECK(cudaSetDevice(be->device), err);
     bool resident = b->n_logits <= be->cap_l;
@@ -368,8 +373,9 @@ int cb_forward(backend_t *base, const be_batch_t *b, float *logits, err_t *err) 
                        "cuda backend: %d logit rows in one step; device sampling takes at most %d "
                        "(max-num-seqs)",
                        b->n_logits, be->cap_l);
-    int t0 = 0, s = 0, l = 0;
+    int t0 = 0, s = 0, l = 0, pieces = 0;
     while (t0 < b->n_tokens) {
+        pieces++;
         while (b->query_start[s + 1] <= t0)
             s++;
         piece_t p = next_piece(be, b, t0, s, l);
@@ -388,5 +394,69 @@ int cb_forward(backend_t *base, const be_batch_t *b, float *logits, err_t *err) 
         be->staging_busy = false;
     }
     be->logits_rows = resident ? b->n_logits : -1;
+    /* the MTP head reads the final-norm rows of a batch that ran whole (a later piece's rows
+     * overwrite an earlier one's) */
+    be->hid_rows = be->mtp && pieces == 1 ? b->n_tokens : 0;
+    return 0;
+}
+
+int cb_mtp_forward(backend_t *base, const be_batch_t *b, const int32_t *hidden_rows, int step,
+                   float *logits, err_t *err) {
+    cuda_backend_t *be = (cuda_backend_t *)base;
+    if (be->n_mtp == 0)
+        return err_set(err, "cuda backend: no MTP head here (none in the model, tensor parallel, "
+                            "or an MoE MTP layer)");
+    if (!b) return 0; /* the probe: the head runs here */
+    if (!be->mtp)
+        return err_set(err, "cuda backend: mtp_forward on a KV pool reserved without the MTP "
+                            "layers (backend_options_t.mtp)");
+    if (step < 0 || !hidden_rows) return err_set(err, "cuda backend: mtp_forward step %d", step);
+    if (check_batch(be, b, true, err) < 0) return -1;
+    if (b->n_tokens == 0) return 0;
+    if (b->n_tokens > be->cap_t || b->n_seqs > be->cap_s || b->n_logits > be->cap_l)
+        return err_set(err,
+                       "cuda backend: an MTP pass of %d tokens, %d sequences, %d logit rows is "
+                       "more than one piece (%d, %d, %d)",
+                       b->n_tokens, b->n_seqs, b->n_logits, be->cap_t, be->cap_s, be->cap_l);
+    if (b->n_logits > 0 && !logits) return err_set(err, "cuda backend: mtp_forward: no logits");
+    int src_rows = step == 0 ? be->hid_rows : be->hid_mtp_rows;
+    for (int t = 0; t < b->n_tokens; t++)
+        if (hidden_rows[t] < 0 || hidden_rows[t] >= src_rows)
+            return err_set(
+                err, "cuda backend: mtp_forward: hidden row %d of token %d (the %s has %d)",
+                hidden_rows[t], t, step == 0 ? "last forward" : "last MTP step", src_rows);
+    CUDA_CHECK(cudaSetDevice(be->device), err);
+    be->logits_rows = -1; /* the device logits become the head's */
+    piece_t p = next_piece(be, b, 0, 0, 0);
+    be->mtp_rows_src = hidden_rows;
+    int rc = stage_piece(be, b, &p, 0, err);
+    be->mtp_rows_src = NULL;
+    run_args_t r = {};
+    r.T = b->n_tokens;
+    r.n_seqs = b->n_seqs;
+    r.n_logits = b->n_logits;
+    r.max_q = p.max_q;
+    r.max_ctx = p.max_ctx;
+    r.decode = p.decode;
+    r.n_dec = p.n_dec;
+    r.splits =
+        p.n_dec > 0 && b->n_seqs <= SPLIT_MAX_SEQS
+            ? ops_attention_decode_splits(p.n_dec, be->nKV, p.dec_max_ctx, be->num_sms, MAX_SPLITS)
+            : 1;
+    r.rows = be->lrows_d;
+    r.logits = be->logits;
+    r.stride = b->block_table_stride;
+    if (rc == 0) rc = cb_run_mtp(be, &r, step, step == 0 ? be->hid : be->hid_mtp, err);
+    if (rc == 0 && b->n_logits > 0)
+        rc = cudaMemcpyAsync(logits, be->logits, (size_t)b->n_logits * (size_t)be->V * 4,
+                             cudaMemcpyDeviceToHost, be->stream) == cudaSuccess
+                 ? 0
+                 : err_set(err, "cuda backend: copying the MTP logits failed");
+    cudaError_t e = cudaStreamSynchronize(be->stream);
+    be->staging_busy = false;
+    if (rc < 0) return -1;
+    if (e != cudaSuccess)
+        return err_set(err, "cuda backend: an MTP pass failed: %s", cudaGetErrorString(e));
+    be->hid_mtp_rows = b->n_tokens;
     return 0;
 }

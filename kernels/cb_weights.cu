@@ -168,9 +168,16 @@ static int check_slot(const cuda_backend_t *be, int l, lslot_t slot, int64_t row
     return 0;
 }
 
+/* The MTP head's fc (a device linear of its own, not a layer's) and its norms. */
+static lin_spec_t mtp_fc_spec(const cuda_backend_t *be) {
+    return lin_spec_t{
+        (cb_linear_t *)&be->mtp_fc, be->H, 2 * (int64_t)be->H, 0, {}, be->mtp_fc_bf16};
+}
+static const gslot_t MTP_NORMS[3] = {G_MTP_EMBED_NORM, G_MTP_HIDDEN_NORM, G_MTP_NORM};
+
 int cb_check_weights(const cuda_backend_t *be, err_t *err) {
     const model_weights_t *w = be->w;
-    for (int l = 0; l < be->L; l++) {
+    for (int l = 0; l < be->L + be->n_mtp; l++) {
         if (be->cfg->layer[l].mlp == MLP_MOE && cb_moe_check(be, l, err) < 0) return -1;
         layer_spec_t s;
         layer_spec(be, l, &s);
@@ -189,6 +196,15 @@ int cb_check_weights(const cuda_backend_t *be, err_t *err) {
     const wtensor_t *fn = weights_global(w, G_FINAL_NORM);
     if (!fn || !fn->data || fn->cols != be->H)
         return err_set(err, "cuda backend: final norm missing");
+    if (be->n_mtp == 0) return 0;
+    const wtensor_t *fc = weights_global(w, G_MTP_FC);
+    if (check_tensor(fc, -1, L_COUNT, be->H, 2 * (int64_t)be->H, err) < 0)
+        return err_prefix(err, "mtp.fc");
+    for (gslot_t g : MTP_NORMS) {
+        const wtensor_t *t = weights_global(w, g);
+        if (!t || !t->data || t->cols != be->H)
+            return err_set(err, "cuda backend: an MTP norm is missing or misshapen");
+    }
     return 0;
 }
 
@@ -212,7 +228,11 @@ bool cb_fp8_possible(cuda_backend_t *be) {
     /* every projection FP8; the distinct device shapes, in order */
     enum { MAX_SHAPES = 16 };
     int shapes[MAX_SHAPES][2], n_shapes = 0;
-    for (int l = 0; l < be->L; l++) {
+    if (be->n_mtp && weights_global(be->w, G_MTP_FC)->dtype == DT_F8_E4M3) { /* else BF16 */
+        shapes[n_shapes][0] = be->H;
+        shapes[n_shapes++][1] = 2 * be->H;
+    }
+    for (int l = 0; l < be->L + be->n_mtp; l++) {
         layer_spec_t s;
         layer_spec(be, l, &s);
         for (int i = 0; i < s.n_lin; i++) {
@@ -256,31 +276,41 @@ bool cb_fp8_possible(cuda_backend_t *be) {
 // ---------------------------------------------------------------------------------------------
 // Layout
 
+/* A device linear's place in the arena, in its path's form. */
+static void layout_lin(const cuda_backend_t *be, const lin_spec_t *e, wlayout_t *a) {
+    if (lin_is_fp8(be, e)) {
+        gemm_w8_t *g = &e->w->w8;
+        g->n = (int)e->n;
+        g->k = (int)e->k;
+        g->data = (const uint8_t *)take(a, (size_t)(e->n * e->k));
+        g->scale = (const float *)take(a, (size_t)((e->n + 127) / 128) *
+                                              (size_t)gemm_w8_scale_ld((int)e->k) * 4);
+    } else {
+        gemm_w16_t *g = &e->w->w16;
+        g->n = (int)e->n;
+        g->k = (int)e->k;
+        g->data = (const uint16_t *)take(a, (size_t)(e->n * e->k) * 2);
+    }
+}
+
 size_t cb_layout_weights(cuda_backend_t *be, char *base) {
     wlayout_t a = {base, 0};
     int64_t H = be->H;
-    for (int l = 0; l < be->L; l++) {
+    for (int l = 0; l < be->L + be->n_mtp; l++) {
         layer_spec_t s;
         layer_spec(be, l, &s);
         for (int i = 0; i < s.n_vec; i++)
             *s.vec[i].dst = (float *)take(&a, (size_t)(s.vec[i].rows * s.vec[i].len) * 4);
         if (be->cfg->layer[l].mlp == MLP_MOE) cb_moe_layout_weights(be, l, &a);
-        for (int i = 0; i < s.n_lin; i++) {
-            const lin_spec_t *e = &s.lin[i];
-            if (lin_is_fp8(be, e)) {
-                gemm_w8_t *g = &e->w->w8;
-                g->n = (int)e->n;
-                g->k = (int)e->k;
-                g->data = (const uint8_t *)take(&a, (size_t)(e->n * e->k));
-                g->scale = (const float *)take(&a, (size_t)((e->n + 127) / 128) *
-                                                       (size_t)gemm_w8_scale_ld((int)e->k) * 4);
-            } else {
-                gemm_w16_t *g = &e->w->w16;
-                g->n = (int)e->n;
-                g->k = (int)e->k;
-                g->data = (const uint16_t *)take(&a, (size_t)(e->n * e->k) * 2);
-            }
-        }
+        for (int i = 0; i < s.n_lin; i++)
+            layout_lin(be, &s.lin[i], &a);
+    }
+    if (be->n_mtp) {
+        lin_spec_t fc = mtp_fc_spec(be);
+        layout_lin(be, &fc, &a);
+        float **norms[3] = {&be->mtp_norm_e, &be->mtp_norm_h, &be->mtp_norm};
+        for (float **n : norms)
+            *n = (float *)take(&a, (size_t)H * 4);
     }
     be->embed = (uint16_t *)take(&a, (size_t)be->V * (size_t)H * 2);
     /* this rank's vocabulary rows (all of them at tp 1) */
@@ -436,7 +466,7 @@ int cb_upload_weights(cuda_backend_t *be, err_t *err) {
     float *fstage = (float *)stage;
     int64_t H = be->H;
     wtensor_t v;
-    for (int l = 0; l < be->L; l++) {
+    for (int l = 0; l < be->L + be->n_mtp; l++) {
         layer_spec_t s;
         layer_spec(be, l, &s);
         for (int i = 0; i < s.n_vec; i++)
@@ -459,6 +489,15 @@ int cb_upload_weights(cuda_backend_t *be, err_t *err) {
     if (upload_norm(be, be->final_norm, weights_global(w, G_FINAL_NORM), be->cfg->norm_offset,
                     fstage, err) < 0)
         goto out;
+    if (be->n_mtp) {
+        lin_spec_t fc = mtp_fc_spec(be);
+        float *norms[3] = {be->mtp_norm_e, be->mtp_norm_h, be->mtp_norm};
+        if (upload_rows_at(be, &fc, 0, weights_global(w, G_MTP_FC), stage, err) < 0) goto out;
+        for (int i = 0; i < 3; i++)
+            if (upload_norm(be, norms[i], weights_global(w, MTP_NORMS[i]), be->cfg->norm_offset,
+                            fstage, err) < 0)
+                goto out;
+    }
     CUDA_CHECK(cudaStreamSynchronize(be->stream), err);
     cpu_rope_inv_freq(be->rotary_dim, be->cfg->rope_theta, fstage);
     if (cudaMemcpy(be->inv_freq, fstage, (size_t)be->rotary_dim / 2 * 4, cudaMemcpyHostToDevice) !=

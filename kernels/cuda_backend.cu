@@ -62,9 +62,14 @@ static void cb_destroy(backend_t *base) {
     free(be);
 }
 
+/* Layers with K/V in the pool: the attention layers, and the MTP head's when it has them. */
+static int kv_layers(const cuda_backend_t *be, bool mtp) {
+    return be->n_attn + (mtp ? be->n_mtp : 0);
+}
+
 static size_t cb_kv_block_bytes(const backend_t *base, int block_size) {
     const cuda_backend_t *be = (const cuda_backend_t *)base;
-    return 2 * (size_t)be->n_attn *
+    return 2 * (size_t)kv_layers(be, be->mtp_next) *
            ops_kv_pool_bytes(1, block_size, be->nKV, be->D, be->kv_dtype_next);
 }
 
@@ -148,10 +153,12 @@ static uint64_t cb_kv_pool_bytes(const backend_t *base, double utilization) {
     size_t free_b = 0, total = 0;
     if (cudaSetDevice(be->device) != cudaSuccess || cudaMemGetInfo(&free_b, &total) != cudaSuccess)
         return 0;
-    uint64_t current = be->kv_mem ? 2 * (uint64_t)be->n_attn * be->pool_bytes : 0;
+    uint64_t current = be->kv_mem ? 2 * (uint64_t)kv_layers(be, be->mtp) * be->pool_bytes : 0;
     if (be->state_mem) current += (uint64_t)be->n_slots * state_slot_bytes(be, be->ssm_bf16);
-    double left =
-        utilization * (double)total - (double)(total - free_b - current) - (double)RESERVE_BYTES;
+    /* what others hold: the used memory less our pool (a device that reports less used than our
+     * pool, as the host emulation does, holds nothing else) */
+    uint64_t used = total - free_b, others = used > current ? used - current : 0;
+    double left = utilization * (double)total - (double)others - (double)RESERVE_BYTES;
     return left > 0 ? (uint64_t)left : 0;
 }
 
@@ -173,13 +180,16 @@ static int cb_kv_reserve(backend_t *base, int num_blocks, int block_size, err_t 
                        num_blocks, block_size);
     size_t pool = ops_kv_pool_bytes(num_blocks, block_size, be->nKV, be->D, be->kv_dtype_next);
     pool = align_up(pool);
-    size_t total = 2 * (size_t)(be->n_attn > 0 ? be->n_attn : 1) * pool;
+    int layers = kv_layers(be, be->mtp_next);
+    size_t total = 2 * (size_t)(layers > 0 ? layers : 1) * pool;
     if (cb_alloc_dev(be, &be->kv_mem, total, "the KV cache", err) < 0) return -1;
     /* finite values everywhere: padded decode rows read block 0 */
     CUDA_CHECK(cudaMemsetAsync(be->kv_mem, 0, total, be->stream), err);
     CUDA_CHECK(cudaStreamSynchronize(be->stream), err);
     be->pool_bytes = pool;
     be->kv_dtype = be->kv_dtype_next;
+    be->mtp = be->mtp_next;
+    be->hid_rows = be->hid_mtp_rows = 0;
     be->num_blocks = num_blocks;
     be->block_size = block_size;
     fprintf(stderr, "tachyon: cuda KV cache: %.2f GiB %s, %d blocks of %d tokens = %lld tokens\n",
@@ -273,9 +283,9 @@ static int cb_sample(backend_t *base, const sampler_row_t *rows, int n_rows, sam
 
 static void cb_describe(const backend_t *base, char *buf, size_t size) {
     const cuda_backend_t *be = (const cuda_backend_t *)base;
-    snprintf(buf, size, "cuda, %s (sm_%d%d), %s, graphs %s%s", be->device_name, be->sm_major,
+    snprintf(buf, size, "cuda, %s (sm_%d%d), %s, graphs %s%s%s", be->device_name, be->sm_major,
              be->sm_minor, be->fp8 ? "fp8 w8a8" : "bf16", be->graphs ? "on" : "off",
-             be->kv_dtype == OPS_KV_FP8 ? ", kv fp8" : "");
+             be->kv_dtype == OPS_KV_FP8 ? ", kv fp8" : "", be->mtp ? ", MTP head" : "");
 }
 
 static void cb_configure(backend_t *base, const backend_options_t *opts) {
@@ -284,6 +294,7 @@ static void cb_configure(backend_t *base, const backend_options_t *opts) {
     be->graphs = opts->cuda_graphs && be->shard.tp == 1; /* as at create */
     /* takes effect at the next kv_reserve (the engine rebuilds the pool after this) */
     be->kv_dtype_next = opts->kv_cache_dtype == KV_DTYPE_FP8 ? OPS_KV_FP8 : OPS_KV_BF16;
+    be->mtp_next = opts->mtp && be->n_mtp > 0;
     be->ssm_bf16_next = opts->ssm_state_bf16;
     if (seqs != be->max_seqs_live) {
         cudaStreamSynchronize(be->stream);
@@ -390,9 +401,14 @@ int cb_create_rank(const backend_options_t *opts, const model_weights_t *w, cons
         if (c->layer[l].mlp == MLP_DENSE) be->I = c->intermediate_size;
     be->V = c->vocab_size;
     be->L = c->n_layers;
+    /* the MTP head at tp 1, its layers dense (an MoE MTP layer is not run here) */
+    be->n_mtp = shard->tp == 1 ? c->n_mtp_layers : 0;
+    for (int i = 0; i < be->n_mtp; i++)
+        if (c->layer[be->L + i].mlp != MLP_DENSE) be->n_mtp = 0;
+    be->mtp_next = opts && opts->mtp && be->n_mtp > 0;
     be->eps = c->rms_norm_eps;
     be->logits_rows = -1;
-    be->layers = (cb_layer_t *)calloc((size_t)be->L, sizeof *be->layers);
+    be->layers = (cb_layer_t *)calloc((size_t)(be->L + be->n_mtp), sizeof *be->layers);
     int rc = -1;
     size_t free_b = 0, total = 0;
     if (!be->layers) {
@@ -411,6 +427,10 @@ int cb_create_rank(const backend_options_t *opts, const model_weights_t *w, cons
         bool lin = c->layer[l].attn == ATTN_LINEAR;
         be->layers[l].attn = lin ? -1 : be->n_attn++;
         be->layers[l].linear = lin ? be->n_linear++ : -1;
+    }
+    for (int i = 0; i < be->n_mtp; i++) { /* their K/V after every attention layer's */
+        be->layers[be->L + i].attn = be->n_attn + i;
+        be->layers[be->L + i].linear = -1;
     }
     if (be->rotary_dim < 2 || be->rotary_dim % 2 || be->rotary_dim > be->D) {
         err_set(err, "cuda backend: RoPE on %d of %d head dims", be->rotary_dim, be->D);
@@ -440,6 +460,8 @@ int cb_create_rank(const backend_options_t *opts, const model_weights_t *w, cons
     be->kmax = be->H > be->qd ? be->H : be->qd;
     if (be->I_pad > be->kmax) be->kmax = be->I_pad;
     if (be->n_linear && be->Hv * be->dv > be->kmax) be->kmax = be->Hv * be->dv;
+    if (be->n_mtp && 2 * be->H > be->kmax) be->kmax = 2 * be->H; /* the head's fc */
+    be->mtp_fc_bf16 = be->n_mtp && (!be->fp8 || weights_global(w, G_MTP_FC)->dtype != DT_F8_E4M3);
     {
         int tokens = opts && opts->max_num_batched_tokens > 0 ? opts->max_num_batched_tokens
                                                               : DEFAULT_MAX_TOKENS;
@@ -613,5 +635,5 @@ extern "C" const backend_ops_t cuda_backend_ops = {
     cb_max_logit_rows,
     true, /* tensor_parallel: ranks on one device (cb_tp.cu) */
     NULL, /* rank_stats: engine/tp.h's instance has them */
-    NULL, /* mtp_forward: the MTP head runs on the cpu backend only so far */
+    cb_mtp_forward,
 };

@@ -5,6 +5,9 @@
  * cpu_rope_apply over the first rotary_dim dims (engine/cpu/cpu_ops.h) and the backend's
  * output gate (engine/cpu/cpu_backend.c); tests/gpu/test_qwen35_kernels.cu compares them.
  *
+ * Also the input of Qwen3.5's MTP head (models.md 4.8): the embedding of the next token and a
+ * hidden state, each RMS-normalized, side by side (its CPU twin: cpu_rmsnorm, cpu_mtp.c).
+ *
  * The norm weights arrive with Qwen3.5's 1 + w already applied (the backend's upload), so the
  * norm itself is Qwen3's. One CTA per token, one warp per head; a head's normalized values go
  * through shared memory because RoPE pairs (j, j + rotary_dim / 2) need not sit in one lane.
@@ -123,9 +126,46 @@ __global__ void __launch_bounds__(kThreads)
     }
 }
 
+/* One CTA per (token, half): half 0 normalizes embed[ids[t]], half 1 hidden[rows[t]] (bf16
+ * rows of H), into out[t, half H .. (half + 1) H) as bf16. f32 sums in the fused kernels' order
+ * (ops_block_sum), the CPU's rounding of 1 / sqrt(mean + eps). */
+__global__ void __launch_bounds__(kThreads)
+    mtp_input_kernel(const __nv_bfloat16 *__restrict__ embed, const int32_t *__restrict__ ids,
+                     const __nv_bfloat16 *__restrict__ hidden, const int32_t *__restrict__ rows,
+                     int H, const float *__restrict__ w_e, const float *__restrict__ w_h, float eps,
+                     __nv_bfloat16 *__restrict__ out) {
+    __shared__ float red[32];
+    const int t = blockIdx.x, half = blockIdx.y;
+    const __nv_bfloat16 *x =
+        half == 0 ? embed + (int64_t)ids[t] * H : hidden + (int64_t)rows[t] * H;
+    const float *w = half == 0 ? w_e : w_h;
+    float ss = 0.0f;
+    for (int c = threadIdx.x; c < H; c += kThreads) {
+        const float v = __bfloat162float(x[c]);
+        ss = fmaf(v, v, ss);
+    }
+    ss = ops_block_sum(ss, red);
+    const float inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, (float)H), eps)));
+    __nv_bfloat16 *o = out + (int64_t)t * 2 * H + (int64_t)half * H;
+    for (int c = threadIdx.x; c < H; c += kThreads)
+        o[c] = __float2bfloat16_rn(__fmul_rn(w[c], __fmul_rn(__bfloat162float(x[c]), inv)));
+}
+
 } // namespace
 
 /* ---- public entry points --------------------------------------------------------------------- */
+
+extern "C" int ops_mtp_input(const void *embed, const int32_t *ids, const void *hidden,
+                             const int32_t *rows, int T, int H, const float *w_e, const float *w_h,
+                             float eps, void *out, cudaStream_t stream, err_t *err) {
+    if (T < 0 || H <= 0) return err_set(err, "ops_mtp_input: bad shape (T %d, H %d)", T, H);
+    if (T == 0) return 0;
+    OPS_LAUNCH((mtp_input_kernel), dim3((unsigned)T, 2), kThreads, 0, stream,
+               (const __nv_bfloat16 *)embed, ids, (const __nv_bfloat16 *)hidden, rows, H, w_e, w_h,
+               eps, (__nv_bfloat16 *)out);
+    CUDA_CHECK(cudaGetLastError(), err);
+    return 0;
+}
 
 extern "C" int ops_gated_qk_norm_rope_kv(const ops_qkv_args_t *a, int rotary_dim,
                                          cudaStream_t stream, err_t *err) {

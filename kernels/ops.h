@@ -155,6 +155,15 @@ int ops_gated_qk_norm_rope_kv(const ops_qkv_args_t *a, int rotary_dim, cudaStrea
 int ops_output_gate(void *att, const void *qkv, ops_dtype_t qkv_dtype, int64_t ld_qkv, int T,
                     int n_heads, int head_dim, cudaStream_t stream, err_t *err);
 
+/* The MTP head's fc input (Qwen3.5, models.md 4.8), for t < T:
+ *     out[t, 0 .. H)  = bf16(w_e * rmsnorm(embed[ids[t], :]))      the next token's embedding
+ *     out[t, H .. 2H) = bf16(w_h * rmsnorm(hidden[rows[t], :]))    the hidden state it goes with
+ * embed [V, H] bf16; hidden [*, H] bf16; ids, rows [T] int32 device (in range: the caller checks);
+ * w_e, w_h [H] f32 (1 + w applied); out [T, 2H] bf16. (kernels/gated.cu) */
+int ops_mtp_input(const void *embed, const int32_t *ids, const void *hidden, const int32_t *rows,
+                  int T, int H, const float *w_e, const float *w_h, float eps, void *out,
+                  cudaStream_t stream, err_t *err);
+
 /* ---- attention ------------------------------------------------------------------------------- */
 
 typedef struct ops_attn_args {

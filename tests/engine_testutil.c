@@ -1,12 +1,14 @@
 #include "engine_testutil.h"
 
 #include <cjson/cJSON.h>
+#include <math.h>
 
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <cmocka.h>
 
@@ -130,7 +132,82 @@ void tu_golden_load(const char *golden, tu_golden_t *g) {
     assert_int_equal(len, g->n_rows * sizeof(float) * (size_t)g->vocab);
 }
 
+int tu_mtp_golden_load(const char *fixture, tu_golden_t *g) {
+    char name[128];
+    snprintf(name, sizeof name, "%s.mtp", fixture);
+    tu_golden_load(name, g);
+    const cJSON *chained = cJSON_GetObjectItem(g->json, "chained_steps");
+    assert_true(cJSON_IsNumber(chained));
+    return chained->valueint;
+}
+
 void tu_golden_free(tu_golden_t *g) {
     cJSON_Delete(g->json);
     free(g->logits);
+}
+
+void tu_batch_build(tu_batch_t *sb, const int32_t *const tok[TU_SEQS], const int from[TU_SEQS],
+                    const int n[TU_SEQS], bool all_logits) {
+    int t = 0, l = 0;
+    for (int s = 0; s < TU_SEQS; s++) {
+        sb->qstart[s] = t;
+        for (int i = 0; i < n[s]; i++, t++) {
+            assert_true(t < TU_TOKENS);
+            sb->tokens[t] = tok[s][i];
+            sb->positions[t] = from[s] + i;
+            sb->slots[t] = (int64_t)s * TU_SEQ_BLOCKS * TU_BLOCK + from[s] + i;
+            if (all_logits || i == n[s] - 1) sb->logit_rows[l++] = t;
+        }
+        sb->ctx[s] = from[s] + n[s];
+        assert_true(sb->ctx[s] <= TU_SEQ_BLOCKS * TU_BLOCK);
+        for (int k = 0; k < TU_SEQ_BLOCKS; k++)
+            sb->tables[s * TU_SEQ_BLOCKS + k] = s * TU_SEQ_BLOCKS + k;
+        sb->state[s] = s;
+    }
+    sb->qstart[TU_SEQS] = t;
+    sb->b = (be_batch_t){.n_tokens = t,
+                         .n_seqs = TU_SEQS,
+                         .token_ids = sb->tokens,
+                         .positions = sb->positions,
+                         .slot_mapping = sb->slots,
+                         .query_start = sb->qstart,
+                         .context_len = sb->ctx,
+                         .block_tables = sb->tables,
+                         .block_table_stride = TU_SEQ_BLOCKS,
+                         .n_logits = l,
+                         .logit_rows = sb->logit_rows,
+                         .state_slots = sb->state};
+}
+
+int tu_argmax(const float *x, int n, float *margin) {
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    if (margin) {
+        float second = -INFINITY;
+        for (int i = 0; i < n; i++)
+            if (i != best && x[i] > second) second = x[i];
+        *margin = x[best] - second;
+    }
+    return best;
+}
+
+double tu_max_diff(const float *a, const float *b, size_t n) {
+    double d = 0;
+    for (size_t i = 0; i < n; i++)
+        if (fabs((double)a[i] - b[i]) > d) d = fabs((double)a[i] - b[i]);
+    return d;
+}
+
+void tu_check_mtp_refusals(backend_t *be, const backend_options_t *off, const tu_batch_t *sb,
+                           float *logits) {
+    err_t err = {{0}};
+    const int32_t bad[TU_SEQS] = {0, 7};
+    assert_int_equal(be->ops->mtp_forward(be, &sb->b, bad, 1, logits, &err), -1);
+    assert_non_null(strstr(err.msg, "hidden row 7"));
+    be->ops->configure(be, off);
+    if (backend_kv_reserve(be, TU_SEQS * TU_SEQ_BLOCKS, TU_BLOCK, &err) < 0)
+        fail_msg("%s", err.msg);
+    assert_int_equal(be->ops->mtp_forward(be, &sb->b, bad, 0, logits, &err), -1);
+    assert_non_null(strstr(err.msg, "without the MTP layers"));
 }

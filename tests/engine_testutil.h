@@ -13,6 +13,7 @@
 
 #include <stdint.h>
 
+#include "backend.h"
 #include "engine.h"
 #include "weights.h"
 
@@ -29,6 +30,38 @@ typedef struct tu_golden {
 } tu_golden_t;
 void tu_golden_load(const char *name, tu_golden_t *g);
 void tu_golden_free(tu_golden_t *g);
+/* golden/<fixture>.mtp.json (the MTP head's, scripts/make_fixtures_qwen35.py); returns its
+ * chained_steps. */
+int tu_mtp_golden_load(const char *fixture, tu_golden_t *g);
+
+/* A backend batch of TU_SEQS sequences for tests that drive a backend directly: sequence s in
+ * blocks [s TU_SEQ_BLOCKS, (s + 1) TU_SEQ_BLOCKS) of TU_BLOCK tokens and state slot s, its n[s]
+ * tokens tok[s][..] at positions from[s].., with logit rows at every token (all_logits) or at
+ * each sequence's last. rows: a caller's per-token array (an MTP pass's hidden rows). */
+#define TU_SEQS       2
+#define TU_SEQ_BLOCKS 16
+#define TU_BLOCK      16
+#define TU_TOKENS     512
+typedef struct tu_batch {
+    int32_t tokens[TU_TOKENS], positions[TU_TOKENS], rows[TU_TOKENS], logit_rows[TU_TOKENS];
+    int32_t qstart[TU_SEQS + 1], ctx[TU_SEQS], state[TU_SEQS], tables[TU_SEQS * TU_SEQ_BLOCKS];
+    int64_t slots[TU_TOKENS];
+    be_batch_t b;
+} tu_batch_t;
+void tu_batch_build(tu_batch_t *sb, const int32_t *const tok[TU_SEQS], const int from[TU_SEQS],
+                    const int n[TU_SEQS], bool all_logits);
+
+/* An MTP backend's refusals (backend_ops_t.mtp_forward) over sb, a batch of one token each: a
+ * hidden row its last pass did not have (7), then, after `configure` with off and a new pool of
+ * TU_SEQS * TU_SEQ_BLOCKS blocks, any pass on a pool reserved without the head's K/V. */
+void tu_check_mtp_refusals(backend_t *be, const backend_options_t *off, const tu_batch_t *sb,
+                           float *logits);
+
+/* The largest entry of x[0..n) (the first on a tie) and, when margin is not NULL, how far it is
+ * above the second. */
+int tu_argmax(const float *x, int n, float *margin);
+/* max |a[i] - b[i]| over i < n. */
+double tu_max_diff(const float *a, const float *b, size_t n);
 
 /* The weights of fixture `name` (tests/fixtures), as they are stored. */
 model_weights_t *tu_fixture_weights(const char *name);

@@ -56,6 +56,7 @@ int cpu_mtp_forward(backend_t *base, const be_batch_t *b, const int32_t *hidden_
     cpu_backend_t *be = (cpu_backend_t *)base;
     const model_config_t *c = be->cfg;
     if (be->n_mtp == 0) return err_set(err, "cpu backend: the model has no MTP layers");
+    if (!b) return 0; /* the probe: the head runs here */
     if (!be->mtp)
         return err_set(err, "cpu backend: mtp_forward on a KV pool reserved without the MTP "
                             "layers (backend_options_t.mtp)");

@@ -36,72 +36,10 @@
 #include "weights.h"
 
 #define TOLERANCE 1e-3
-#define BLOCK     16
-#define N_SEQ     2
-#define MAX_BLK   16 /* blocks a sequence may use: 256 tokens */
-
-static int argmax(const float *x, int n) {
-    int best = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
-    return best;
-}
-
-static double max_diff(const float *a, const float *b, int n) {
-    double d = 0;
-    for (int i = 0; i < n; i++)
-        if (fabs((double)a[i] - b[i]) > d) d = fabs((double)a[i] - b[i]);
-    return d;
-}
-
-/* A batch over N_SEQ sequences, sequence s in blocks [s * MAX_BLK, (s + 1) * MAX_BLK) and
- * state slot s: n[s] tokens at positions from[s].., tokens tok[s][..]. */
-typedef struct step_batch {
-    int32_t tokens[512], positions[512], qstart[N_SEQ + 1], ctx[N_SEQ], rows[512];
-    int32_t tables[N_SEQ * MAX_BLK], slots_state[N_SEQ], logit_rows[512];
-    int64_t slots[512];
-    be_batch_t b;
-} step_batch_t;
-
-static void build(step_batch_t *sb, const int32_t *const tok[N_SEQ], const int from[N_SEQ],
-                  const int n[N_SEQ], bool all_logits) {
-    int t = 0, l = 0;
-    for (int s = 0; s < N_SEQ; s++) {
-        sb->qstart[s] = t;
-        for (int i = 0; i < n[s]; i++, t++) {
-            assert_true(t < 512);
-            sb->tokens[t] = tok[s][i];
-            sb->positions[t] = from[s] + i;
-            sb->slots[t] = (int64_t)s * MAX_BLK * BLOCK + from[s] + i;
-            if (all_logits || i == n[s] - 1) sb->logit_rows[l++] = t;
-        }
-        sb->ctx[s] = from[s] + n[s];
-        assert_true(sb->ctx[s] <= MAX_BLK * BLOCK);
-        for (int k = 0; k < MAX_BLK; k++)
-            sb->tables[s * MAX_BLK + k] = s * MAX_BLK + k;
-        sb->slots_state[s] = s;
-    }
-    sb->qstart[N_SEQ] = t;
-    sb->b = (be_batch_t){.n_tokens = t,
-                         .n_seqs = N_SEQ,
-                         .token_ids = sb->tokens,
-                         .positions = sb->positions,
-                         .slot_mapping = sb->slots,
-                         .query_start = sb->qstart,
-                         .context_len = sb->ctx,
-                         .block_tables = sb->tables,
-                         .block_table_stride = MAX_BLK,
-                         .n_logits = l,
-                         .logit_rows = sb->logit_rows,
-                         .state_slots = sb->slots_state};
-}
 
 static void check_fixture(const char *fixture) {
     tu_golden_t g;
-    char name[64];
-    snprintf(name, sizeof name, "%s.mtp", fixture);
-    tu_golden_load(name, &g);
-    int chained = cJSON_GetObjectItem(g.json, "chained_steps")->valueint;
+    int chained = tu_mtp_golden_load(fixture, &g);
     model_weights_t *w = tu_fixture_weights(fixture);
     assert_int_equal(weights_config(w)->n_mtp_layers, 1);
     err_t err = {{0}};
@@ -109,15 +47,15 @@ static void check_fixture(const char *fixture) {
     backend_options_t opts = {.n_threads = 2, .mtp = true};
     if (cpu_backend_ops.create(&opts, w, &be, &err) < 0) fail_msg("%s", err.msg);
     assert_non_null(be->ops->mtp_forward);
-    if (backend_kv_reserve(be, N_SEQ * MAX_BLK, BLOCK, &err) < 0 ||
-        be->ops->state_reserve(be, N_SEQ, &err) < 0)
+    if (backend_kv_reserve(be, TU_SEQS * TU_SEQ_BLOCKS, TU_BLOCK, &err) < 0 ||
+        be->ops->state_reserve(be, TU_SEQS, &err) < 0)
         fail_msg("%s", err.msg);
 
     const cJSON *prompts = cJSON_GetObjectItem(g.json, "prompts");
-    assert_int_equal(cJSON_GetArraySize(prompts), N_SEQ);
-    int32_t seq[N_SEQ][256];
-    int len[N_SEQ], offset[N_SEQ];
-    for (int s = 0; s < N_SEQ; s++) {
+    assert_int_equal(cJSON_GetArraySize(prompts), TU_SEQS);
+    int32_t seq[TU_SEQS][256];
+    int len[TU_SEQS], offset[TU_SEQS];
+    for (int s = 0; s < TU_SEQS; s++) {
         const cJSON *p = cJSON_GetArrayItem(prompts, s);
         const cJSON *ids = cJSON_GetObjectItem(p, "ids");
         len[s] = cJSON_GetArraySize(ids);
@@ -129,18 +67,18 @@ static void check_fixture(const char *fixture) {
     }
 
     /* the model over both sequences: hidden states kept, no logits asked */
-    static step_batch_t sb;
-    const int32_t *tok[N_SEQ] = {seq[0], seq[1]};
-    int zero[N_SEQ] = {0, 0}, n[N_SEQ] = {len[0], len[1]};
-    build(&sb, tok, zero, n, false);
+    static tu_batch_t sb;
+    const int32_t *tok[TU_SEQS] = {seq[0], seq[1]};
+    int zero[TU_SEQS] = {0, 0}, n[TU_SEQS] = {len[0], len[1]};
+    tu_batch_build(&sb, tok, zero, n, false);
     sb.b.n_logits = 0;
     if (backend_forward(be, &sb.b, NULL, &err) < 0) fail_msg("%s", err.msg);
 
     /* step 0: x_{t+1} beside h_t at position t, every row with logits */
-    const int32_t *next[N_SEQ] = {seq[0] + 1, seq[1] + 1};
-    int n0[N_SEQ] = {len[0] - 1, len[1] - 1};
-    build(&sb, next, zero, n0, true);
-    for (int s = 0; s < N_SEQ; s++)
+    const int32_t *next[TU_SEQS] = {seq[0] + 1, seq[1] + 1};
+    int n0[TU_SEQS] = {len[0] - 1, len[1] - 1};
+    tu_batch_build(&sb, next, zero, n0, true);
+    for (int s = 0; s < TU_SEQS; s++)
         for (int i = 0; i < n0[s]; i++)
             sb.rows[sb.qstart[s] + i] =
                 len[0] * s + i; /* the forward's rows: seq s from len[0]*s */
@@ -148,11 +86,11 @@ static void check_fixture(const char *fixture) {
     assert_non_null(logits);
     if (be->ops->mtp_forward(be, &sb.b, sb.rows, 0, logits, &err) < 0) fail_msg("%s", err.msg);
     double worst = 0;
-    int last_row[N_SEQ];
-    for (int s = 0; s < N_SEQ; s++) {
+    int last_row[TU_SEQS];
+    for (int s = 0; s < TU_SEQS; s++) {
         for (int i = 0; i < n0[s]; i++) {
-            double d = max_diff(logits + (size_t)(sb.qstart[s] + i) * g.vocab,
-                                g.logits + (size_t)(offset[s] + i) * g.vocab, g.vocab);
+            double d = tu_max_diff(logits + (size_t)(sb.qstart[s] + i) * g.vocab,
+                                   g.logits + (size_t)(offset[s] + i) * g.vocab, g.vocab);
             if (d > TOLERANCE)
                 fail_msg("%s: sequence %d step 0 row %d: |diff| %g", fixture, s, i, d);
             if (d > worst) worst = d;
@@ -161,26 +99,26 @@ static void check_fixture(const char *fixture) {
     }
 
     /* chained steps: the previous draft beside the head's output, one position on */
-    int32_t draft[N_SEQ];
-    for (int s = 0; s < N_SEQ; s++)
-        draft[s] = argmax(logits + (size_t)last_row[s] * g.vocab, g.vocab);
+    int32_t draft[TU_SEQS];
+    for (int s = 0; s < TU_SEQS; s++)
+        draft[s] = tu_argmax(logits + (size_t)last_row[s] * g.vocab, g.vocab, NULL);
     for (int j = 1; j <= chained; j++) {
-        for (int s = 0; s < N_SEQ; s++) {
+        for (int s = 0; s < TU_SEQS; s++) {
             const cJSON *drafts = cJSON_GetObjectItem(cJSON_GetArrayItem(prompts, s), "drafts");
             assert_int_equal(draft[s], cJSON_GetArrayItem(drafts, j - 1)->valueint);
         }
-        const int32_t *one[N_SEQ] = {&draft[0], &draft[1]};
-        int from[N_SEQ] = {len[0] - 2 + j, len[1] - 2 + j}, n1[N_SEQ] = {1, 1};
-        int32_t rows[N_SEQ] = {last_row[0], last_row[1]};
-        build(&sb, one, from, n1, true);
+        const int32_t *one[TU_SEQS] = {&draft[0], &draft[1]};
+        int from[TU_SEQS] = {len[0] - 2 + j, len[1] - 2 + j}, n1[TU_SEQS] = {1, 1};
+        int32_t rows[TU_SEQS] = {last_row[0], last_row[1]};
+        tu_batch_build(&sb, one, from, n1, true);
         if (be->ops->mtp_forward(be, &sb.b, rows, j, logits, &err) < 0) fail_msg("%s", err.msg);
-        for (int s = 0; s < N_SEQ; s++) {
+        for (int s = 0; s < TU_SEQS; s++) {
             const float *want = g.logits + (size_t)(offset[s] + n0[s] + j - 1) * g.vocab;
-            double d = max_diff(logits + (size_t)s * g.vocab, want, g.vocab);
+            double d = tu_max_diff(logits + (size_t)s * g.vocab, want, g.vocab);
             if (d > TOLERANCE)
                 fail_msg("%s: sequence %d chained step %d: |diff| %g", fixture, s, j, d);
             if (d > worst) worst = d;
-            draft[s] = argmax(logits + (size_t)s * g.vocab, g.vocab);
+            draft[s] = tu_argmax(logits + (size_t)s * g.vocab, g.vocab, NULL);
             last_row[s] = s;
         }
     }
@@ -188,17 +126,11 @@ static void check_fixture(const char *fixture) {
                   fixture, worst, n0[0], n0[1], chained);
 
     /* refusals: a hidden row the last step did not have; a pool without the head's K/V */
-    int32_t bad[N_SEQ] = {0, 5};
-    const int32_t *one[N_SEQ] = {&draft[0], &draft[1]};
-    int from[N_SEQ] = {len[0], len[1]}, n1[N_SEQ] = {1, 1};
-    build(&sb, one, from, n1, true);
-    assert_int_equal(be->ops->mtp_forward(be, &sb.b, bad, 1, logits, &err), -1);
-    assert_non_null(strstr(err.msg, "hidden row 5"));
+    const int32_t *one[TU_SEQS] = {&draft[0], &draft[1]};
+    int from[TU_SEQS] = {len[0], len[1]}, n1[TU_SEQS] = {1, 1};
+    tu_batch_build(&sb, one, from, n1, true);
     backend_options_t off = {.n_threads = 2};
-    be->ops->configure(be, &off);
-    if (backend_kv_reserve(be, N_SEQ * MAX_BLK, BLOCK, &err) < 0) fail_msg("%s", err.msg);
-    assert_int_equal(be->ops->mtp_forward(be, &sb.b, bad, 0, logits, &err), -1);
-    assert_non_null(strstr(err.msg, "without the MTP layers"));
+    tu_check_mtp_refusals(be, &off, &sb, logits);
     free(logits);
     backend_destroy(be);
     weights_destroy(w);
@@ -207,9 +139,7 @@ static void check_fixture(const char *fixture) {
 
 /* The fixture's MTP golden, and an engine on it drafting one token a step with the head. */
 static engine_t *open_mtp_engine(const char *fixture, tu_golden_t *g) {
-    char name[64];
-    snprintf(name, sizeof name, "%s.mtp", fixture);
-    tu_golden_load(name, g);
+    tu_mtp_golden_load(fixture, g);
     engine_t *eng = tu_open_engine(tu_fixture(fixture), "cpu", NULL);
     err_t err = {{0}};
     if (engine_flag_set(eng, "speculative-method", "mtp", &err) < 0 ||
@@ -219,6 +149,13 @@ static engine_t *open_mtp_engine(const char *fixture, tu_golden_t *g) {
 }
 
 /* The drafts the engine accepts on the golden's sequences (k = 1, max_tokens m). */
+/* Top-1 minus top-2 of a row. */
+static float top2_gap(const float *x, int n) {
+    float m;
+    tu_argmax(x, n, &m);
+    return m;
+}
+
 static void check_engine_drafts(const char *fixture) {
     tu_golden_t g;
     engine_t *eng = open_mtp_engine(fixture, &g);
@@ -242,8 +179,8 @@ static void check_engine_drafts(const char *fixture) {
             bool draft = m - n_out - 1 >= 1 && !recompute;
             recompute = false;
             drafted += draft;
-            if (draft &&
-                argmax(g.logits + (size_t)(off + pos) * g.vocab, g.vocab) == seq[pos + 2]) {
+            if (draft && tu_argmax(g.logits + (size_t)(off + pos) * g.vocab, g.vocab, NULL) ==
+                             seq[pos + 2]) {
                 want++;
                 pos += 2;
                 n_out += 2;
@@ -277,15 +214,6 @@ static void check_engine_drafts(const char *fixture) {
     tu_golden_free(&g);
 }
 
-/* Top-1 minus top-2 of a row. */
-static float margin(const float *x, int n) {
-    int best = argmax(x, n);
-    float second = -INFINITY;
-    for (int i = 0; i < n; i++)
-        if (i != best && x[i] > second) second = x[i];
-    return x[best] - second;
-}
-
 /* The first draft after a prefill, from the prompt's positions: for every prefix x_0..x_{L-1}
  * of the golden sequences whose greedy next token is x_L (so the head's step 0 after the
  * prefill sees the golden's inputs), a request of 3 greedy tokens with one draft a step: the
@@ -296,12 +224,12 @@ static void check_prefix_drafts(const char *fixture) {
     tu_golden_t g;
     engine_t *eng = open_mtp_engine(fixture, &g);
     const cJSON *prompts = cJSON_GetObjectItem(g.json, "prompts");
-    static int32_t seq[N_SEQ][256];
+    static int32_t seq[TU_SEQS][256];
     engine_stream_t *streams[512];
     int n_req = 0;
     uint64_t want = 0;
     sampling_params_t sp = tu_greedy(3);
-    for (int c = 0; c < N_SEQ; c++) {
+    for (int c = 0; c < TU_SEQS; c++) {
         const cJSON *p = cJSON_GetArrayItem(prompts, c);
         const cJSON *ids = cJSON_GetObjectItem(p, "ids");
         const cJSON *next = cJSON_GetObjectItem(p, "greedy_next");
@@ -314,9 +242,9 @@ static void check_prefix_drafts(const char *fixture) {
             const float *row = g.logits + (size_t)(off + L - 1) * g.vocab;
             if (cJSON_GetArrayItem(next, L - 1)->valueint != seq[c][L] ||
                 cJSON_GetArrayItem(gap, L - 1)->valuedouble < 0.01 ||
-                cJSON_GetArrayItem(gap, L)->valuedouble < 0.01 || margin(row, g.vocab) < 0.01f)
+                cJSON_GetArrayItem(gap, L)->valuedouble < 0.01 || top2_gap(row, g.vocab) < 0.01f)
                 continue;
-            want += argmax(row, g.vocab) == cJSON_GetArrayItem(next, L)->valueint;
+            want += tu_argmax(row, g.vocab, NULL) == cJSON_GetArrayItem(next, L)->valueint;
             streams[n_req++] = tu_submit(eng, seq[c], L, &sp);
         }
     }

@@ -3,7 +3,8 @@
  * every comparison). The Gated DeltaNet (kernels/ops_gdn.h against engine/cpu/cpu_gdn_ops.h): the
  * state slots no sequence names must come back bit for bit unchanged. The gated attention's
  * kernels (ops.h, kernels/gated.cu against cpu_rmsnorm + cpu_rope_apply and the output gate):
- * only the mapped KV slots may be written.
+ * only the mapped KV slots may be written. The MTP head's input (ops_mtp_input against
+ * cpu_rmsnorm): rel 2^-8, abs 1e-5, one bf16 rounding of the same f32 norm.
  *
  * Each case is one varlen batch mixing fresh prefills (crossing the 64-token chunks), prefills
  * and decodes continuing from a random state, a decode at position 0 and padding sequences
@@ -462,6 +463,56 @@ static void test_gated_case(int D, int R, int Hq, int Hkv, bool f32_in, bool fp8
         cudaFree(p);
 }
 
+/* The MTP head's input: rows of a bf16 embedding table and of bf16 hidden states, gathered,
+ * normalized and put side by side (cpu_mtp.c's twin: cpu_rmsnorm of the f32 values, then bf16). */
+static void test_mtp_input_case(int H) {
+    char name[64];
+    snprintf(name, sizeof name, "mtp input H=%d", H);
+    const int T = SIZE(40, 9), V = 300, R = 70;
+    const float eps = 1e-6f;
+    std::vector<uint16_t> eb, hb;
+    std::vector<float> ef, hf;
+    rand_bf16((size_t)V * H, 1.0f, eb, ef);
+    rand_bf16((size_t)R * H, 4.0f, hb, hf);
+    std::vector<float> we(H), wh(H);
+    for (int j = 0; j < H; j++) {
+        we[j] = 1.0f + sym(0.5f);
+        wh[j] = 1.0f + sym(0.5f);
+    }
+    std::vector<int32_t> ids(T), rows(T);
+    for (int t = 0; t < T; t++) {
+        ids[t] = irand(V);
+        rows[t] = t % 3 == 0 ? R - 1 : irand(R); /* a row read twice and more */
+    }
+    uint16_t *d_e = dev<uint16_t>(eb.size()), *d_h = dev<uint16_t>(hb.size());
+    uint16_t *d_out = dev<uint16_t>((size_t)T * 2 * H);
+    float *d_we = dev<float>(H), *d_wh = dev<float>(H);
+    int32_t *d_ids = dev<int32_t>(T), *d_rows = dev<int32_t>(T);
+    put(d_e, eb);
+    put(d_h, hb);
+    put(d_we, we);
+    put(d_wh, wh);
+    put(d_ids, ids);
+    put(d_rows, rows);
+    poison(d_out, (size_t)T * 2 * H);
+    OPS(ops_mtp_input(d_e, d_ids, d_h, d_rows, T, H, d_we, d_wh, eps, d_out, 0, ERR));
+    std::vector<float> ref((size_t)T * 2 * H);
+    for (int t = 0; t < T; t++) {
+        cpu_rmsnorm(&ef[(size_t)ids[t] * H], we.data(), H, eps, &ref[(size_t)t * 2 * H]);
+        cpu_rmsnorm(&hf[(size_t)rows[t] * H], wh.data(), H, eps, &ref[(size_t)t * 2 * H + H]);
+    }
+    std::vector<float> got = bf16_vec(get(d_out, (size_t)T * 2 * H));
+    close_all(name, got.data(), ref.data(), got.size(), 0x1p-8, 1e-5);
+    void *bufs[] = {d_e, d_h, d_out, d_we, d_wh, d_ids, d_rows};
+    for (void *p : bufs)
+        cudaFree(p);
+}
+
+static void test_mtp_input(void) {
+    test_mtp_input_case(256);              /* the fixtures' */
+    test_mtp_input_case(SIZE(4096, 1000)); /* Qwen3.5-9B's (a width that is no multiple of 256) */
+}
+
 static void test_gated(void) {
     test_gated_case(64, 32, 4, 2, true, false);                      /* the BF16 fixture's */
     test_gated_case(128, 32, 4, 1, true, true);                      /* the FP8 fixture's, fp8 KV */
@@ -482,6 +533,7 @@ int main(void) {
     OPS(ops_gdn_init(ERR));
     test_gdn();
     test_gated();
+    test_mtp_input();
     CK(cudaDeviceSynchronize());
     printf("test_qwen35_kernels: %d failure%s\n", failures, failures == 1 ? "" : "s");
     return failures ? 1 : 0;
