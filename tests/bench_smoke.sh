@@ -29,6 +29,7 @@ case $name in
         want='^  mean total tok/s: console open [0-9.]+, headless [0-9.]+'
         ;;
     http_overhead.py) run=(python3 "$script" "$build") ;;
+    step-model.sh) ;; # the model alone: no binary
     *)
         echo "bench_smoke: no rule for $name: add one (every bench/ script runs in the test suite)"
         exit 1
