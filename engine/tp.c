@@ -37,7 +37,16 @@ typedef struct tp {
     bool quit;
     const be_batch_t *batch;
     float *logits;
+    const int32_t *mtp_rows; /* an MTP pass's hidden rows (mtp_forward), NULL for forward */
+    int mtp_step;
 } tp_t;
+
+/* The step's call on rank r: forward, or the MTP head's pass. */
+static int rank_call(const tp_t *t, tp_rank_t *r, err_t *err) {
+    if (t->mtp_rows)
+        return r->be->ops->mtp_forward(r->be, t->batch, t->mtp_rows, t->mtp_step, t->logits, err);
+    return backend_forward(r->be, t->batch, t->logits, err);
+}
 
 static void *rank_main(void *arg) {
     tp_rank_t *r = arg;
@@ -49,11 +58,9 @@ static void *rank_main(void *arg) {
             pthread_cond_wait(&t->cv, &t->mu);
         if (t->quit) break;
         seen = t->step;
-        const be_batch_t *b = t->batch;
-        float *logits = t->logits;
         pthread_mutex_unlock(&t->mu);
         double t0 = comm_clock_();
-        int rc = backend_forward(r->be, b, logits, &r->err);
+        int rc = rank_call(t, r, &r->err);
         r->t_fwd = comm_clock_() - t0;
         pthread_mutex_lock(&t->mu);
         r->rc = rc;
@@ -81,17 +88,20 @@ static void tp_destroy(backend_t *base) {
     free(t);
 }
 
-static int tp_forward(backend_t *base, const be_batch_t *b, float *logits, err_t *err) {
-    tp_t *t = (tp_t *)base;
+/* Every rank runs the call (rank 0 on the caller's thread): forward, or with rows an MTP pass. */
+static int run_ranks(tp_t *t, const be_batch_t *b, float *logits, const int32_t *rows, int step,
+                     err_t *err) {
     pthread_mutex_lock(&t->mu);
     t->batch = b;
     t->logits = logits;
+    t->mtp_rows = rows;
+    t->mtp_step = step;
     t->done = 0;
     t->step++;
     pthread_cond_broadcast(&t->cv);
     pthread_mutex_unlock(&t->mu);
     double t0 = comm_clock_();
-    int rc = backend_forward(t->rank[0].be, b, logits, err);
+    int rc = rank_call(t, &t->rank[0], err);
     t->rank[0].t_fwd = comm_clock_() - t0;
     pthread_mutex_lock(&t->mu);
     while (t->done < t->n - 1)
@@ -113,8 +123,21 @@ static int tp_forward(backend_t *base, const be_batch_t *b, float *logits, err_t
     return rc;
 }
 
+static int tp_forward(backend_t *base, const be_batch_t *b, float *logits, err_t *err) {
+    return run_ranks((tp_t *)base, b, logits, NULL, 0, err);
+}
+
 static backend_t *rank0(const backend_t *base) {
     return ((const tp_t *)base)->rank[0].be;
+}
+
+/* The MTP head over every rank (each its shard of the head's layer); no batch: rank 0's answer
+ * to whether the head runs. */
+static int tp_mtp_forward(backend_t *base, const be_batch_t *b, const int32_t *hidden_rows,
+                          int step, float *logits, err_t *err) {
+    if (!b) return rank0(base)->ops->mtp_forward(rank0(base), NULL, NULL, 0, NULL, err);
+    if (!hidden_rows) return err_set(err, "mtp_forward: no hidden rows");
+    return run_ranks((tp_t *)base, b, logits, hidden_rows, step, err);
 }
 
 static int tp_sample(backend_t *base, const sampler_row_t *rows, int n_rows, sampler_result_t *out,
@@ -283,6 +306,7 @@ int tp_backend_create(int n, tp_make_rank_fn make_rank, void *user, void (*relea
         .max_logit_rows = o->max_logit_rows ? tp_max_logit_rows : NULL,
         .rank_stats = tp_rank_stats,
         .tensor_parallel = true,
+        .mtp_forward = o->mtp_forward ? tp_mtp_forward : NULL,
     };
     t->base.ops = &t->ops;
     for (int i = 1; i < n; i++) {

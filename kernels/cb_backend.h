@@ -181,7 +181,8 @@ typedef struct cuda_backend {
     float *inv_freq;    /* [rotary_dim / 2] f32 */
 
     /* The MTP head (Qwen3.5's mtp.*, run by cb_mtp_forward): its layers are layers[L .. L +
-     * n_mtp) (at tp 1 with dense MTP layers; 0 otherwise), their K/V after the decoder's in the
+     * n_mtp) (dense MTP layers; 0 otherwise; sharded as the decoder's at tp > 1, fc and norms
+     * whole on every rank), their K/V after the decoder's in the
      * pool while `mtp` (backend_options_t.mtp at the last kv_reserve; mtp_next from configure),
      * and then every forward keeps its tokens' final-norm output in hid. */
     int n_mtp;

@@ -374,9 +374,10 @@ int cb_run_mtp(cuda_backend_t *be, const run_args_t *r, int step, const uint16_t
                              be->hid_mtp, st, err) < 0)
         return -1;
     if (r->n_logits == 0) return 0;
-    /* logits = out[logit_rows] Wlm^T */
+    /* logits = out[logit_rows] Wlm^T (the rank's vocabulary rows, gathered, at tp > 1) */
     if (ops_add_rmsnorm_bf16(be->resid, NULL, GEMM_OUT, r->rows, r->n_logits, H, be->mtp_norm,
                              be->eps, be->xf, st, err) < 0)
         return -1;
+    if (be->shard.tp > 1) return cb_vocab_parallel_logits(be, r->n_logits, r->logits, err);
     return gemm_bf16(be->gemm, &be->lm_head, be->xf, r->n_logits, r->logits, true, err);
 }

@@ -404,8 +404,8 @@ int cb_mtp_forward(backend_t *base, const be_batch_t *b, const int32_t *hidden_r
                    float *logits, err_t *err) {
     cuda_backend_t *be = (cuda_backend_t *)base;
     if (be->n_mtp == 0)
-        return err_set(err, "cuda backend: no MTP head here (none in the model, tensor parallel, "
-                            "or an MoE MTP layer)");
+        return err_set(err, "cuda backend: no MTP head here (none in the model, or an MoE MTP "
+                            "layer)");
     if (!b) return 0; /* the probe: the head runs here */
     if (!be->mtp)
         return err_set(err, "cuda backend: mtp_forward on a KV pool reserved without the MTP "
@@ -447,7 +447,7 @@ int cb_mtp_forward(backend_t *base, const be_batch_t *b, const int32_t *hidden_r
     r.logits = be->logits;
     r.stride = b->block_table_stride;
     if (rc == 0) rc = cb_run_mtp(be, &r, step, step == 0 ? be->hid : be->hid_mtp, err);
-    if (rc == 0 && b->n_logits > 0)
+    if (rc == 0 && b->n_logits > 0 && be->shard.rank == 0) /* rank 0 holds every logit */
         rc = cudaMemcpyAsync(logits, be->logits, (size_t)b->n_logits * (size_t)be->V * 4,
                              cudaMemcpyDeviceToHost, be->stream) == cudaSuccess
                  ? 0

@@ -401,8 +401,8 @@ int cb_create_rank(const backend_options_t *opts, const model_weights_t *w, cons
         if (c->layer[l].mlp == MLP_DENSE) be->I = c->intermediate_size;
     be->V = c->vocab_size;
     be->L = c->n_layers;
-    /* the MTP head at tp 1, its layers dense (an MoE MTP layer is not run here) */
-    be->n_mtp = shard->tp == 1 ? c->n_mtp_layers : 0;
+    /* the MTP head, its layers dense (an MoE MTP layer is not run here) */
+    be->n_mtp = c->n_mtp_layers;
     for (int i = 0; i < be->n_mtp; i++)
         if (c->layer[be->L + i].mlp != MLP_DENSE) be->n_mtp = 0;
     be->mtp_next = opts && opts->mtp && be->n_mtp > 0;

@@ -367,9 +367,10 @@ int cpu_rank_create(const backend_options_t *opts, const model_weights_t *w, con
     be->kmax = c->hidden_size; /* the widest GEMM input, widened by bind_layer */
     shard_vocab(c->vocab_size, shard->rank, shard->tp, &be->v0, &be->vn, &be->vpad);
     size_t per_layer = L_COUNT + 6 + (size_t)c->n_experts * E_COUNT;
-    be->views =
-        shard->tp > 1 ? calloc((size_t)c->n_layers * per_layer + 1, sizeof *be->views) : NULL;
-    be->n_mtp = shard->tp == 1 ? c->n_mtp_layers : 0; /* cpu_mtp.c */
+    be->n_mtp = c->n_mtp_layers; /* cpu_mtp.c */
+    be->views = shard->tp > 1
+                    ? calloc((size_t)(c->n_layers + be->n_mtp) * per_layer + 1, sizeof *be->views)
+                    : NULL;
     be->mtp_next = opts && opts->mtp && be->n_mtp > 0;
     be->layers = calloc((size_t)(c->n_layers + be->n_mtp), sizeof *be->layers);
     if (!be->layers || (shard->tp > 1 && !be->views)) {
@@ -805,8 +806,12 @@ static int cpu_forward(backend_t *base, const be_batch_t *b, float *logits, err_
             cpu_rmsnorm(be->h + (int64_t)b->logit_rows[i] * H, be->final_norm, H, c->rms_norm_eps,
                         be->xn + (int64_t)i * H);
     }
-    if (be->shard.tp > 1) return vocab_parallel_logits(be, b->n_logits, logits, err);
-    cpu_be_gemm(be, be->xn, b->n_logits, be->lm_head, logits, c->vocab_size);
+    return cpu_be_logits(be, b->n_logits, logits, err);
+}
+
+int cpu_be_logits(cpu_backend_t *be, int n, float *logits, err_t *err) {
+    if (be->shard.tp > 1) return vocab_parallel_logits(be, n, logits, err);
+    cpu_be_gemm(be, be->xn, n, be->lm_head, logits, be->cfg->vocab_size);
     return 0;
 }
 

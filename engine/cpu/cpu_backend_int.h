@@ -60,8 +60,9 @@ typedef struct cpu_backend {
     uint64_t *expert_counts; /* [n_layers][n_experts] tokens routed since create */
     int32_t *trace;          /* trace_routing's [n_layers][T][k], or NULL */
 
-    /* The MTP head (cpu_mtp.c): its layers are layers[n_layers .. n_layers + n_mtp), bound at
-     * tp 1 only (0 otherwise, or without mtp.* tensors); the pool holds their K/V after the
+    /* The MTP head (cpu_mtp.c): its layers are layers[n_layers .. n_layers + n_mtp) (0 without
+     * mtp.* tensors), sharded as the decoder's at tp > 1 (fc and norms whole on every rank, the
+     * lm_head vocab-parallel as the model's); the pool holds their K/V after the
      * decoder's while `mtp` (backend_options_t.mtp at the last kv_reserve; mtp_next from the
      * next one), and forward then keeps every token's final-norm output in `hid`. */
     int n_mtp;
@@ -118,6 +119,10 @@ int cpu_be_prepare(cpu_backend_t *be, const be_batch_t *b, const float *logits, 
 
 /* Each token's RoPE angles, from the batch's positions. */
 void cpu_be_rope(cpu_backend_t *be, const be_batch_t *b);
+
+/* logits [n, V] of the normed rows xn[0..n) through lm_head: the whole vocabulary at tp 1, the
+ * rank's rows all-gathered at tp > 1 (every rank takes part; rank 0 writes logits). */
+int cpu_be_logits(cpu_backend_t *be, int n, float *logits, err_t *err);
 
 /* h += layer `layer`'s attention, then its MLP (any kind), over the batch. */
 int cpu_be_layer(cpu_backend_t *be, const be_batch_t *b, int layer, err_t *err);

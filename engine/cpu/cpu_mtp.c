@@ -101,6 +101,5 @@ int cpu_mtp_forward(backend_t *base, const be_batch_t *b, const int32_t *hidden_
     for (int i = 0; i < b->n_logits; i++)
         memcpy(be->xn + (int64_t)i * H, be->hid_mtp + (int64_t)b->logit_rows[i] * H,
                (size_t)H * sizeof(float));
-    cpu_be_gemm(be, be->xn, b->n_logits, be->lm_head, logits, c->vocab_size);
-    return 0;
+    return cpu_be_logits(be, b->n_logits, logits, err);
 }

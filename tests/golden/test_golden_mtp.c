@@ -9,6 +9,8 @@
  * - three chained draft steps, both sequences in each batch (the previous draft beside the
  *   head's own output, one position further, attending to the head's K/V written so far): the
  *   same drafts (argmax) as transformers, logits within 1e-3;
+ * - the same at tensor parallel 2 (the BF16 fixture: two ranks, each its shard of the head's
+ *   layer, the lm_head's rows all-gathered);
  * - refusals: the head on a pool reserved without its layers, hidden rows out of range;
  * - in the engine (speculative method mtp, one draft a step): each golden prompt's greedy run
  *   accepts exactly the drafts that transformers' head predicts there. A step's draft comes from
@@ -37,14 +39,15 @@
 
 #define TOLERANCE 1e-3
 
-static void check_fixture(const char *fixture) {
+/* tp: tensor-parallel ranks (engine/tp.h: each its shard of the head's layer). */
+static void check_fixture(const char *fixture, int tp) {
     tu_golden_t g;
     int chained = tu_mtp_golden_load(fixture, &g);
     model_weights_t *w = tu_fixture_weights(fixture);
     assert_int_equal(weights_config(w)->n_mtp_layers, 1);
     err_t err = {{0}};
     backend_t *be;
-    backend_options_t opts = {.n_threads = 2, .mtp = true};
+    backend_options_t opts = {.n_threads = 2, .mtp = true, .tensor_parallel_size = tp};
     if (cpu_backend_ops.create(&opts, w, &be, &err) < 0) fail_msg("%s", err.msg);
     assert_non_null(be->ops->mtp_forward);
     if (backend_kv_reserve(be, TU_SEQS * TU_SEQ_BLOCKS, TU_BLOCK, &err) < 0 ||
@@ -122,8 +125,9 @@ static void check_fixture(const char *fixture) {
             last_row[s] = s;
         }
     }
-    print_message("%s: MTP logits within %.2e of transformers (%d + %d rows, %d chained steps)\n",
-                  fixture, worst, n0[0], n0[1], chained);
+    print_message("%s, tp %d: MTP logits within %.2e of transformers (%d + %d rows, %d chained "
+                  "steps)\n",
+                  fixture, tp, worst, n0[0], n0[1], chained);
 
     /* refusals: a hidden row the last step did not have; a pool without the head's K/V */
     const int32_t *one[TU_SEQS] = {&draft[0], &draft[1]};
@@ -268,11 +272,15 @@ static void check_prefix_drafts(const char *fixture) {
 }
 
 static void test_mtp_bf16(void **state) {
-    check_fixture("tiny-qwen3.5");
+    check_fixture("tiny-qwen3.5", 1);
 }
 
 static void test_mtp_fp8(void **state) {
-    check_fixture("tiny-qwen3.5-fp8");
+    check_fixture("tiny-qwen3.5-fp8", 1);
+}
+
+static void test_mtp_tp2(void **state) {
+    check_fixture("tiny-qwen3.5", 2);
 }
 
 static void test_engine_drafts_bf16(void **state) {
@@ -293,9 +301,10 @@ static void test_prefix_drafts_fp8(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_mtp_bf16),           cmocka_unit_test(test_mtp_fp8),
-        cmocka_unit_test(test_engine_drafts_bf16), cmocka_unit_test(test_engine_drafts_fp8),
-        cmocka_unit_test(test_prefix_drafts_bf16), cmocka_unit_test(test_prefix_drafts_fp8),
+        cmocka_unit_test(test_mtp_bf16),          cmocka_unit_test(test_mtp_fp8),
+        cmocka_unit_test(test_mtp_tp2),           cmocka_unit_test(test_engine_drafts_bf16),
+        cmocka_unit_test(test_engine_drafts_fp8), cmocka_unit_test(test_prefix_drafts_bf16),
+        cmocka_unit_test(test_prefix_drafts_fp8),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -8,7 +8,8 @@
  *   fixture against the CPU's W8A8 emulation), and the same drafts wherever the CPU's top-2
  *   margin is above the noise band;
  * - in the engine (backend "cuda", speculative method mtp, k = 2): greedy tokens of several
- *   prompts, alone and together, are the tokens without drafts, and drafts are accepted;
+ *   prompts, alone and together, are the tokens without drafts, and drafts are accepted; the
+ *   same at tensor parallel 2 (two ranks on the device);
  * - refusals: a pool reserved without the head's K/V; hidden rows the last pass did not have.
  *
  * Tolerances as test_cuda_backend.c's (BF16 0.1, FP8 0.5; what the GPU's bf16 roundings move):
@@ -221,6 +222,15 @@ static void test_engine_mtp(void **state) {
     engine_stats(eng, &snap);
     print_message("cuda engine, MTP k 2: %llu drafts verified, %llu accepted\n",
                   (unsigned long long)snap.spec_draft_tokens,
+                  (unsigned long long)snap.spec_accepted_tokens);
+    assert_true(snap.spec_accepted_tokens > 0);
+    /* tensor parallel 2 on the device (each rank its shard of the head's layer): the same tokens
+     * as one rank (greedy margins on this fixture are far above TP's rounding) */
+    if (engine_flag_set(eng, "tensor-parallel-size", "2", &err) < 0) fail_msg("%s", err.msg);
+    run(eng, prompts, plen, true, got);
+    assert_memory_equal(base, got, sizeof base);
+    engine_stats(eng, &snap);
+    print_message("cuda engine, tp 2, MTP k 2: %llu accepted (the new layout's counters)\n",
                   (unsigned long long)snap.spec_accepted_tokens);
     assert_true(snap.spec_accepted_tokens > 0);
     engine_close(eng);

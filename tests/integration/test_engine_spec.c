@@ -16,7 +16,8 @@
  *   live stops the drafts, and toggling it while a batch runs loses nothing (n-gram on Qwen3;
  *   MTP on Qwen3.5, where the acceptance counters move); drafts take only the token budget the
  *   running decodes leave;
- * - the MTP method refused where it cannot run: a model without an MTP head, tensor parallel. */
+ * - the MTP head at tensor parallel 2 gives the tokens of one rank; the method refused on a model
+ *   without an MTP head. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -423,12 +424,29 @@ static void test_mtp_refused(void **state) {
     assert_int_equal(engine_flag_set(eng, "speculative-method", "mtp", &err), -1);
     assert_non_null(strstr(err.msg, "has no MTP head"));
     engine_close(eng);
-    const char *const tp[] = {"tensor-parallel-size", "2", NULL};
-    eng = tu_open_engine(tu_fixture("tiny-qwen3.5"), "cpu", tp);
-    assert_int_equal(engine_flag_set(eng, "speculative-method", "mtp", &err), -1);
-    assert_non_null(strstr(err.msg, "tensor-parallel-size > 1"));
+}
+
+/* The head at tensor parallel 2 (each rank its shard of the head's layer, engine/tp.h): the
+ * greedy tokens of one rank without drafts, drafts accepted; then back to one rank, reloaded in
+ * place with the method kept. */
+static void test_mtp_tensor_parallel(void **state) {
+    make_prompts(1000);
+    engine_t *eng = tu_open_engine(tu_fixture("tiny-qwen3.5"), "cpu", NULL);
+    sampling_params_t p = tu_greedy(N_GEN);
+    run(eng, &p, true, base);
+    set_flag(eng, "tensor-parallel-size", "2");
+    spec_on(eng, true, "3");
+    run(eng, &p, true, got);
+    expect_same(base, got, 1, "tp 2, mtp k 3");
+    static stats_snapshot_t snap;
+    expect_idle(eng, &snap);
+    print_message("tiny-qwen3.5, tp 2: %llu drafts, %llu accepted\n",
+                  (unsigned long long)snap.spec_draft_tokens,
+                  (unsigned long long)snap.spec_accepted_tokens);
+    assert_true(snap.spec_accepted_tokens > 0);
     set_flag(eng, "tensor-parallel-size", "1");
-    set_flag(eng, "speculative-method", "mtp"); /* one rank: it runs */
+    run(eng, &p, false, got);
+    expect_same(base, got, 1, "tp 1 again, mtp k 3");
     engine_close(eng);
 }
 
@@ -571,6 +589,7 @@ int main(void) {
         cmocka_unit_test(test_live_toggle_during_run),
         cmocka_unit_test(test_mtp_live_toggle_during_run),
         cmocka_unit_test(test_mtp_refused),
+        cmocka_unit_test(test_mtp_tensor_parallel),
         cmocka_unit_test(test_budget_before_drafts),
         cmocka_unit_test(test_distribution),
     };
