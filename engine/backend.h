@@ -177,11 +177,13 @@ typedef struct backend_ops {
      * positions[i], and slot_mapping, context_len and the block tables are those of position t
      * (the layer's own K/V, in the same slots as the model's). hidden_rows[i] names h_t: at step
      * 0 a row of the last forward's tokens (its final-norm output), at step > 0 a row of the
-     * last mtp_forward's (the head's own output, for the next draft). Writes logits [n_logits,
-     * vocab_size] f32 (host) for the batch's logit rows. With b NULL it only answers whether
-     * this instance runs the model's head: 0, or -1 with why not. */
+     * last mtp_forward's (the head's own output, for the next draft). For the batch's logit
+     * rows writes logits [n_logits, vocab_size] f32 (host) when logits is not NULL, and the
+     * drafts, each row's argmax, to argmax[n_logits] when that is not NULL (computed where the
+     * logits are: a GPU copies back one id per row, not the rows). With b NULL it only answers
+     * whether this instance runs the model's head: 0, or -1 with why not. */
     int (*mtp_forward)(backend_t *be, const be_batch_t *b, const int32_t *hidden_rows, int step,
-                       float *logits, err_t *err);
+                       float *logits, int32_t *argmax, err_t *err);
 } backend_ops_t;
 
 /* Every backend instance starts with this header. */

@@ -126,7 +126,8 @@ int check_rebuild_flags(const core_t *e, flag_values_t *f, err_t *err) {
                        e->cfg->source);
     err_t why = {{0}}; /* mtp_forward with no batch: whether this instance runs the head */
     if (f->speculative_method == SPEC_MTP &&
-        (!e->be->ops->mtp_forward || e->be->ops->mtp_forward(e->be, NULL, NULL, 0, NULL, &why) < 0))
+        (!e->be->ops->mtp_forward ||
+         e->be->ops->mtp_forward(e->be, NULL, NULL, 0, NULL, NULL, &why) < 0))
         return err_set(
             err, "speculative method mtp: the %s backend%s does not run the MTP head%s%s",
             e->ops->name, f->tensor_parallel_size > 1 ? " at tensor-parallel-size > 1" : "",

@@ -19,7 +19,7 @@ void mtp_pass_free(mtp_pass_t *mp) {
     free(mp->logit_rows);
     free(mp->owner);
     free(mp->slots);
-    free(mp->logits);
+    free(mp->drafts);
     memset(mp, 0, sizeof *mp);
 }
 
@@ -31,8 +31,8 @@ int mtp_take(const eng_choice_t *q, int room, int32_t *out) {
     return n > 0 ? n : 0;
 }
 
-/* Room for n_tokens tokens of n_seqs sequences, a row of logits each (the tables: fill_tables). */
-static int reserve(mtp_pass_t *mp, int n_tokens, int n_seqs, int vocab) {
+/* Room for n_tokens tokens of n_seqs sequences, a draft each (the tables: fill_tables). */
+static int reserve(mtp_pass_t *mp, int n_tokens, int n_seqs) {
     return GROW(mp->ent, mp->cap_ent, n_seqs) < 0 ||
                    GROW(mp->tokens, mp->cap_tokens, n_tokens) < 0 ||
                    GROW(mp->pos, mp->cap_pos, n_tokens) < 0 ||
@@ -42,20 +42,13 @@ static int reserve(mtp_pass_t *mp, int n_tokens, int n_seqs, int vocab) {
                    GROW(mp->owner, mp->cap_owner, n_tokens) < 0 ||
                    GROW(mp->qstart, mp->cap_qstart, n_seqs + 1) < 0 ||
                    GROW(mp->ctx, mp->cap_ctx, n_seqs) < 0 ||
-                   GROW(mp->logits, mp->cap_logits, n_seqs * vocab) < 0
+                   GROW(mp->drafts, mp->cap_drafts, n_seqs) < 0
                ? -1
                : 0;
 }
 
 static int64_t slot_of(const sched_seq_t *s, int bs, int pos) {
     return (int64_t)s->blocks[pos / bs] * bs + pos % bs;
-}
-
-static int32_t argmax(const float *x, int n) {
-    int32_t best = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
-    return best;
 }
 
 /* Drafts sequence q may use after this step (0: it does not decode next), its blocks taken for
@@ -106,8 +99,8 @@ static int fill_tables(mtp_pass_t *mp, int n_seq) {
 
 int mtp_run(core_t *e, mtp_pass_t *mp, const sched_out_t *out, const be_batch_t *b,
             const int *valid, err_t *err) {
-    int bs = kv_block_size(e->kv), V = e->cfg->vocab_size;
-    if (reserve(mp, b->n_tokens, b->n_seqs, V) < 0) return err_set(err, "out of memory");
+    int bs = kv_block_size(e->kv);
+    if (reserve(mp, b->n_tokens, b->n_seqs) < 0) return err_set(err, "out of memory");
     /* step 0: x_{t+1} beside h_t for the positions read this step */
     int n_ent = 0, n_tok = 0, n_logits = 0;
     for (int r = 0; r < b->n_seqs; r++) {
@@ -148,11 +141,12 @@ int mtp_run(core_t *e, mtp_pass_t *mp, const sched_out_t *out, const be_batch_t 
     int stride = fill_tables(mp, n_ent);
     if (stride < 0) return err_set(err, "out of memory");
     be_batch_t mb = batch_of(mp, n_tok, n_ent, stride, n_logits);
-    if (e->be->ops->mtp_forward(e->be, &mb, mp->rows, 0, mp->logits, err) < 0) return -1;
+    /* the drafts come back as ids (argmax where the logits are), not as rows of logits */
+    if (e->be->ops->mtp_forward(e->be, &mb, mp->rows, 0, NULL, mp->drafts, err) < 0) return -1;
     for (int i = 0; i < n_ent; i++) {
         mtp_entry_t *en = &mp->ent[i];
         if (en->want == 0) continue;
-        en->q->mtp_draft[0] = argmax(mp->logits + (size_t)en->row * (size_t)V, V);
+        en->q->mtp_draft[0] = mp->drafts[en->row];
         en->q->n_mtp_draft = 1;
         en->q->mtp_base = en->q->b.s.n_tokens;
         en->row = mp->logit_rows[en->row]; /* its output row, the next step's hidden */
@@ -182,10 +176,10 @@ int mtp_run(core_t *e, mtp_pass_t *mp, const sched_out_t *out, const be_batch_t 
         stride = fill_tables(mp, n);
         if (stride < 0) return err_set(err, "out of memory");
         mb = batch_of(mp, n, n, stride, n);
-        if (e->be->ops->mtp_forward(e->be, &mb, mp->rows, j, mp->logits, err) < 0) return -1;
+        if (e->be->ops->mtp_forward(e->be, &mb, mp->rows, j, NULL, mp->drafts, err) < 0) return -1;
         for (int l = 0; l < n; l++) {
             mtp_entry_t *en = &mp->ent[mp->owner[l]];
-            en->q->mtp_draft[j] = argmax(mp->logits + (size_t)l * (size_t)V, V);
+            en->q->mtp_draft[j] = mp->drafts[l];
             en->q->n_mtp_draft = j + 1;
             en->row = l;
         }

@@ -37,11 +37,10 @@ typedef struct mtp_entry {
 /* The head's batches and their buffers, grown and kept. */
 typedef struct mtp_pass {
     mtp_entry_t *ent;
-    int32_t *tokens, *pos, *rows, *qstart, *ctx, *tables, *logit_rows, *owner;
+    int32_t *tokens, *pos, *rows, *qstart, *ctx, *tables, *logit_rows, *owner, *drafts;
     int64_t *slots;
-    float *logits;
     int cap_ent, cap_tokens, cap_pos, cap_rows, cap_qstart, cap_ctx, cap_tables, cap_logit_rows,
-        cap_owner, cap_slots, cap_logits;
+        cap_owner, cap_slots, cap_drafts;
 } mtp_pass_t;
 
 void mtp_pass_free(mtp_pass_t *mp);

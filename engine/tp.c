@@ -39,12 +39,14 @@ typedef struct tp {
     float *logits;
     const int32_t *mtp_rows; /* an MTP pass's hidden rows (mtp_forward), NULL for forward */
     int mtp_step;
+    int32_t *mtp_argmax; /* its drafts (rank 0 writes them, as the logits) */
 } tp_t;
 
 /* The step's call on rank r: forward, or the MTP head's pass. */
 static int rank_call(const tp_t *t, tp_rank_t *r, err_t *err) {
     if (t->mtp_rows)
-        return r->be->ops->mtp_forward(r->be, t->batch, t->mtp_rows, t->mtp_step, t->logits, err);
+        return r->be->ops->mtp_forward(r->be, t->batch, t->mtp_rows, t->mtp_step, t->logits,
+                                       t->mtp_argmax, err);
     return backend_forward(r->be, t->batch, t->logits, err);
 }
 
@@ -90,12 +92,13 @@ static void tp_destroy(backend_t *base) {
 
 /* Every rank runs the call (rank 0 on the caller's thread): forward, or with rows an MTP pass. */
 static int run_ranks(tp_t *t, const be_batch_t *b, float *logits, const int32_t *rows, int step,
-                     err_t *err) {
+                     int32_t *argmax, err_t *err) {
     pthread_mutex_lock(&t->mu);
     t->batch = b;
     t->logits = logits;
     t->mtp_rows = rows;
     t->mtp_step = step;
+    t->mtp_argmax = argmax;
     t->done = 0;
     t->step++;
     pthread_cond_broadcast(&t->cv);
@@ -124,7 +127,7 @@ static int run_ranks(tp_t *t, const be_batch_t *b, float *logits, const int32_t 
 }
 
 static int tp_forward(backend_t *base, const be_batch_t *b, float *logits, err_t *err) {
-    return run_ranks((tp_t *)base, b, logits, NULL, 0, err);
+    return run_ranks((tp_t *)base, b, logits, NULL, 0, NULL, err);
 }
 
 static backend_t *rank0(const backend_t *base) {
@@ -134,10 +137,10 @@ static backend_t *rank0(const backend_t *base) {
 /* The MTP head over every rank (each its shard of the head's layer); no batch: rank 0's answer
  * to whether the head runs. */
 static int tp_mtp_forward(backend_t *base, const be_batch_t *b, const int32_t *hidden_rows,
-                          int step, float *logits, err_t *err) {
-    if (!b) return rank0(base)->ops->mtp_forward(rank0(base), NULL, NULL, 0, NULL, err);
+                          int step, float *logits, int32_t *argmax, err_t *err) {
+    if (!b) return rank0(base)->ops->mtp_forward(rank0(base), NULL, NULL, 0, NULL, NULL, err);
     if (!hidden_rows) return err_set(err, "mtp_forward: no hidden rows");
-    return run_ranks((tp_t *)base, b, logits, hidden_rows, step, err);
+    return run_ranks((tp_t *)base, b, logits, hidden_rows, step, argmax, err);
 }
 
 static int tp_sample(backend_t *base, const sampler_row_t *rows, int n_rows, sampler_result_t *out,

@@ -378,6 +378,10 @@ int cb_forward(backend_t *base, const be_batch_t *b, float *logits, err_t *err);
 /* backend_ops_t.mtp_forward: one piece at most (the engine's MTP batches are no larger than the
  * step's), run eagerly. */
 int cb_mtp_forward(backend_t *base, const be_batch_t *b, const int32_t *hidden_rows, int step,
-                   float *logits, err_t *err);
+                   float *logits, int32_t *argmax, err_t *err);
+
+/* cuda_backend.cu: the argmax of each of the first n_rows rows of the device logits, through the
+ * device sampler at temperature 0 (one id per row comes back); synchronizes the stream. */
+int cb_greedy_ids(cuda_backend_t *be, int n_rows, int32_t *ids, err_t *err);
 
 #endif

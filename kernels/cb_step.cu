@@ -401,7 +401,7 @@ int cb_forward(backend_t *base, const be_batch_t *b, float *logits, err_t *err) 
 }
 
 int cb_mtp_forward(backend_t *base, const be_batch_t *b, const int32_t *hidden_rows, int step,
-                   float *logits, err_t *err) {
+                   float *logits, int32_t *argmax, err_t *err) {
     cuda_backend_t *be = (cuda_backend_t *)base;
     if (be->n_mtp == 0)
         return err_set(err, "cuda backend: no MTP head here (none in the model, or an MoE MTP "
@@ -418,7 +418,8 @@ int cb_mtp_forward(backend_t *base, const be_batch_t *b, const int32_t *hidden_r
                        "cuda backend: an MTP pass of %d tokens, %d sequences, %d logit rows is "
                        "more than one piece (%d, %d, %d)",
                        b->n_tokens, b->n_seqs, b->n_logits, be->cap_t, be->cap_s, be->cap_l);
-    if (b->n_logits > 0 && !logits) return err_set(err, "cuda backend: mtp_forward: no logits");
+    if (b->n_logits > 0 && !logits && !argmax)
+        return err_set(err, "cuda backend: mtp_forward: neither logits nor drafts asked for");
     int src_rows = step == 0 ? be->hid_rows : be->hid_mtp_rows;
     for (int t = 0; t < b->n_tokens; t++)
         if (hidden_rows[t] < 0 || hidden_rows[t] >= src_rows)
@@ -447,12 +448,15 @@ int cb_mtp_forward(backend_t *base, const be_batch_t *b, const int32_t *hidden_r
     r.logits = be->logits;
     r.stride = b->block_table_stride;
     if (rc == 0) rc = cb_run_mtp(be, &r, step, step == 0 ? be->hid : be->hid_mtp, err);
-    if (rc == 0 && b->n_logits > 0 && be->shard.rank == 0) /* rank 0 holds every logit */
+    if (rc == 0 && logits && b->n_logits > 0 && be->shard.rank == 0) /* rank 0: every logit */
         rc = cudaMemcpyAsync(logits, be->logits, (size_t)b->n_logits * (size_t)be->V * 4,
                              cudaMemcpyDeviceToHost, be->stream) == cudaSuccess
                  ? 0
                  : err_set(err, "cuda backend: copying the MTP logits failed");
     cudaError_t e = cudaStreamSynchronize(be->stream);
+    if (rc == 0 && e == cudaSuccess && argmax &&
+        be->shard.rank == 0) /* the drafts, on the device */
+        rc = cb_greedy_ids(be, b->n_logits, argmax, err);
     be->staging_busy = false;
     if (rc < 0) return -1;
     if (e != cudaSuccess)

@@ -281,6 +281,34 @@ static int cb_sample(backend_t *base, const sampler_row_t *rows, int n_rows, sam
     return 0;
 }
 
+int cb_greedy_ids(cuda_backend_t *be, int n_rows, int32_t *ids, err_t *err) {
+    if (n_rows <= 0) return 0;
+    if (n_rows > be->cap_l)
+        return err_set(err, "cuda backend: %d greedy rows, more than %d", n_rows, be->cap_l);
+    /* the sampler's staging: free, the last sample() or forward ended synchronized */
+    for (int i = 0; i < n_rows; i++) {
+        ops_sample_row_t *o = &be->srows_h[i];
+        memset(o, 0, sizeof *o);
+        o->temperature = 0.0f; /* greedy: the argmax, nothing masked or penalized */
+        o->top_p = 1.0f;
+        o->repetition_penalty = 1.0f;
+        o->logprobs = -1;
+    }
+    CUDA_CHECK(cudaMemcpyAsync(be->srows_d, be->srows_h, (size_t)n_rows * sizeof *be->srows_h,
+                               cudaMemcpyHostToDevice, be->stream),
+               err);
+    if (ops_sample(be->logits, be->V, n_rows, be->V, be->srows_d, be->arena_d, be->counts,
+                   be->sres_d, be->stream, err) < 0)
+        return -1;
+    CUDA_CHECK(cudaMemcpyAsync(be->sres_h, be->sres_d, (size_t)n_rows * sizeof *be->sres_h,
+                               cudaMemcpyDeviceToHost, be->stream),
+               err);
+    CUDA_CHECK(cudaStreamSynchronize(be->stream), err);
+    for (int i = 0; i < n_rows; i++)
+        ids[i] = be->sres_h[i].token;
+    return 0;
+}
+
 static void cb_describe(const backend_t *base, char *buf, size_t size) {
     const cuda_backend_t *be = (const cuda_backend_t *)base;
     snprintf(buf, size, "cuda, %s (sm_%d%d), %s, graphs %s%s%s", be->device_name, be->sm_major,

@@ -203,11 +203,11 @@ void tu_check_mtp_refusals(backend_t *be, const backend_options_t *off, const tu
                            float *logits) {
     err_t err = {{0}};
     const int32_t bad[TU_SEQS] = {0, 7};
-    assert_int_equal(be->ops->mtp_forward(be, &sb->b, bad, 1, logits, &err), -1);
+    assert_int_equal(be->ops->mtp_forward(be, &sb->b, bad, 1, logits, NULL, &err), -1);
     assert_non_null(strstr(err.msg, "hidden row 7"));
     be->ops->configure(be, off);
     if (backend_kv_reserve(be, TU_SEQS * TU_SEQ_BLOCKS, TU_BLOCK, &err) < 0)
         fail_msg("%s", err.msg);
-    assert_int_equal(be->ops->mtp_forward(be, &sb->b, bad, 0, logits, &err), -1);
+    assert_int_equal(be->ops->mtp_forward(be, &sb->b, bad, 0, logits, NULL, &err), -1);
     assert_non_null(strstr(err.msg, "without the MTP layers"));
 }

@@ -262,6 +262,7 @@ static void cpu_destroy(backend_t *base) {
     free_activations(be);
     free(be->lg_rank);
     free(be->lg_all);
+    free(be->mtp_logits);
     free(be->views);
     for (int i = 0; be->wbuf && i < be->n_threads; i++)
         free(be->wbuf[i]);

@@ -74,7 +74,9 @@ typedef struct cpu_backend {
     int hid_rows;   /* its tokens */
     float *hid_mtp; /* [T, H] the last mtp_forward's output (mtp.norm) */
     int hid_mtp_rows;
-    float *cat; /* [T, 2H] the fc's input */
+    float *cat;        /* [T, 2H] the fc's input */
+    float *mtp_logits; /* [cap_mtp_logits floats] logits of a pass asked for drafts only */
+    size_t cap_mtp_logits;
 
     /* KV pool, f32 [kv layers][num_blocks][n_kv_heads][block_size][head_dim] each (cpu_ops.h: a
      * head's rows of a block together): the softmax attention layers only (kv_layers), in layer
@@ -137,6 +139,6 @@ void cpu_mtp_take_norms(cpu_backend_t *be, float **cursor);
 
 /* cpu_mtp.c: backend_ops_t.mtp_forward. */
 int cpu_mtp_forward(backend_t *base, const be_batch_t *b, const int32_t *hidden_rows, int step,
-                    float *logits, err_t *err);
+                    float *logits, int32_t *argmax, err_t *err);
 
 #endif

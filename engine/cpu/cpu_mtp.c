@@ -16,6 +16,7 @@
  * normed output back as the hidden of the next draft).
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cpu_backend_int.h"
@@ -51,8 +52,16 @@ void cpu_mtp_take_norms(cpu_backend_t *be, float **cursor) {
     be->mtp_norm = cpu_take_norm(be->mtp_norm_w[2], offset, cursor);
 }
 
+/* The largest entry's index (the first on a tie). */
+static int32_t row_argmax(const float *x, int n) {
+    int32_t best = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
+}
+
 int cpu_mtp_forward(backend_t *base, const be_batch_t *b, const int32_t *hidden_rows, int step,
-                    float *logits, err_t *err) {
+                    float *logits, int32_t *argmax, err_t *err) {
     cpu_backend_t *be = (cpu_backend_t *)base;
     const model_config_t *c = be->cfg;
     if (be->n_mtp == 0) return err_set(err, "cpu backend: the model has no MTP layers");
@@ -68,6 +77,16 @@ int cpu_mtp_forward(backend_t *base, const be_batch_t *b, const int32_t *hidden_
     if (b->n_tokens > be->cap_tokens)
         return err_set(err, "cpu backend: mtp_forward over %d tokens, more than the last forward",
                        b->n_tokens);
+    if (!logits && b->n_logits > 0) { /* drafts only: the logits in a scratch of the backend's */
+        size_t need = (size_t)b->n_logits * (size_t)c->vocab_size;
+        if (need > be->cap_mtp_logits) {
+            free(be->mtp_logits);
+            be->mtp_logits = malloc(need * sizeof(float));
+            be->cap_mtp_logits = be->mtp_logits ? need : 0;
+            if (!be->mtp_logits) return err_set(err, "cpu backend: out of memory for MTP logits");
+        }
+        logits = be->mtp_logits;
+    }
     if (cpu_be_prepare(be, b, logits, err) < 0) return -1;
     int T = b->n_tokens, H = c->hidden_size;
     if (T == 0) return 0;
@@ -101,5 +120,8 @@ int cpu_mtp_forward(backend_t *base, const be_batch_t *b, const int32_t *hidden_
     for (int i = 0; i < b->n_logits; i++)
         memcpy(be->xn + (int64_t)i * H, be->hid_mtp + (int64_t)b->logit_rows[i] * H,
                (size_t)H * sizeof(float));
-    return cpu_be_logits(be, b->n_logits, logits, err);
+    if (cpu_be_logits(be, b->n_logits, logits, err) < 0) return -1;
+    for (int i = 0; argmax && be->shard.rank == 0 && i < b->n_logits; i++)
+        argmax[i] = row_argmax(logits + (size_t)i * (size_t)c->vocab_size, c->vocab_size);
+    return 0;
 }

@@ -87,7 +87,8 @@ static void check_fixture(const char *fixture, int tp) {
                 len[0] * s + i; /* the forward's rows: seq s from len[0]*s */
     float *logits = malloc((size_t)sb.b.n_logits * (size_t)g.vocab * sizeof(float));
     assert_non_null(logits);
-    if (be->ops->mtp_forward(be, &sb.b, sb.rows, 0, logits, &err) < 0) fail_msg("%s", err.msg);
+    if (be->ops->mtp_forward(be, &sb.b, sb.rows, 0, logits, NULL, &err) < 0)
+        fail_msg("%s", err.msg);
     double worst = 0;
     int last_row[TU_SEQS];
     for (int s = 0; s < TU_SEQS; s++) {
@@ -114,7 +115,8 @@ static void check_fixture(const char *fixture, int tp) {
         int from[TU_SEQS] = {len[0] - 2 + j, len[1] - 2 + j}, n1[TU_SEQS] = {1, 1};
         int32_t rows[TU_SEQS] = {last_row[0], last_row[1]};
         tu_batch_build(&sb, one, from, n1, true);
-        if (be->ops->mtp_forward(be, &sb.b, rows, j, logits, &err) < 0) fail_msg("%s", err.msg);
+        if (be->ops->mtp_forward(be, &sb.b, rows, j, logits, NULL, &err) < 0)
+            fail_msg("%s", err.msg);
         for (int s = 0; s < TU_SEQS; s++) {
             const float *want = g.logits + (size_t)(offset[s] + n0[s] + j - 1) * g.vocab;
             double d = tu_max_diff(logits + (size_t)s * g.vocab, want, g.vocab);

@@ -56,16 +56,22 @@ static backend_t *open_be(const backend_ops_t *ops, model_weights_t *w, bool emu
 }
 
 /* Runs the same batch through both backends' mtp_forward (the forward's when rows is NULL) and
- * compares the logits; returns the largest difference. */
+ * compares the logits; returns the largest difference. Each backend's drafts (the argmax it
+ * computes where its logits are: the GPU's on the device) must be its logits' argmax. */
 static double both(backend_t *cpu, backend_t *gpu, const be_batch_t *b, const int32_t *rows,
                    int step, float *lc, float *lg, int vocab) {
     err_t err = {{0}};
+    static int32_t dc[512], dg[512];
     if (!rows) {
         if (backend_forward(cpu, b, lc, &err) < 0 || backend_forward(gpu, b, lg, &err) < 0)
             fail_msg("forward: %s", err.msg);
-    } else if (cpu->ops->mtp_forward(cpu, b, rows, step, lc, &err) < 0 ||
-               gpu->ops->mtp_forward(gpu, b, rows, step, lg, &err) < 0) {
+    } else if (cpu->ops->mtp_forward(cpu, b, rows, step, lc, dc, &err) < 0 ||
+               gpu->ops->mtp_forward(gpu, b, rows, step, lg, dg, &err) < 0) {
         fail_msg("mtp_forward step %d: %s", step, err.msg);
+    }
+    for (int i = 0; rows && i < b->n_logits; i++) {
+        assert_int_equal(dc[i], tu_argmax(lc + (size_t)i * (size_t)vocab, vocab, NULL));
+        assert_int_equal(dg[i], tu_argmax(lg + (size_t)i * (size_t)vocab, vocab, NULL));
     }
     return tu_max_diff(lc, lg, (size_t)b->n_logits * (size_t)vocab);
 }
