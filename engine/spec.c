@@ -353,6 +353,10 @@ void spec_mtp(core_t *e, const sched_out_t *out, const be_batch_t *b) {
     if (e->f.speculative_method != SPEC_MTP || e->f.num_speculative_tokens <= 0 ||
         (off_at > 0 && sched_num_running(e->sched) >= off_at))
         return;
+    /* with recurrent state a draft needs a spare state slot for its snapshot (spec_plan): with
+     * none free (max-num-seqs sequences running) the next step drafts nothing, so the head's
+     * passes would be spent for no draft */
+    if (e->has_state && kv_state_available(e->kv) == 0) return;
     err_t err;
     if (mtp_run(e, &sp->mtp, out, b, sp->valid_set ? sp->valid : NULL, &err) < 0)
         fprintf(stderr, "tachyon: engine: the MTP head: %s (no drafts this step)\n", err.msg);

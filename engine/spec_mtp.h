@@ -14,7 +14,8 @@
  * block per running sequence, as the n-gram drafts do; fewer drafts when the pool cannot), and
  * the next step's step 0 writes those positions again from the model's hidden states. A
  * preempted sequence starts over (its blocks are gone: mtp_gen). Positions the head never read
- * (drafts off in a step, by num-speculative-tokens 0 or disable_by_batch_size) keep stale K/V:
+ * (drafts off in a step, by num-speculative-tokens 0 or disable_by_batch_size, or skipped while
+ * no state slot is spare for a draft's snapshot: max-num-seqs sequences running) keep stale K/V:
  * later drafts from them are accepted less often, the output is the same (the verify decides).
  *
  * Engine thread only.

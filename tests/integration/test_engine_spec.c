@@ -426,6 +426,35 @@ static void test_mtp_refused(void **state) {
     engine_close(eng);
 }
 
+/* max-num-seqs 5 and 8 requests: while 5 run no state slot is spare for a draft's snapshot, so
+ * those steps draft nothing (and the head does not run, spec.c); the last 3 draft (two slots
+ * spare); the tokens are those without drafts. */
+static void test_mtp_full_slots(void **state) {
+    make_prompts(1000);
+    const char *const flags[] = {"max-num-seqs", "5", NULL};
+    engine_t *eng = tu_open_engine(tu_fixture("tiny-qwen3.5"), "cpu", flags);
+    sampling_params_t p = tu_greedy(N_GEN);
+    run(eng, &p, false, base);
+    spec_on(eng, true, "2");
+    run(eng, &p, true, got);
+    expect_same(base, got, 1, "max-num-seqs 5, mtp k 2");
+    static stats_snapshot_t snap;
+    expect_idle(eng, &snap);
+    int full = 0, drafted = 0;
+    for (int i = 0; i < snap.n_steps; i++) {
+        const stats_step_t *st = &snap.steps_ring[i];
+        if (st->running == 5 && st->state_total == 5) {
+            full++;
+            assert_int_equal(st->draft_tokens, 0);
+        }
+        drafted += st->draft_tokens > 0;
+    }
+    print_message("max-num-seqs 5: %d steps with every slot in use, %d steps with drafts\n", full,
+                  drafted);
+    assert_true(full > 0 && drafted > 0);
+    engine_close(eng);
+}
+
 /* The head at tensor parallel 2 (each rank its shard of the head's layer, engine/tp.h): the
  * greedy tokens of one rank without drafts, drafts accepted; then back to one rank, reloaded in
  * place with the method kept. */
@@ -590,6 +619,7 @@ int main(void) {
         cmocka_unit_test(test_mtp_live_toggle_during_run),
         cmocka_unit_test(test_mtp_refused),
         cmocka_unit_test(test_mtp_tensor_parallel),
+        cmocka_unit_test(test_mtp_full_slots),
         cmocka_unit_test(test_budget_before_drafts),
         cmocka_unit_test(test_distribution),
     };
