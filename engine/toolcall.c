@@ -179,8 +179,11 @@ static bool py_float_or_int(jbuf_t *out, const char *s, size_t n) {
     char *end;
     double v = strtod(buf, &end);
     if (*end || end == buf || v != v || v - v != 0) return false;
-    if (v == (double)(long long)v || (v >= 9.2e18 || v <= -9.2e18)) {
-        if (v > -9.2e18 && v < 9.2e18) {
+    /* beyond long long's range first: converting such a double to it is undefined (and every
+     * double that large is integral) */
+    bool huge = v >= 9.2e18 || v <= -9.2e18;
+    if (huge || v == (double)(long long)v) {
+        if (!huge) {
             char t[32];
             snprintf(t, sizeof t, "%lld", (long long)v);
             jb_lit(out, t);

@@ -107,6 +107,16 @@ static const reply_case_t CASES[] = {
      NULL,
      2,
      {{"get_weather", "{\"city\": \"Oslo\", \"ratio\": 0.25}"}, {"search", "{\"q\": null}"}}},
+    /* numbers past long long's range: integral doubles, written in full as Python's int(float(v))
+     * (found by fuzz_toolcall: the range was checked after the conversion, undefined behaviour) */
+    {TC_QWEN3_CODER,
+     "<tool_call>\n<function=get_weather>\n<parameter=ratio>\n1e47\n</parameter>\n"
+     "</function>\n</tool_call>\n<tool_call>\n<function=get_weather>\n<parameter=ratio>\n"
+     "-9.3e18\n</parameter>\n</function>\n</tool_call>",
+     NULL,
+     2,
+     {{"get_weather", "{\"ratio\": 100000000000000004384584304507619735463404765184}"},
+      {"get_weather", "{\"ratio\": -9300000000000000000}"}}},
     {TC_QWEN3_CODER, "<tool_call>\n<function=unknown>\n</function>\n</tool_call>", NULL, 0, {{0}}},
     {TC_QWEN3_CODER,
      "<tool_call>\n<function=search>\n<parameter=q>\ncut at max_tok",
