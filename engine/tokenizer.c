@@ -276,7 +276,9 @@ static int bpe_word(enc_t *e, const uint8_t *w, size_t n) {
     if (cache_get(tok->cache, h, w, n, e)) return e->failed ? -1 : 0;
     size_t first = e->n_ids;
     if (bpe_merge(e, w, n) < 0) return -1;
-    cache_put(tok->cache, h, w, n, e->ids + first, e->n_ids - first);
+    /* a word that gave no ids (a vocabulary without its bytes) is not cached: e->ids may still
+     * be NULL, and NULL + 0 is undefined */
+    if (e->n_ids > first) cache_put(tok->cache, h, w, n, e->ids + first, e->n_ids - first);
     return 0;
 }
 
