@@ -128,10 +128,8 @@ int check_rebuild_flags(const core_t *e, flag_values_t *f, err_t *err) {
     if (f->speculative_method == SPEC_MTP &&
         (!e->be->ops->mtp_forward ||
          e->be->ops->mtp_forward(e->be, NULL, NULL, 0, NULL, NULL, &why) < 0))
-        return err_set(
-            err, "speculative method mtp: the %s backend%s does not run the MTP head%s%s",
-            e->ops->name, f->tensor_parallel_size > 1 ? " at tensor-parallel-size > 1" : "",
-            why.msg[0] ? ": " : "", why.msg);
+        return err_set(err, "speculative method mtp: the %s backend does not run the MTP head%s%s",
+                       e->ops->name, why.msg[0] ? ": " : "", why.msg);
     if (f->kv_cache_dtype == KV_DTYPE_FP8 && strcmp(e->ops->name, "cuda") != 0 &&
         strcmp(e->ops->name, "cpu") != 0)
         return err_set(err,

@@ -177,7 +177,7 @@ static int mass_select(cand_t *c, int n, double target, bool strict) {
 
 /* ---- steps ---------------------------------------------------------------------------------- */
 
-static int32_t argmax(const float *x, int n) {
+int32_t sampler_argmax(const float *x, int n) {
     int32_t best = 0;
     float bv = -INFINITY;
     for (int i = 0; i < n; i++) {
@@ -267,7 +267,7 @@ static int32_t sample_random(sampler_t *s, float *logits, const sampler_row_t *r
         logits[i] /= T;
         if (logits[i] > m) m = logits[i];
     }
-    if (!isfinite(m)) return argmax(logits, V);
+    if (!isfinite(m)) return sampler_argmax(logits, V);
 
     /* min_p: p_i < min_p * p_max  <=>  logit_i - logit_max < log(min_p). */
     const float log_min_p = p->min_p > 0.0f ? logf(p->min_p) : -INFINITY;
@@ -321,7 +321,8 @@ void sampler_sample(sampler_t *s, float *logits, const sampler_row_t *row, sampl
     }
     apply_penalties(s, logits, row);
 
-    int32_t tok = p->temperature >= SAMPLER_EPS ? sample_random(s, logits, row) : argmax(logits, V);
+    int32_t tok =
+        p->temperature >= SAMPLER_EPS ? sample_random(s, logits, row) : sampler_argmax(logits, V);
     out->token = tok;
     if (want_logprobs) out->logprob = (float)((double)s->raw[tok] - lse);
 }

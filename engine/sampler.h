@@ -67,4 +67,7 @@ void sampler_destroy(sampler_t *smp);
  * result is token 0. */
 void sampler_sample(sampler_t *smp, float *logits, const sampler_row_t *row, sampler_result_t *out);
 
+/* The index of x[0..n)'s largest entry, the first on a tie (greedy sampling's choice). */
+int32_t sampler_argmax(const float *x, int n);
+
 #endif

@@ -187,6 +187,14 @@ static void free_snap(core_t *e, eng_choice_t *q) {
     q->spec_snap = -1;
 }
 
+int spec_room(const core_t *e, const eng_choice_t *q, int k) {
+    const sched_seq_t *s = &q->b.s;
+    int room = k, n_out = s->n_tokens - s->n_prompt;
+    if (q->req->max_tokens - n_out - 1 < room) room = q->req->max_tokens - n_out - 1;
+    if (e->mml - 1 - s->n_tokens < room) room = e->mml - 1 - s->n_tokens;
+    return room > 0 ? room : 0;
+}
+
 void spec_draft(core_t *e) {
     spec_t *sp = e->spec;
     sp->n_drafted = 0;
@@ -220,10 +228,7 @@ void spec_draft(core_t *e) {
         if (q->finished || q->req->scripted || s->n_computed < s->n_prompt ||
             s->n_tokens <= s->n_prompt || s->n_tokens - s->n_computed > 1)
             continue;
-        /* no draft past what the step could output: max_tokens, max-model-len */
-        int room = k, n_out = s->n_tokens - s->n_prompt;
-        if (q->req->max_tokens - n_out - 1 < room) room = q->req->max_tokens - n_out - 1;
-        if (e->mml - 1 - s->n_tokens < room) room = e->mml - 1 - s->n_tokens;
+        int room = spec_room(e, q, k);
         int held = (s->n_blocks + (spare > 0 ? spare : 0)) * bs - s->n_tokens;
         if (held < room) room = held;
         if (budget < room) room = budget;

@@ -56,10 +56,8 @@ static int64_t slot_of(const sched_seq_t *s, int bs, int pos) {
 static int drafts_wanted(core_t *e, eng_choice_t *q, int to) {
     sched_seq_t *s = &q->b.s;
     if (to != s->n_tokens - 1 || s->n_tokens <= s->n_prompt) return 0;
-    int want = e->f.num_speculative_tokens, n_out = s->n_tokens - s->n_prompt;
-    if (q->req->max_tokens - n_out - 1 < want) want = q->req->max_tokens - n_out - 1;
-    if (e->mml - 1 - s->n_tokens < want) want = e->mml - 1 - s->n_tokens;
-    if (want <= 1) return want > 0 ? want : 0;
+    int want = spec_room(e, q, e->f.num_speculative_tokens);
+    if (want <= 1) return want;
     /* draft j writes position to - 1 + j: blocks up to to + want - 2 */
     int covered = sched_seq_cover(e->sched, s, to + want - 1, sched_num_running(e->sched));
     if (covered < 0) covered = s->n_blocks * kv_block_size(e->kv);

@@ -46,6 +46,10 @@ typedef struct mtp_pass {
 
 void mtp_pass_free(mtp_pass_t *mp);
 
+/* spec.c: the drafts q may take, at most k: none past what its next step could output
+ * (max_tokens, max-model-len). */
+int spec_room(const core_t *e, const eng_choice_t *q, int k);
+
 /* The head's drafts for q's current context, at most room, into out; how many (0: none made for
  * it, or made before its context changed). */
 int mtp_take(const eng_choice_t *q, int room, int32_t *out);

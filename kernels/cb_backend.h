@@ -190,11 +190,10 @@ typedef struct cuda_backend {
     cb_linear_t mtp_fc; /* [H, 2H] over [norm(embedding) | norm(hidden)] */
     bool mtp_fc_bf16;   /* fc in BF16 (the BF16 path, or an FP8 checkpoint's unquantized fc) */
     float *mtp_norm_e, *mtp_norm_h, *mtp_norm; /* [H] f32: embedding, hidden, output norms */
-    uint16_t *hid;               /* [cap_t, H] bf16 the last forward's final-norm rows */
-    uint16_t *hid_mtp;           /* [cap_t, H] bf16 the last MTP pass's output rows (mtp.norm) */
-    uint16_t *mtp_cat;           /* [cap_t, 2H] bf16 the fc's input */
-    int hid_rows, hid_mtp_rows;  /* rows of each that hold a pass's tokens */
-    const int32_t *mtp_rows_src; /* host: the pass's hidden rows, while it is staged */
+    uint16_t *hid;              /* [cap_t, H] bf16 the last forward's final-norm rows */
+    uint16_t *hid_mtp;          /* [cap_t, H] bf16 the last MTP pass's output rows (mtp.norm) */
+    uint16_t *mtp_cat;          /* [cap_t, 2H] bf16 the fc's input */
+    int hid_rows, hid_mtp_rows; /* rows of each that hold a pass's tokens */
 
     /* capacities */
     int cap_t; /* tokens per piece, a multiple of 4 */

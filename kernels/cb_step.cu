@@ -190,9 +190,9 @@ static piece_t next_piece(const cuda_backend_t *be, const be_batch_t *b, int t0,
 }
 
 /* Fills the staging with the piece's metadata (padded to `pad_seqs` decode sequences when
- * larger) and copies it to the device. */
+ * larger; an MTP pass's hidden rows when mtp_rows is not NULL) and copies it to the device. */
 static int stage_piece(cuda_backend_t *be, const be_batch_t *b, const piece_t *p, int pad_seqs,
-                       err_t *err) {
+                       const int32_t *mtp_rows, err_t *err) {
     int nt = p->t1 - p->t0, ns = p->s1 - p->s0, nl = p->l1 - p->l0, stride = b->block_table_stride;
     int rows = pad_seqs > ns ? pad_seqs : ns;
     if (cb_grow_tables(be, (size_t)rows * (size_t)stride, err) < 0) return -1;
@@ -209,7 +209,7 @@ static int stage_piece(cuda_backend_t *be, const be_batch_t *b, const piece_t *p
         be->sslots_h[j] = b->state_slots ? b->state_slots[s] : -1;
     }
     be->qs_h[ns] = nt;
-    if (be->mtp_rows_src) memcpy(be->mrows_h, be->mtp_rows_src + p->t0, (size_t)nt * 4);
+    if (mtp_rows) memcpy(be->mrows_h, mtp_rows + p->t0, (size_t)nt * 4);
     memcpy(be->tables_h, seq_row(b, p->s0), (size_t)ns * (size_t)stride * 4);
     for (int i = 0; i < nl; i++)
         be->lrows_h[i] = b->logit_rows[p->l0 + i] - p->t0;
@@ -313,7 +313,7 @@ static int forward_piece(cuda_backend_t *be, const be_batch_t *b, const piece_t 
                 break;
             }
         if (S) {
-            if (stage_piece(be, b, p, S, err) < 0) return -1;
+            if (stage_piece(be, b, p, S, NULL, err) < 0) return -1;
             cb_graph_t *g = graph_for(be, ns, b->block_table_stride, err, &failed);
             if (failed) {
                 /* a capture problem must not fail the step: run eagerly from now on */
@@ -331,7 +331,7 @@ static int forward_piece(cuda_backend_t *be, const be_batch_t *b, const piece_t 
         }
     }
     {
-        if (stage_piece(be, b, p, 0, err) < 0) return -1;
+        if (stage_piece(be, b, p, 0, NULL, err) < 0) return -1;
         run_args_t r = {};
         r.T = p->t1 - p->t0;
         r.n_seqs = ns;
@@ -429,9 +429,7 @@ int cb_mtp_forward(backend_t *base, const be_batch_t *b, const int32_t *hidden_r
     CUDA_CHECK(cudaSetDevice(be->device), err);
     be->logits_rows = -1; /* the device logits become the head's */
     piece_t p = next_piece(be, b, 0, 0, 0);
-    be->mtp_rows_src = hidden_rows;
-    int rc = stage_piece(be, b, &p, 0, err);
-    be->mtp_rows_src = NULL;
+    int rc = stage_piece(be, b, &p, 0, hidden_rows, err);
     run_args_t r = {};
     r.T = b->n_tokens;
     r.n_seqs = b->n_seqs;
@@ -453,10 +451,9 @@ int cb_mtp_forward(backend_t *base, const be_batch_t *b, const int32_t *hidden_r
                              cudaMemcpyDeviceToHost, be->stream) == cudaSuccess
                  ? 0
                  : err_set(err, "cuda backend: copying the MTP logits failed");
-    cudaError_t e = cudaStreamSynchronize(be->stream);
-    if (rc == 0 && e == cudaSuccess && argmax &&
-        be->shard.rank == 0) /* the drafts, on the device */
+    if (rc == 0 && argmax && be->shard.rank == 0) /* the drafts, on the device (it syncs) */
         rc = cb_greedy_ids(be, b->n_logits, argmax, err);
+    cudaError_t e = cudaStreamSynchronize(be->stream);
     be->staging_busy = false;
     if (rc < 0) return -1;
     if (e != cudaSuccess)

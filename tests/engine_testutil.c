@@ -180,9 +180,7 @@ void tu_batch_build(tu_batch_t *sb, const int32_t *const tok[TU_SEQS], const int
 }
 
 int tu_argmax(const float *x, int n, float *margin) {
-    int best = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
+    int best = sampler_argmax(x, n);
     if (margin) {
         float second = -INFINITY;
         for (int i = 0; i < n; i++)

@@ -52,14 +52,6 @@ void cpu_mtp_take_norms(cpu_backend_t *be, float **cursor) {
     be->mtp_norm = cpu_take_norm(be->mtp_norm_w[2], offset, cursor);
 }
 
-/* The largest entry's index (the first on a tie). */
-static int32_t row_argmax(const float *x, int n) {
-    int32_t best = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
-    return best;
-}
-
 int cpu_mtp_forward(backend_t *base, const be_batch_t *b, const int32_t *hidden_rows, int step,
                     float *logits, int32_t *argmax, err_t *err) {
     cpu_backend_t *be = (cpu_backend_t *)base;
@@ -122,6 +114,6 @@ int cpu_mtp_forward(backend_t *base, const be_batch_t *b, const int32_t *hidden_
                (size_t)H * sizeof(float));
     if (cpu_be_logits(be, b->n_logits, logits, err) < 0) return -1;
     for (int i = 0; argmax && be->shard.rank == 0 && i < b->n_logits; i++)
-        argmax[i] = row_argmax(logits + (size_t)i * (size_t)c->vocab_size, c->vocab_size);
+        argmax[i] = sampler_argmax(logits + (size_t)i * (size_t)c->vocab_size, c->vocab_size);
     return 0;
 }
