@@ -22,7 +22,9 @@ struct model_weights {
     int n_owned, cap_owned;
     float *dummy_scales; /* the dummy FP8 scale array, shared by every tensor (all one value) */
     int64_t n_dummy_scales;
-    char note[512]; /* what loading left out (weights_note) */
+    float (*kv_scales)[2];  /* [n_layers + n_mtp_layers]: k, v (weights_kv_scales) */
+    int n_kv_scales_loaded; /* layers whose scales the checkpoint gave */
+    char note[512];         /* what loading left out (weights_note) */
 };
 
 static int own(model_weights_t *w, void *p, err_t *err) {
@@ -86,16 +88,20 @@ bool wspec_in_layer(const wspec_t *s, const model_config_t *cfg, int l) {
 static model_weights_t *weights_new(const model_config_t *cfg, err_t *err) {
     model_weights_t *w = calloc(1, sizeof *w);
     if (w) w->layers = calloc((size_t)all_layers(cfg) * L_COUNT, sizeof *w->layers);
+    if (w) w->kv_scales = calloc((size_t)all_layers(cfg) + 1, sizeof *w->kv_scales);
     if (w && cfg->n_experts > 0)
         w->experts =
             calloc((size_t)cfg->n_layers * (size_t)cfg->n_experts * E_COUNT, sizeof *w->experts);
-    if (!w || !w->layers || (cfg->n_experts > 0 && !w->experts)) {
+    if (!w || !w->layers || !w->kv_scales || (cfg->n_experts > 0 && !w->experts)) {
         if (w) free(w->layers);
+        if (w) free(w->kv_scales);
         free(w);
         err_set(err, "out of memory");
         return NULL;
     }
     w->config = *cfg;
+    for (int l = 0; l < all_layers(cfg); l++)
+        w->kv_scales[l][0] = w->kv_scales[l][1] = 1.0f; /* vLLM's default */
     return w;
 }
 
@@ -105,6 +111,7 @@ void weights_destroy(model_weights_t *w) {
         free(w->owned[i]);
     free(w->owned);
     free(w->layers);
+    free(w->kv_scales);
     free(w->experts);
     st_close(w->st);
     mdir_close(w->dir);
@@ -124,6 +131,15 @@ static wtensor_t *slot_of(model_weights_t *w, const wspec_t *s, int layer, int e
 /* Copies of a tensor in a layer that holds it: one per expert for per-expert tensors. */
 static int copies(const model_config_t *cfg, const wspec_t *s) {
     return wspec_per_expert(s) ? cfg->n_experts : 1;
+}
+
+void weights_kv_scales(const model_weights_t *w, int layer, float *k_scale, float *v_scale) {
+    *k_scale = w->kv_scales[layer][0];
+    *v_scale = w->kv_scales[layer][1];
+}
+
+int weights_kv_scales_loaded(const model_weights_t *w) {
+    return w->n_kv_scales_loaded;
 }
 
 mdir_t *weights_dir(const model_weights_t *w) {
@@ -423,6 +439,88 @@ static void check_mtp(model_weights_t *w) {
     }
 }
 
+/* One KV cache scale: one value (shape [] or [1]) or one per KV head, whose largest serves
+ * (the cache is quantized per tensor here: a larger scale only costs the smaller heads some
+ * precision, never a clipped value). */
+static int read_kv_scale(mdir_t *dir, const model_config_t *cfg, const st_tensor_t *t, float *out,
+                         err_t *err) {
+    int64_t n = 1;
+    for (int i = 0; i < t->ndim; i++)
+        n *= t->shape[i];
+    if (t->dtype != DT_F32 && t->dtype != DT_BF16 && t->dtype != DT_F16)
+        return err_set(err,
+                       "%s/%s: tensor '%s' has dtype %s; a KV cache scale must be F32, BF16 "
+                       "or F16",
+                       WHERE(t), dtype_name(t->dtype));
+    if (t->ndim > 1 || (n != 1 && n != cfg->n_kv_heads)) {
+        char have[128];
+        shape_str(t, have, sizeof have);
+        return err_set(err,
+                       "%s/%s: tensor '%s' has shape %s; a KV cache scale is one value or one per "
+                       "KV head (%d)",
+                       WHERE(t), have, cfg->n_kv_heads);
+    }
+    float *v = malloc((size_t)n * sizeof *v);
+    if (!v) return err_set(err, "out of memory");
+    dtype_to_f32(t->dtype, t->data, v, (size_t)n);
+    *out = 0.0f;
+    for (int64_t i = 0; i < n; i++) {
+        if (!isfinite(v[i]) || !(v[i] > 0.0f)) {
+            err_set(err,
+                    "%s/%s: tensor '%s' holds %g; a KV cache scale must be positive and finite",
+                    WHERE(t), (double)v[i]);
+            free(v);
+            return -1;
+        }
+        *out = v[i] > *out ? v[i] : *out;
+    }
+    free(v);
+    return 0;
+}
+
+/* The FP8 KV cache scales of each attention layer, under any of the names vLLM reads
+ * (maybe_remap_kv_scale_name and the quantization configs' get_cache_scale):
+ * ATTN.k_scale / v_scale (compressed-tensors), ATTN.attn.k_scale (vLLM's own),
+ * ATTN.k_proj.k_scale / v_proj.v_scale (ModelOpt), ATTN.k_proj.output_scale (Quark,
+ * compressed-tensors' output activations), and the deprecated ATTN.kv_scale for both. ATTN is
+ * the layer's k_proj name without ".k_proj". */
+static int bind_kv_scales(model_weights_t *w, mdir_t *dir, bound_t *b, err_t *err) {
+    const model_config_t *cfg = &w->config;
+    const model_arch_t *a = cfg->arch;
+    for (int l = 0; l < all_layers(cfg); l++) {
+        const wspec_t *ks = NULL;
+        for (int i = 0; i < a->n_tensors && !ks; i++)
+            if (a->tensors[i].per_layer && a->tensors[i].slot == L_K &&
+                wspec_in_layer(&a->tensors[i], cfg, l))
+                ks = &a->tensors[i];
+        if (!ks) continue; /* no attention with a KV cache */
+        char attn[256];
+        tensor_base(cfg, ks, l, 0, attn, sizeof attn);
+        char *cut = strstr(attn, ".k_proj");
+        if (!cut || cut[7]) continue;
+        *cut = '\0';
+        static const char *const pattern[2][5] = {
+            {"%s.k_scale", "%s.attn.k_scale", "%s.k_proj.k_scale", "%s.k_proj.output_scale",
+             "%s.kv_scale"},
+            {"%s.v_scale", "%s.attn.v_scale", "%s.v_proj.v_scale", "%s.v_proj.output_scale",
+             "%s.kv_scale"}};
+        const st_tensor_t *found = NULL;
+        for (int kv = 0; kv < 2; kv++)
+            for (int p = 0; p < 5; p++) {
+                char name[320];
+                snprintf(name, sizeof name, pattern[kv][p], attn);
+                const st_tensor_t *t = st_find(w->st, name);
+                if (!t) continue;
+                if (read_kv_scale(dir, cfg, t, &w->kv_scales[l][kv], err) < 0) return -1;
+                if (t != found) b->t[b->n++] = t; /* kv_scale serves both: bound once */
+                found = t;
+                break;
+            }
+        w->n_kv_scales_loaded += found != NULL;
+    }
+    return 0;
+}
+
 static int cmp_ptr(const void *a, const void *b) {
     uintptr_t x = (uintptr_t) * (const void *const *)a, y = (uintptr_t) * (const void *const *)b;
     return x < y ? -1 : x > y;
@@ -475,6 +573,7 @@ int weights_load(mdir_t *dir, const model_config_t *cfg, model_weights_t **out, 
                 if (bind_one(w, dir, s, l, e, &b, err) < 0) goto fail;
     }
     if (cfg->tie_word_embeddings) w->global[G_LM_HEAD] = w->global[G_EMBED];
+    if (bind_kv_scales(w, dir, &b, err) < 0) goto fail;
     note_unused(w, &b);
     free(b.t);
     *out = w;

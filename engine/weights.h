@@ -188,6 +188,15 @@ const model_config_t *weights_config(const model_weights_t *w);
  * model.visual.) is not loaded: text-only serving, as vLLM's --language-model-only". */
 const char *weights_note(const model_weights_t *w);
 
+/* The FP8 KV cache scales of layer `layer` (decoder layers, then MTP layers), as vLLM takes
+ * them: per tensor, stored = e4m3(x / scale), read back as e4m3 * scale; from the checkpoint
+ * when it has them (k_scale / v_scale under the names vLLM reads, or the deprecated kv_scale
+ * for both; one per KV head: the largest), 1.0 otherwise (vLLM's default) and for layers
+ * without a KV cache. A BF16 cache ignores them. */
+void weights_kv_scales(const model_weights_t *w, int layer, float *k_scale, float *v_scale);
+/* How many layers' KV scales came from the checkpoint (0: every scale is 1.0). */
+int weights_kv_scales_loaded(const model_weights_t *w);
+
 /* The model directory weights_open() opened (for tokenizer.json and generation_config.json),
  * or NULL for a preset. */
 mdir_t *weights_dir(const model_weights_t *w);

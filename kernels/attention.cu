@@ -9,7 +9,8 @@
  * memory, K rows padded to an odd number of words so the 32 lanes hit 32 banks), then an online
  * softmax update in the log2 domain (q is pre-scaled by scale * log2 e), then P.V with lane l
  * owning dims 2(l + 32i), +1. Everything accumulates in f32; K/V tiles are bf16 in shared
- * memory (an fp8 cache is dequantized on the way in, exactly when kv_scale is a power of two).
+ * memory (an fp8 cache is dequantized on the way in, exactly when k_scale / v_scale are powers of
+ * two).
  *
  * Prefill: rows are token-major over the sequence's new tokens, 32 rows per CTA; row (i, g)
  * sees keys [0, context_len - n_new + i]. Decode: the G rows of the sequence's last token; with
@@ -192,8 +193,8 @@ __global__ void __launch_bounds__(NW * 32)
         for (int u = 0; u < LPT; u++) {
             const int idx = tid + u * NW * 32;
             if (idx < kBK * CH) {
-                store_chunk(sK[idx / CH], idx % CH, kr[u], kc, p.kv_scale);
-                store_chunk(sV[idx / CH], idx % CH, vr[u], vc, p.kv_scale);
+                store_chunk(sK[idx / CH], idx % CH, kr[u], kc, p.k_scale);
+                store_chunk(sV[idx / CH], idx % CH, vr[u], vc, p.v_scale);
             }
         }
         __syncthreads();
@@ -338,8 +339,9 @@ int check_args(const char *what, const ops_attn_args_t *a, err_t *err) {
     if (a->block_size <= 0 || a->n_seqs < 0 || a->n_seqs > 65535 || a->n_kv_heads > 65535)
         return err_set(err, "%s: bad block size %d or sequence count %d", what, a->block_size,
                        a->n_seqs);
-    if (a->kv_dtype == OPS_KV_FP8 && !(a->kv_scale > 0.0f))
-        return err_set(err, "%s: fp8 KV cache needs a positive kv_scale", what);
+    if (a->kv_dtype == OPS_KV_FP8 && !(a->k_scale > 0.0f && a->v_scale > 0.0f))
+        return err_set(err, "%s: fp8 KV cache needs positive k/v scales (%g / %g)", what,
+                       (double)a->k_scale, (double)a->v_scale);
     return 0;
 }
 

@@ -21,7 +21,7 @@ struct AttnParams {
     const __nv_bfloat16 *q;
     __nv_bfloat16 *out;
     const void *k_cache, *v_cache;
-    float kv_scale;
+    float k_scale, v_scale;
     int n_seqs, n_heads, n_kv_heads, block_size;
     const int32_t *query_start, *context_len, *block_tables;
     int block_table_stride;
@@ -85,7 +85,8 @@ inline AttnParams make_params(const ops_attn_args_t *a) {
     p.out = static_cast<__nv_bfloat16 *>(a->out);
     p.k_cache = a->k_cache;
     p.v_cache = a->v_cache;
-    p.kv_scale = a->kv_scale;
+    p.k_scale = a->k_scale;
+    p.v_scale = a->v_scale;
     p.n_seqs = a->n_seqs;
     p.n_heads = a->n_heads;
     p.n_kv_heads = a->n_kv_heads;

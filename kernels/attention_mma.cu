@@ -12,8 +12,8 @@
  * D = 128, 32 for D = 256) double-buffered: cp.async brings tile n + 1 (gathered through the
  * block table, zero-filled past the CTA's last key) while the warps compute on tile n.
  * An fp8 cache is copied raw into a double-buffered staging area, and each thread converts the
- * chunks it copied to bf16 (x kv_scale) into a single bf16 stage after its wait, before the
- * barrier (so that two CTAs fit an SM: 85 / 83 KiB at D = 128 bf16 / fp8, 99 / 98 at 256).
+ * chunks it copied to bf16 (x k_scale or v_scale) into a single bf16 stage after its wait, before
+ * the barrier (so that two CTAs fit an SM: 85 / 83 KiB at D = 128 bf16 / fp8, 99 / 98 at 256).
  *
  * Per warp and tile: S = Q K^T with mma.m16n8k16 (bf16 in, f32 accumulate): A = q rows by
  * ldmatrix.x4, B = K rows by ldmatrix.x4 (K stored [key][dim] is B "col" with k = dim
@@ -181,6 +181,7 @@ __global__ void __launch_bounds__(kWarps * 32)
             const int idx = tid + u * kWarps * 32, key = idx / T::CH, c = idx % T::CH;
 #pragma unroll
             for (int kv = 0; kv < 2; kv++) {
+                const float scale = kv ? p.v_scale : p.k_scale;
                 const uint4 raw = *reinterpret_cast<const uint4 *>(
                     (kv ? rawV : rawK) + st * T::raw_bytes + key * D + c * 16);
                 const uint8_t *b = reinterpret_cast<const uint8_t *>(&raw);
@@ -188,8 +189,8 @@ __global__ void __launch_bounds__(kWarps * 32)
                 uint32_t w[8];
 #pragma unroll
                 for (int e = 0; e < 8; e++)
-                    w[e] = pack_bf16(ops_e4m3_to_f32(b[2 * e]) * p.kv_scale,
-                                     ops_e4m3_to_f32(b[2 * e + 1]) * p.kv_scale);
+                    w[e] = pack_bf16(ops_e4m3_to_f32(b[2 * e]) * scale,
+                                     ops_e4m3_to_f32(b[2 * e + 1]) * scale);
                 *reinterpret_cast<uint4 *>(dst) = make_uint4(w[0], w[1], w[2], w[3]);
                 *reinterpret_cast<uint4 *>(dst + 8) = make_uint4(w[4], w[5], w[6], w[7]);
             }

@@ -79,6 +79,7 @@ typedef struct cb_layer {
                                2 * nKV*D, H], q_proj's per-head q | gate rows, then k, v) */
     cb_linear_t o;          /* [H, nH*D] */
     int attn;               /* its ordinal among the attention layers (its KV pools) */
+    float k_scale, v_scale; /* an fp8 KV cache's per-tensor scales (weights_kv_scales) */
     /* ATTN_LINEAR (the Gated DeltaNet) */
     cb_linear_t lin_qkv;    /* [C, H] in_proj_qkv */
     cb_linear_t lin_z;      /* [Hv*dv, H] in_proj_z */

@@ -212,7 +212,8 @@ static int full_attention(cuda_backend_t *be, const run_args_t *r, int l, const 
     qa.k_cache = kc;
     qa.v_cache = vc;
     qa.kv_dtype = be->kv_dtype;
-    qa.kv_scale = 1.0f;
+    qa.k_scale = y->k_scale;
+    qa.v_scale = y->v_scale;
     qa.block_size = be->block_size;
     if ((gated ? ops_gated_qk_norm_rope_kv(&qa, be->rotary_dim, be->stream, err)
                : ops_qk_norm_rope_kv(&qa, be->stream, err)) < 0)
@@ -225,7 +226,8 @@ static int full_attention(cuda_backend_t *be, const run_args_t *r, int l, const 
     at.k_cache = kc;
     at.v_cache = vc;
     at.kv_dtype = be->kv_dtype;
-    at.kv_scale = 1.0f;
+    at.k_scale = y->k_scale;
+    at.v_scale = y->v_scale;
     at.n_seqs = r->n_seqs;
     at.n_tokens = T;
     at.n_heads = be->nH;

@@ -311,9 +311,13 @@ int cb_greedy_ids(cuda_backend_t *be, int n_rows, int32_t *ids, err_t *err) {
 
 static void cb_describe(const backend_t *base, char *buf, size_t size) {
     const cuda_backend_t *be = (const cuda_backend_t *)base;
+    const char *kv = be->kv_dtype != OPS_KV_FP8 ? ""
+                     : weights_kv_scales_loaded(be->w) > 0
+                         ? ", kv fp8 (the checkpoint's k/v scales)"
+                         : ", kv fp8 (k/v scales 1.0)";
     snprintf(buf, size, "cuda, %s (sm_%d%d), %s, graphs %s%s%s", be->device_name, be->sm_major,
-             be->sm_minor, be->fp8 ? "fp8 w8a8" : "bf16", be->graphs ? "on" : "off",
-             be->kv_dtype == OPS_KV_FP8 ? ", kv fp8" : "", be->mtp ? ", MTP head" : "");
+             be->sm_minor, be->fp8 ? "fp8 w8a8" : "bf16", be->graphs ? "on" : "off", kv,
+             be->mtp ? ", MTP head" : "");
 }
 
 static void cb_configure(backend_t *base, const backend_options_t *opts) {
@@ -456,6 +460,8 @@ int cb_create_rank(const backend_options_t *opts, const model_weights_t *w, cons
         be->layers[l].attn = lin ? -1 : be->n_attn++;
         be->layers[l].linear = lin ? be->n_linear++ : -1;
     }
+    for (int l = 0; l < be->L + be->n_mtp; l++)
+        weights_kv_scales(w, l, &be->layers[l].k_scale, &be->layers[l].v_scale);
     for (int i = 0; i < be->n_mtp; i++) { /* their K/V after every attention layer's */
         be->layers[be->L + i].attn = be->n_attn + i;
         be->layers[be->L + i].linear = -1;

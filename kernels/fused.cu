@@ -250,7 +250,7 @@ __global__ void __launch_bounds__(kRowThreads)
                            const int32_t *__restrict__ positions,
                            const int64_t *__restrict__ slot_mapping,
                            __nv_bfloat16 *__restrict__ q_out, KV *__restrict__ k_cache,
-                           KV *__restrict__ v_cache, float kv_scale) {
+                           KV *__restrict__ v_cache, float k_scale, float v_scale) {
     constexpr int P = D / 64; /* pairs per lane */
     constexpr int half = D / 2;
     const int t = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -304,6 +304,7 @@ __global__ void __launch_bounds__(kRowThreads)
         }
         const int kvh = is_k ? h - n_heads : h - n_heads - n_kv_heads;
         KV *dst = (is_k ? k_cache : v_cache) + (slot * n_kv_heads + kvh) * D;
+        const float kv_scale = is_k ? k_scale : v_scale;
 #pragma unroll
         for (int i = 0; i < P; i++) {
             if constexpr (sizeof(KV) == 1) {
@@ -346,7 +347,7 @@ template <int D> int launch_qkv(const ops_qkv_args_t *a, cudaStream_t stream, er
     OPS_LAUNCH((qk_norm_rope_kv_kernel<D, T, KV>), grid, block, 0, stream, (const T *)a->qkv,      \
                a->ld_qkv, a->n_heads, a->n_kv_heads, a->q_norm, a->k_norm, a->eps, a->inv_freq,    \
                a->positions, a->slot_mapping, (__nv_bfloat16 *)a->q_out, (KV *)a->k_cache,         \
-               (KV *)a->v_cache, a->kv_scale)
+               (KV *)a->v_cache, a->k_scale, a->v_scale)
     if (a->qkv_dtype == OPS_BF16) {
         if (a->kv_dtype == OPS_KV_BF16)
             QKV_LAUNCH(__nv_bfloat16, __nv_bfloat16);
@@ -420,9 +421,11 @@ extern "C" int ops_add_rmsnorm_fp8(float *resid, const void *add, ops_dtype_t ad
 }
 
 extern "C" int ops_qk_norm_rope_kv(const ops_qkv_args_t *a, cudaStream_t stream, err_t *err) {
-    if (a->T < 0 || a->n_kv_heads <= 0 || a->n_heads % a->n_kv_heads || !(a->kv_scale > 0.0f))
-        return err_set(err, "ops_qk_norm_rope_kv: bad shape (T %d, heads %d / %d, kv_scale %g)",
-                       a->T, a->n_heads, a->n_kv_heads, (double)a->kv_scale);
+    if (a->T < 0 || a->n_kv_heads <= 0 || a->n_heads % a->n_kv_heads || !(a->k_scale > 0.0f) ||
+        !(a->v_scale > 0.0f))
+        return err_set(err,
+                       "ops_qk_norm_rope_kv: bad shape (T %d, heads %d / %d, k/v scales %g / %g)",
+                       a->T, a->n_heads, a->n_kv_heads, (double)a->k_scale, (double)a->v_scale);
     if (a->ld_qkv < (int64_t)(a->n_heads + 2 * a->n_kv_heads) * a->head_dim)
         return err_set(err, "ops_qk_norm_rope_kv: row stride %lld below the row width",
                        (long long)a->ld_qkv);

@@ -36,7 +36,7 @@ __global__ void __launch_bounds__(kThreads)
                     const float *__restrict__ k_norm, float eps, const float *__restrict__ inv_freq,
                     const int32_t *__restrict__ positions, const int64_t *__restrict__ slot_mapping,
                     __nv_bfloat16 *__restrict__ q_out, KV *__restrict__ k_cache,
-                    KV *__restrict__ v_cache, float kv_scale) {
+                    KV *__restrict__ v_cache, float k_scale, float v_scale) {
     __shared__ float xs[kWarps][kMaxD];
     __shared__ float cs[kMaxD / 2], sn[kMaxD / 2];
     const int t = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -99,6 +99,7 @@ __global__ void __launch_bounds__(kThreads)
         }
         const int kvh = is_k ? h - n_heads : h - n_heads - n_kv_heads;
         KV *dst = (is_k ? k_cache : v_cache) + (slot * n_kv_heads + kvh) * D;
+        const float kv_scale = is_k ? k_scale : v_scale;
 #pragma unroll
         for (int i = 0; i < kPer; i++) {
             const int e = lane + 32 * i;
@@ -169,14 +170,14 @@ extern "C" int ops_mtp_input(const void *embed, const int32_t *ids, const void *
 
 extern "C" int ops_gated_qk_norm_rope_kv(const ops_qkv_args_t *a, int rotary_dim,
                                          cudaStream_t stream, err_t *err) {
-    if (a->T < 0 || a->n_kv_heads <= 0 || a->n_heads % a->n_kv_heads || !(a->kv_scale > 0.0f) ||
-        a->head_dim <= 0 || a->head_dim % 32 || a->head_dim > kMaxD || rotary_dim < 2 ||
-        rotary_dim % 2 || rotary_dim > a->head_dim)
+    if (a->T < 0 || a->n_kv_heads <= 0 || a->n_heads % a->n_kv_heads || !(a->k_scale > 0.0f) ||
+        !(a->v_scale > 0.0f) || a->head_dim <= 0 || a->head_dim % 32 || a->head_dim > kMaxD ||
+        rotary_dim < 2 || rotary_dim % 2 || rotary_dim > a->head_dim)
         return err_set(err,
                        "ops_gated_qk_norm_rope_kv: bad shape (T %d, heads %d / %d of %d, rotary "
-                       "%d, kv_scale %g; head_dim a multiple of 32 up to %d)",
-                       a->T, a->n_heads, a->n_kv_heads, a->head_dim, rotary_dim,
-                       (double)a->kv_scale, kMaxD);
+                       "%d, k/v scales %g / %g; head_dim a multiple of 32 up to %d)",
+                       a->T, a->n_heads, a->n_kv_heads, a->head_dim, rotary_dim, (double)a->k_scale,
+                       (double)a->v_scale, kMaxD);
     if (a->ld_qkv < (int64_t)(2 * a->n_heads + 2 * a->n_kv_heads) * a->head_dim)
         return err_set(err, "ops_gated_qk_norm_rope_kv: row stride %lld below the row width",
                        (long long)a->ld_qkv);
@@ -185,7 +186,8 @@ extern "C" int ops_gated_qk_norm_rope_kv(const ops_qkv_args_t *a, int rotary_dim
     OPS_LAUNCH((gated_qk_kernel<X, KV>), dim3((unsigned)a->T), kThreads, 0, stream,                \
                (const X *)a->qkv, a->ld_qkv, a->n_heads, a->n_kv_heads, a->head_dim, rotary_dim,   \
                a->q_norm, a->k_norm, a->eps, a->inv_freq, a->positions, a->slot_mapping,           \
-               (__nv_bfloat16 *)a->q_out, (KV *)a->k_cache, (KV *)a->v_cache, a->kv_scale)
+               (__nv_bfloat16 *)a->q_out, (KV *)a->k_cache, (KV *)a->v_cache, a->k_scale,          \
+               a->v_scale)
     if (a->qkv_dtype == OPS_BF16) {
         if (a->kv_dtype == OPS_KV_BF16)
             GATED_QK(__nv_bfloat16, __nv_bfloat16);

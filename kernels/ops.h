@@ -42,10 +42,11 @@
  * rows T..T_pad-1 are written as zeros with scale 0, so the padded GEMM columns are finite.
  *
  * KV cache: per layer one K pool and one V pool, each [num_blocks, block_size, n_kv_heads,
- * head_dim] of bf16 (OPS_KV_BF16) or fp8 e4m3 (OPS_KV_FP8, value = e4m3 * kv_scale, per-tensor
- * scale; vLLM's default scale is 1.0). The K and V of the token at slot s = block * block_size +
- * offset start at element s * n_kv_heads * head_dim. block_size is 16 or 32; pools must be
- * 16-byte aligned (cudaMalloc is). ops_kv_pool_bytes() gives one pool's size.
+ * head_dim] of bf16 (OPS_KV_BF16) or fp8 e4m3 (OPS_KV_FP8, value = e4m3 * k_scale or v_scale,
+ * per-tensor scales as vLLM takes them: 1.0 by default, a checkpoint's when it has them). The K and
+ * V of the token at slot s = block * block_size + offset start at element s * n_kv_heads *
+ * head_dim. block_size is 16 or 32; pools must be 16-byte aligned (cudaMalloc is).
+ * ops_kv_pool_bytes() gives one pool's size.
  *
  * Shapes supported: head_dim 64 or 128 (256 in the attention kernels and the gated q/k kernel,
  * with a group of at most 8: Qwen3.5); n_heads a multiple of n_kv_heads with a group
@@ -131,8 +132,8 @@ typedef struct ops_qkv_args {
     void *q_out;                 /* [T, n_heads, head_dim] bf16 */
     void *k_cache, *v_cache;     /* this layer's pools (layout above) */
     ops_kv_dtype_t kv_dtype;
-    float kv_scale; /* fp8 cache: stored = e4m3(x / kv_scale) (1.0 = vLLM's default) */
-    int block_size; /* tokens per block (only the slot matters here) */
+    float k_scale, v_scale; /* fp8 cache: stored = e4m3(x / scale), saturated to +-448 */
+    int block_size;         /* tokens per block (only the slot matters here) */
 } ops_qkv_args_t;
 
 /* Per token: q and k heads get RMSNorm over head_dim (q_norm / k_norm) then NeoX RoPE at the
@@ -171,7 +172,7 @@ typedef struct ops_attn_args {
     void *out;     /* [n_tokens, n_heads, head_dim] bf16 */
     const void *k_cache, *v_cache; /* this layer's pools */
     ops_kv_dtype_t kv_dtype;
-    float kv_scale; /* fp8 cache only */
+    float k_scale, v_scale; /* fp8 cache only: value = e4m3 * scale */
     int n_seqs;
     int n_tokens; /* query_start[n_seqs] (0: unknown; prefill then sizes its grid by max_q_len) */
     int n_heads, n_kv_heads, head_dim, block_size;

@@ -12,7 +12,9 @@
 
 #include <cmocka.h>
 
+#include "mdir.h"
 #include "rng.h"
+#include "safetensors.h"
 #include "testutil.h"
 
 model_weights_t *tu_weights(const model_source_t *src) {
@@ -25,6 +27,38 @@ model_weights_t *tu_weights(const model_source_t *src) {
 model_weights_t *tu_fixture_weights(const char *name) {
     model_source_t src = {.model = tu_fixture(name), .format = LOAD_AUTO};
     return tu_weights(&src);
+}
+
+char *tu_fixture_with_kv_scales(const char *name, float k_scale, float v_scale) {
+    char *dir = tu_copy_dir(tu_fixture(name));
+    mdir_t *md;
+    st_set_t *st;
+    err_t err = {{0}};
+    if (mdir_open(dir, &md, &err) < 0 || st_open(md, &st, &err) < 0) fail_msg("%s", err.msg);
+    enum { MAX_ADD = 64 };
+    char names[MAX_ADD][2][200], files[MAX_ADD][200];
+    int n = 0;
+    const char *suffix = ".self_attn.k_proj.weight";
+    for (int i = 0; i < st_count(st) && n < MAX_ADD; i++) {
+        const st_tensor_t *t = st_at(st, i);
+        size_t len = strlen(t->name), sl = strlen(suffix);
+        if (len < sl || strcmp(t->name + len - sl, suffix) || len - sl > 150) continue;
+        const char *base = strrchr(t->file, '/');
+        snprintf(files[n], sizeof files[n], "%s", base ? base + 1 : t->file);
+        snprintf(names[n][0], sizeof names[n][0], "%.*s.self_attn.k_scale", (int)(len - sl),
+                 t->name);
+        snprintf(names[n][1], sizeof names[n][1], "%.*s.self_attn.v_scale", (int)(len - sl),
+                 t->name);
+        n++;
+    }
+    st_close(st);
+    mdir_close(md);
+    if (n == 0) fail_msg("%s: no self_attn.k_proj.weight", name);
+    for (int i = 0; i < n; i++) {
+        tu_safetensors_add(dir, files[i], names[i][0], "F32", NULL, 0, &k_scale, 4);
+        tu_safetensors_add(dir, files[i], names[i][1], "F32", NULL, 0, &v_scale, 4);
+    }
+    return dir;
 }
 
 engine_t *tu_open_engine(const char *model, const char *backend, const char *const *flags) {

@@ -66,6 +66,11 @@ double tu_max_diff(const float *a, const float *b, size_t n);
 /* The weights of fixture `name` (tests/fixtures), as they are stored. */
 model_weights_t *tu_fixture_weights(const char *name);
 
+/* A copy of fixture `name` (a new temporary directory: tu_rmrf and free it) whose checkpoint
+ * also holds FP8 KV cache scales for every attention layer, k_scale and v_scale beside each
+ * self_attn.k_proj.weight (compressed-tensors' names, weights_kv_scales), F32 scalars. */
+char *tu_fixture_with_kv_scales(const char *name, float k_scale, float v_scale);
+
 /* An engine on `model` with `backend` (two CPU threads for the cpu backend) and flags given as
  * NULL-terminated name, value pairs (NULL for none). */
 engine_t *tu_open_engine(const char *model, const char *backend, const char *const *flags);

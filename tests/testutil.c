@@ -1,5 +1,6 @@
 #include "testutil.h"
 
+#include <cjson/cJSON.h>
 #include <dirent.h>
 #include <fnmatch.h>
 #include <limits.h>
@@ -67,6 +68,58 @@ char *tu_copy_dir(const char *src) {
     }
     closedir(d);
     return dst;
+}
+
+void tu_safetensors_add(const char *dir, const char *file, const char *name, const char *dtype,
+                        const int64_t *shape, int ndim, const void *data, size_t nbytes) {
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    size_t len;
+    unsigned char *bytes = (unsigned char *)tu_read(path, &len);
+    if (!bytes || len < 8) die("read safetensors", path);
+    uint64_t hlen = 0;
+    for (int i = 7; i >= 0; i--)
+        hlen = hlen << 8 | bytes[i];
+    if (hlen > len - 8) die("safetensors header of", path);
+    char *htext = strndup((char *)bytes + 8, hlen);
+    cJSON *hdr = cJSON_Parse(htext);
+    if (!hdr) die("parse safetensors header of", path);
+    size_t data_len = len - 8 - hlen;
+    cJSON *t = cJSON_AddObjectToObject(hdr, name), *jshape = cJSON_AddArrayToObject(t, "shape");
+    cJSON *off = cJSON_AddArrayToObject(t, "data_offsets");
+    cJSON_AddStringToObject(t, "dtype", dtype);
+    for (int i = 0; i < ndim; i++)
+        cJSON_AddItemToArray(jshape, cJSON_CreateNumber((double)shape[i]));
+    cJSON_AddItemToArray(off, cJSON_CreateNumber((double)data_len));
+    cJSON_AddItemToArray(off, cJSON_CreateNumber((double)(data_len + nbytes)));
+    char *out = cJSON_PrintUnformatted(hdr);
+    size_t nlen = strlen(out), padded = (nlen + 7) / 8 * 8; /* the data 8-aligned, as written */
+    unsigned char *nb = malloc(8 + padded + data_len + nbytes);
+    if (!nb) die("malloc for", path);
+    for (int i = 0; i < 8; i++)
+        nb[i] = (unsigned char)((uint64_t)padded >> (8 * i));
+    memcpy(nb + 8, out, nlen);
+    memset(nb + 8 + nlen, ' ', padded - nlen);
+    memcpy(nb + 8 + padded, bytes + 8 + hlen, data_len);
+    memcpy(nb + 8 + padded + data_len, data, nbytes);
+    tu_write(dir, file, nb, 8 + padded + data_len + nbytes);
+    free(nb);
+    free(out);
+    free(htext);
+    free(bytes);
+    cJSON_Delete(hdr);
+
+    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+    char *itext = tu_read(path, NULL);
+    if (!itext) return;
+    cJSON *index = cJSON_Parse(itext), *map = cJSON_GetObjectItem(index, "weight_map");
+    if (!map) die("weight_map in", path);
+    cJSON_AddStringToObject(map, name, file);
+    char *iout = cJSON_Print(index);
+    tu_write_text(dir, "model.safetensors.index.json", iout);
+    free(iout);
+    free(itext);
+    cJSON_Delete(index);
 }
 
 void tu_rmrf(const char *dir) {

@@ -27,6 +27,12 @@ char *tu_read(const char *path, size_t *len);
 /* Copies every regular file of src into a new temporary directory; the caller frees. */
 char *tu_copy_dir(const char *src);
 
+/* Appends tensor `name` (dtype as safetensors spells it, e.g. "F32"; shape[ndim], ndim 0 for
+ * a scalar; nbytes of data) to the safetensors file dir/file, and to the weight map of
+ * dir/model.safetensors.index.json when there is one. */
+void tu_safetensors_add(const char *dir, const char *file, const char *name, const char *dtype,
+                        const int64_t *shape, int ndim, const void *data, size_t nbytes);
+
 /* Removes a directory tree. */
 void tu_rmrf(const char *dir);
 

@@ -436,6 +436,8 @@ int cpu_rank_create(const backend_options_t *opts, const model_weights_t *w, con
         }
         /* the K/V layers before it (an MTP layer's: after every decoder layer's) */
         L->kv = c->layer[l].attn == ATTN_LINEAR ? -1 : l - linear;
+        weights_kv_scales(w, l, &L->k_scale, &L->v_scale);
+        be->kv_scales = weights_kv_scales_loaded(w) > 0;
         L->linear = c->layer[l].attn == ATTN_LINEAR ? linear++ : -1;
     }
     be->final_norm = cpu_take_norm(final_norm, c->norm_offset, &cursor);
@@ -603,8 +605,8 @@ static int full_attention(cpu_backend_t *be, const be_batch_t *b, int layer, err
             int64_t from = (int64_t)t * kvd + (int64_t)h * D;
             if (be->kv_fp8) {
                 for (int i = 0; i < D; i++) {
-                    k_layer[at + i] = cpu_e4m3_round(be->k[from + i]);
-                    v_layer[at + i] = cpu_e4m3_round(be->v[from + i]);
+                    k_layer[at + i] = cpu_e4m3_round(be->k[from + i], L->k_scale);
+                    v_layer[at + i] = cpu_e4m3_round(be->v[from + i], L->v_scale);
                 }
             } else {
                 memcpy(k_layer + at, be->k + from, (size_t)D * sizeof(float));
@@ -862,7 +864,10 @@ static void cpu_describe(const backend_t *base, char *buf, size_t size) {
     snprintf(buf, size, "cpu, %d thread%s, f32%s (W8A8 emulation %s)%s%s", be->n_threads,
              be->n_threads == 1 ? "" : "s", be->fast ? "" : ", scalar reference kernels",
              be->emulate_fp8 ? "on" : "off",
-             be->kv_fp8 ? ", kv fp8 (e4m3 rounding emulated in an f32 pool)" : "",
+             !be->kv_fp8 ? ""
+             : be->kv_scales
+                 ? ", kv fp8 (e4m3 rounding emulated in an f32 pool, the checkpoint's k/v scales)"
+                 : ", kv fp8 (e4m3 rounding emulated in an f32 pool, k/v scales 1.0)",
              be->embed->dummy ? ", dummy weights generated as read (a copy would not fit)" : "");
 }
 

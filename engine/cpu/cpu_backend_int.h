@@ -26,6 +26,7 @@ typedef struct cpu_layer {
     const float *norm[L_COUNT]; /* [rows, cols] f32, small slots only */
     int linear;                 /* ATTN_LINEAR: its ordinal among the linear layers */
     int kv;                     /* ATTN_FULL, ATTN_GATED: its place in the KV pool (kv_layers) */
+    float k_scale, v_scale;     /* the fp8 KV cache's scales (weights_kv_scales) */
     /* ATTN_LINEAR: in_proj_qkv and conv1d as q | k | v parts (shard_qkv; at tp 1 one whole
      * tensor at [0]) */
     const wtensor_t *qkv[3], *conv[3];
@@ -53,8 +54,9 @@ typedef struct cpu_backend {
     cpu_gdn_t *gdn;    /* Gated DeltaNet layers and their state slots, when the model has any */
     bool ssm_bf16;     /* state slots keep the SSM state rounded to bf16 */
     bool kv_fp8;       /* --kv-cache-dtype fp8: K and V rounded through e4m3 as they are written
-                          (the cuda backend's cache, kv_scale 1), kept in the f32 pool */
+                          (the cuda backend's cache, its scales), kept in the f32 pool */
     bool kv_fp8_next;  /* configure's, from the next kv_reserve (the engine rebuilds after it) */
+    bool kv_scales;    /* the checkpoint gave k/v scales (weights_kv_scales_loaded) */
     int kmax;          /* widest GEMM input: the most columns of any linear (H, nH*D, I) */
     cpu_moe_t *moe;    /* scratch of the MLP_MOE layers; NULL without */
     uint64_t *expert_counts; /* [n_layers][n_experts] tokens routed since create */

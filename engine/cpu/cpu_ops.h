@@ -78,11 +78,13 @@ typedef struct cpu_attn {
 
 /* Where slot `slot` (row slot % block_size of block slot / block_size) of KV head kvh starts in
  * a layer's cache, in floats: the one statement of the layout above. */
-/* x rounded through e4m3 (saturated to +-448, round to nearest even) and back: what the cuda
- * backend's fp8 KV cache holds at kv_scale 1 (kernels/fused.cu), so that the two compare. */
-static inline float cpu_e4m3_round(float x) {
-    float c = x > 448.0f ? 448.0f : x < -448.0f ? -448.0f : x;
-    return dtype_e4m3_to_f32(dtype_f32_to_e4m3(c));
+/* x through an fp8 KV cache of per-tensor scale s and back: e4m3(x / s) (saturated to +-448,
+ * round to nearest even) times s, what the cuda backend's cache holds (kernels/fused.cu) and its
+ * attention reads, so that the two compare. */
+static inline float cpu_e4m3_round(float x, float s) {
+    float y = x / s;
+    float c = y > 448.0f ? 448.0f : y < -448.0f ? -448.0f : y;
+    return dtype_e4m3_to_f32(dtype_f32_to_e4m3(c)) * s;
 }
 
 static inline int64_t cpu_kv_offset(int64_t slot, int kvh, int n_kv_heads, int block_size,

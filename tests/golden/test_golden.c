@@ -43,15 +43,27 @@ static int32_t *json_ids(const cJSON *arr, int *n) {
     return ids;
 }
 
+/* --kv-cache-dtype of the backends make_backend makes, and a directory open_fixture reads the
+ * weights from instead of the fixture's (NULL: the fixture's). */
+static int kv_dtype = KV_DTYPE_AUTO;
+static const char *weights_from;
+
 static void make_backend(const model_weights_t *w, bool emulate, bool reference, backend_t **be) {
     err_t err = {{0}};
-    backend_options_t opts = {
-        .n_threads = 2, .emulate_fp8_activations = emulate, .cpu_reference = reference};
+    backend_options_t opts = {.n_threads = 2,
+                              .emulate_fp8_activations = emulate,
+                              .cpu_reference = reference,
+                              .kv_cache_dtype = kv_dtype};
     if (cpu_backend_ops.create(&opts, w, be, &err) < 0) fail_msg("%s", err.msg);
 }
 
 static void open_fixture(const char *fixture, bool emulate, model_weights_t **w, backend_t **be) {
-    *w = tu_fixture_weights(fixture);
+    if (weights_from) {
+        model_source_t src = {.model = weights_from, .format = LOAD_AUTO};
+        *w = tu_weights(&src);
+    } else {
+        *w = tu_fixture_weights(fixture);
+    }
     make_backend(*w, emulate, false, be);
 }
 
@@ -360,6 +372,45 @@ static void test_qwen35_fp8_greedy(void **state) {
     check_greedy("tiny-qwen3.5-fp8", "tiny-qwen3.5-fp8", false);
 }
 
+/* --kv-cache-dtype fp8 against transformers' unquantized attention: K and V rounded through e4m3
+ * at vLLM's default scales (1.0), at scales taken from the checkpoint (weights_kv_scales) suited
+ * to the fixture's values, and at a K scale so small that K saturates at +-448 (the scales are
+ * applied: the error jumps). */
+static double fp8_kv_error(const char *fixture, float k_scale, float v_scale) {
+    char *dir = tu_fixture_with_kv_scales(fixture, k_scale, v_scale);
+    weights_from = dir;
+    kv_dtype = KV_DTYPE_FP8;
+    double e = batched_prefill_error(fixture, fixture, false);
+    kv_dtype = KV_DTYPE_AUTO;
+    weights_from = NULL;
+    tu_rmrf(dir);
+    free(dir);
+    print_message("%s, fp8 KV cache at k/v scales %g / %g: max |logit - transformers| = %.3g\n",
+                  fixture, k_scale, v_scale, e);
+    return e;
+}
+
+/* k_amax, v_amax: a little above the largest |K| (after RoPE) and |V| transformers computes on
+ * the golden prompts in any layer (measured with forward hooks), so that amax / 448 is the
+ * per-tensor scale a calibration (llm-compressor's) would store. Every error stays within the
+ * FP8 tolerance of the cuda backend's tests (LOGIT_TOL_FP8 there, 0.5); a K scale that saturates
+ * K must move the logits by far more (the scales are applied, to K and not only V). */
+static void fp8_kv_scales(const char *fixture, float k_amax, float v_amax) {
+    double one = fp8_kv_error(fixture, 1.0f, 1.0f);
+    double cal = fp8_kv_error(fixture, k_amax / 448.0f, v_amax / 448.0f);
+    double sat = fp8_kv_error(fixture, k_amax / 448.0f / 64.0f, v_amax / 448.0f);
+    assert_true(one <= 0.5 && cal <= 0.5);
+    assert_true(sat > 5 * (one > cal ? one : cal));
+}
+
+static void test_fp8_kv_scales(void **state) {
+    fp8_kv_scales("tiny-qwen3", 10.0f, 8.5f); /* |K| <= 7.0, |V| <= 7.9 */
+}
+
+static void test_qwen35_fp8_kv_scales(void **state) {
+    fp8_kv_scales("tiny-qwen3.5", 5.0f, 2.5f); /* |K| <= 3.4, |V| <= 2.3 */
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bf16_logits),
@@ -374,6 +425,8 @@ int main(void) {
         cmocka_unit_test(test_qwen35_fp8_logits),
         cmocka_unit_test(test_qwen35_bf16_greedy),
         cmocka_unit_test(test_qwen35_fp8_greedy),
+        cmocka_unit_test(test_fp8_kv_scales),
+        cmocka_unit_test(test_qwen35_fp8_kv_scales),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -210,12 +210,12 @@ static inline std::vector<float> bf16_vec(const std::vector<uint16_t> &b) {
 }
 
 /* The K and V pools after a KV write of T tokens to slots[t] (< 0: not written), per_slot
- * elements a slot (bf16, or e4m3 times kv_scale): the written slots against k_ref / v_ref
+ * elements a slot (bf16, or e4m3 times k_scale / v_scale): the written slots against k_ref / v_ref
  * [T, per_slot], every other byte still the 0xff poison. K within bf16 rounding (or half an e4m3
  * step), V exact in bf16 (copied, never computed). */
 static inline void check_kv_pools(const char *name, const std::vector<uint8_t> &kc,
                                   const std::vector<uint8_t> &vc, const std::vector<int64_t> &slots,
-                                  int per_slot_i, bool fp8_kv, float kv_scale,
+                                  int per_slot_i, bool fp8_kv, float k_scale, float v_scale,
                                   const std::vector<float> &k_ref,
                                   const std::vector<float> &v_ref) {
     const size_t elem = fp8_kv ? 1 : 2, per_slot = (size_t)per_slot_i;
@@ -229,8 +229,8 @@ static inline void check_kv_pools(const char *name, const std::vector<uint8_t> &
             size_t off = (size_t)slots[t] * per_slot + e;
             float kk, vv;
             if (fp8_kv) {
-                kk = dtype_e4m3_to_f32(kc[off]) * kv_scale;
-                vv = dtype_e4m3_to_f32(vc[off]) * kv_scale;
+                kk = dtype_e4m3_to_f32(kc[off]) * k_scale;
+                vv = dtype_e4m3_to_f32(vc[off]) * v_scale;
             } else {
                 uint16_t b;
                 memcpy(&b, &kc[off * 2], 2);
@@ -246,11 +246,12 @@ static inline void check_kv_pools(const char *name, const std::vector<uint8_t> &
     }
     char what[200];
     /* fp8: half an e4m3 step (2^-4 relative) plus the subnormal step of the scale. */
-    double rel = fp8_kv ? 0.0625 * 1.01 : 0x1p-8, abs_tol = fp8_kv ? kv_scale * 0x1p-10 : 1e-5;
+    double rel = fp8_kv ? 0.0625 * 1.01 : 0x1p-8;
     snprintf(what, sizeof what, "  K cache (%s)", name);
-    close_all(what, kg.data(), kr.data(), kg.size(), rel, abs_tol);
+    close_all(what, kg.data(), kr.data(), kg.size(), rel, fp8_kv ? k_scale * 0x1p-10 : 1e-5);
     snprintf(what, sizeof what, "  V cache (%s)", name);
-    close_all(what, vg.data(), vr.data(), vg.size(), fp8_kv ? rel : 0.0, fp8_kv ? abs_tol : 0.0);
+    close_all(what, vg.data(), vr.data(), vg.size(), fp8_kv ? rel : 0.0,
+              fp8_kv ? v_scale * 0x1p-10 : 0.0);
     size_t stray = 0;
     for (size_t s = 0; s < n_slots; s++) {
         if (written[s]) continue;

@@ -107,7 +107,7 @@ int main(int argc, char **argv) {
                     a.k_cache = k;
                     a.v_cache = v;
                     a.kv_dtype = fp8 ? OPS_KV_FP8 : OPS_KV_BF16;
-                    a.kv_scale = 1.0f;
+                    a.k_scale = a.v_scale = 1.0f;
                     a.n_seqs = B;
                     a.n_heads = kHq;
                     a.n_kv_heads = kHkv;

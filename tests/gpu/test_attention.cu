@@ -57,6 +57,16 @@ struct AttnCase {
      * agree bit for bit, which batch invariance rests on (a token's attention must not depend
      * on whether a prefill chunk, a decode or a mixed step computes it) */
     bool decode_again = false;
+    /* fp8 quantized from bf16 (the long-context accuracy check): K and V are random bf16 values,
+     * quantized on the host as the write kernels do at k_scale = amax(K) / 448 and v_scale =
+     * amax(V) / 448 (a calibration's per-tensor scales), with three needles per sequence (keys
+     * at the start, the middle and the end aligned with its first query's head 0, so that row's
+     * output rests on three far-apart slots). Besides the check against the dequantized values,
+     * the output is compared with the CPU's attention on the bf16 values themselves: relative
+     * Frobenius error at most bf16_frob, stored in *frob_out. */
+    bool quantize = false;
+    double bf16_frob = 0.0;
+    double *frob_out = nullptr;
 };
 
 /* Whether this case runs on tensor cores (attention_mma.cu: prefill and decode of head_dim 128
@@ -129,26 +139,54 @@ static void run_attention(const AttnCase &c) {
             table[(size_t)s * stride + b] = perm[next++];
 
     const size_t n_elem = (size_t)num_blocks * c.bs * c.Hkv * D;
-    const float kv_scale = c.fp8 ? 0.5f : 1.0f;
-    std::vector<float> kf(n_elem), vf(n_elem);
+    /* distinct scales, neither a power of two: a swap or a dropped scale fails */
+    float k_scale = c.fp8 ? 0.625f : 1.0f, v_scale = c.fp8 ? 0.375f : 1.0f;
+    std::vector<float> kf(n_elem), vf(n_elem), k_orig, v_orig;
     std::vector<uint8_t> k8, v8;
     std::vector<uint16_t> kb, vb;
-    if (c.fp8) {
+    std::vector<uint16_t> qb;
+    std::vector<float> qf;
+    if (c.quantize) {
+        rand_bf16((size_t)T * c.Hq * D, 4.0f, qb, qf);
+        rand_bf16(n_elem, 1.0f, kb, k_orig);
+        rand_bf16(n_elem, 1.0f, vb, v_orig);
+        for (int s = 0; s < S; s++)
+            for (int pos : {3, ctx[s] / 2 + 1, ctx[s] - 2}) {
+                const int64_t slot =
+                    (int64_t)table[(size_t)s * stride + pos / c.bs] * c.bs + pos % c.bs;
+                for (int d = 0; d < D; d++)
+                    k_orig[(size_t)slot * c.Hkv * D + d] =
+                        bf(dtype_f32_to_bf16(qf[(size_t)qs[s] * c.Hq * D + d] > 0 ? 0.9f : -0.9f));
+            }
+        float k_amax = 0.0f, v_amax = 0.0f;
+        for (size_t i = 0; i < n_elem; i++) {
+            k_amax = fabsf(k_orig[i]) > k_amax ? fabsf(k_orig[i]) : k_amax;
+            v_amax = fabsf(v_orig[i]) > v_amax ? fabsf(v_orig[i]) : v_amax;
+        }
+        k_scale = k_amax / 448.0f;
+        v_scale = v_amax / 448.0f;
+        k8.resize(n_elem);
+        v8.resize(n_elem);
+        for (size_t i = 0; i < n_elem; i++) { /* kernels/fused.cu's rounding */
+            k8[i] = dtype_f32_to_e4m3(fminf(fmaxf(k_orig[i] / k_scale, -448.0f), 448.0f));
+            v8[i] = dtype_f32_to_e4m3(fminf(fmaxf(v_orig[i] / v_scale, -448.0f), 448.0f));
+            kf[i] = bf(dtype_f32_to_bf16(dtype_e4m3_to_f32(k8[i]) * k_scale));
+            vf[i] = bf(dtype_f32_to_bf16(dtype_e4m3_to_f32(v8[i]) * v_scale));
+        }
+    } else if (c.fp8) {
         k8.resize(n_elem);
         v8.resize(n_elem);
         for (size_t i = 0; i < n_elem; i++) {
             k8[i] = dtype_f32_to_e4m3(sym(2.0f));
             v8[i] = dtype_f32_to_e4m3(sym(2.0f));
-            kf[i] = dtype_e4m3_to_f32(k8[i]) * kv_scale;
-            vf[i] = dtype_e4m3_to_f32(v8[i]) * kv_scale;
+            kf[i] = bf(dtype_f32_to_bf16(dtype_e4m3_to_f32(k8[i]) * k_scale));
+            vf[i] = bf(dtype_f32_to_bf16(dtype_e4m3_to_f32(v8[i]) * v_scale));
         }
     } else {
         rand_bf16(n_elem, 1.0f, kb, kf);
         rand_bf16(n_elem, 1.0f, vb, vf);
     }
-    std::vector<uint16_t> qb;
-    std::vector<float> qf;
-    rand_bf16((size_t)T * c.Hq * D, 4.0f, qb, qf);
+    if (!c.quantize) rand_bf16((size_t)T * c.Hq * D, 4.0f, qb, qf);
 
     uint8_t *d_k = dev<uint8_t>(n_elem * (c.fp8 ? 1 : 2)),
             *d_v = dev<uint8_t>(n_elem * (c.fp8 ? 1 : 2));
@@ -173,7 +211,8 @@ static void run_attention(const AttnCase &c) {
     a.k_cache = d_k;
     a.v_cache = d_v;
     a.kv_dtype = c.fp8 ? OPS_KV_FP8 : OPS_KV_BF16;
-    a.kv_scale = kv_scale;
+    a.k_scale = k_scale;
+    a.v_scale = v_scale;
     a.n_seqs = S;
     a.n_tokens = c.bs == 16 ? T : 0; /* both prefill grid bounds: by tokens and by max_q_len */
     a.n_heads = c.Hq;
@@ -251,13 +290,16 @@ static void run_attention(const AttnCase &c) {
     /* the CPU backend keeps a KV head's rows of a block together (cpu_ops.h), the kernels a
      * token's heads: the reference reads a head-major copy of the same values */
     std::vector<float> kh(kf.size()), vh(vf.size());
-    for (size_t slot = 0; slot < kf.size() / ((size_t)c.Hkv * D); slot++)
-        for (int h = 0; h < c.Hkv; h++) {
-            const size_t from = (slot * c.Hkv + h) * D,
-                         to = (size_t)cpu_kv_offset((int64_t)slot, h, c.Hkv, c.bs, D);
-            std::copy(&kf[from], &kf[from] + D, &kh[to]);
-            std::copy(&vf[from], &vf[from] + D, &vh[to]);
-        }
+    auto head_major = [&](const std::vector<float> &k, const std::vector<float> &v) {
+        for (size_t slot = 0; slot < k.size() / ((size_t)c.Hkv * D); slot++)
+            for (int h = 0; h < c.Hkv; h++) {
+                const size_t from = (slot * c.Hkv + h) * D,
+                             to = (size_t)cpu_kv_offset((int64_t)slot, h, c.Hkv, c.bs, D);
+                std::copy(&k[from], &k[from] + D, &kh[to]);
+                std::copy(&v[from], &v[from] + D, &vh[to]);
+            }
+    };
+    head_major(kf, vf);
     cpu_attn_t ca = {};
     ca.q = qf.data();
     ca.out = ref.data();
@@ -299,6 +341,30 @@ static void run_attention(const AttnCase &c) {
     else
         close_bound(name, out, ref, A);
     frob(name, out.data(), ref.data(), out.size(), 3e-3);
+    if (c.quantize) { /* against the CPU's attention on the bf16 values */
+        head_major(k_orig, v_orig);
+        std::vector<float> ref16(qb.size());
+        ca.out = ref16.data();
+        for (int s = 0; s < S; s++)
+            for (int t = qs[s]; t < qs[s + 1]; t++)
+                for (int h = 0; h < c.Hq; h++)
+                    cpu_attention_head(&ca, s, t, h, scores.data());
+        double num = 0.0, den = 0.0;
+        for (size_t i = 0; i < out.size(); i++) {
+            num += ((double)out[i] - ref16[i]) * ((double)out[i] - ref16[i]);
+            den += (double)ref16[i] * ref16[i];
+        }
+        const double e = sqrt(num / den);
+        if (c.frob_out) *c.frob_out = e;
+        char what[240];
+        snprintf(what, sizeof what, "%s: vs bf16 attention (k/v scales %.3g / %.3g)", name,
+                 (double)k_scale, (double)v_scale);
+        if (!(e <= c.bf16_frob))
+            fail("%-60s FAIL: relative Frobenius error %.3g > %.3g\n", what, e, c.bf16_frob);
+        else
+            printf("%-60s ok (relative Frobenius error %.3g, tolerance %.3g)\n", what, e,
+                   c.bf16_frob);
+    }
     cudaFree(d_k);
     cudaFree(d_v);
     cudaFree(d_q);
@@ -420,6 +486,43 @@ static void test_prefill_edges(void) {
     }
 }
 
+/* The fp8 KV cache at 128k-like context on small heads (one KV head of 128, two query heads):
+ * a prefill chunk of 16 tokens after a cached prefix and a decode, each at 4k and at 131,072
+ * tokens of context, read through calibrated per-tensor scales, against the CPU's attention on
+ * the bf16 values (c.quantize). The error is e4m3's rounding of K (scores) and V, not the
+ * length: at 128k it must stay within 1.5x of the 4k error, as well as under the tolerance. */
+static void test_long_context_fp8(void) {
+    double err[2][2];
+    const int lens[2] = {4096, 131072};
+    for (int l = 0; l < 2; l++)
+        for (int dec = 0; dec < 2; dec++) {
+            AttnCase c = {128,
+                          2,
+                          1,
+                          16,
+                          true,
+                          dec != 0,
+                          0,
+                          {lens[l] - (dec ? 1 : 16)},
+                          {dec ? 1 : 16},
+                          false,
+                          "fp8 from bf16, long context"};
+            c.quantize = true;
+            c.bf16_frob = 0.05;
+            c.frob_out = &err[l][dec];
+            run_attention(c);
+        }
+    for (int dec = 0; dec < 2; dec++) {
+        const double grow = err[1][dec] / err[0][dec];
+        if (!(grow <= 1.5))
+            fail("long context fp8 %s: error %.3g at 128k is %.2fx the 4k error %.3g\n",
+                 dec ? "decode" : "prefill", err[1][dec], grow, err[0][dec]);
+        else
+            printf("long context fp8 %s: error %.3g at 128k, %.3g at 4k (%.2fx) ok\n",
+                   dec ? "decode" : "prefill", err[1][dec], err[0][dec], grow);
+    }
+}
+
 int main(void) {
     if (!cuda_backend_available()) {
         printf("test_attention: no Hopper GPU, skipped\n");
@@ -432,6 +535,7 @@ int main(void) {
     OPS(ops_init(ERR));
     test_prefill_edges();
     test_attention();
+    test_long_context_fp8();
     CK(cudaDeviceSynchronize());
     printf("test_attention: %d failure%s\n", failures, failures == 1 ? "" : "s");
     return failures ? 1 : 0;

@@ -31,6 +31,7 @@
 
 #include "backend.h"
 #include "cuda_backend.h"
+#include "cuda_compare.h"
 #include "engine.h"
 #include "engine_testutil.h"
 #include "testutil.h"
@@ -178,19 +179,6 @@ static void test_mtp_fp8(void **state) {
 #define N_REQ 4
 #define N_GEN 20
 
-static int collect(engine_stream_t *s, int32_t *out) {
-    engine_event_t ev;
-    int rc, n = 0;
-    while ((rc = engine_stream_wait(s, &ev, 600000)) > 0) {
-        for (int k = 0; k < ev.n_tokens && n < N_GEN; k++)
-            out[n++] = ev.token_ids[k];
-        engine_event_clear(&ev);
-    }
-    assert_int_equal(rc, -1);
-    engine_stream_release(s);
-    return n;
-}
-
 /* Every prompt, one after another or all at once. */
 static void run(engine_t *eng, const int32_t prompts[N_REQ][96], const int *plen, bool together,
                 int32_t out[N_REQ][N_GEN]) {
@@ -198,10 +186,10 @@ static void run(engine_t *eng, const int32_t prompts[N_REQ][96], const int *plen
     engine_stream_t *s[N_REQ];
     for (int i = 0; i < N_REQ; i++) {
         s[i] = tu_submit(eng, prompts[i], plen[i], &p);
-        if (!together) assert_int_equal(collect(s[i], out[i]), N_GEN);
+        if (!together) assert_int_equal(collect(s[i], out[i], N_GEN), N_GEN);
     }
     for (int i = 0; together && i < N_REQ; i++)
-        assert_int_equal(collect(s[i], out[i]), N_GEN);
+        assert_int_equal(collect(s[i], out[i], N_GEN), N_GEN);
 }
 
 static void test_engine_mtp(void **state) {

@@ -253,7 +253,8 @@ static void test_qkv_case(int D, int Hq, int Hkv, bool f32_in, bool fp8_kv) {
              f32_in ? "f32" : "bf16", fp8_kv ? "fp8" : "bf16");
     const int T = 50, bs = 16, num_blocks = 8;
     const int W = (Hq + 2 * Hkv) * D, ld = W + 64;
-    const float eps = 1e-6f, kv_scale = fp8_kv ? 0.5f : 1.0f;
+    const float eps = 1e-6f, k_scale = fp8_kv ? 0.5f : 1.0f,
+                v_scale = fp8_kv ? 0.375f : 1.0f; /* distinct: a swap fails */
     std::vector<uint16_t> xb;
     std::vector<float> xf;
     rand_bf16((size_t)T * ld, 3.0f, xb, xf);
@@ -302,7 +303,8 @@ static void test_qkv_case(int D, int Hq, int Hkv, bool f32_in, bool fp8_kv) {
     a.k_cache = d_k;
     a.v_cache = d_v;
     a.kv_dtype = fp8_kv ? OPS_KV_FP8 : OPS_KV_BF16;
-    a.kv_scale = kv_scale;
+    a.k_scale = k_scale;
+    a.v_scale = v_scale;
     a.block_size = bs;
     OPS(ops_qk_norm_rope_kv(&a, 0, ERR));
 
@@ -327,8 +329,8 @@ static void test_qkv_case(int D, int Hq, int Hkv, bool f32_in, bool fp8_kv) {
     std::vector<float> q = bf16_vec(get(d_q, (size_t)T * Hq * D));
     close_all(name, q.data(), q_ref.data(), q.size(), 0x1p-8, 1e-5);
 
-    check_kv_pools(name, get(d_k, pool), get(d_v, pool), slot, Hkv * D, fp8_kv, kv_scale, k_ref,
-                   v_ref);
+    check_kv_pools(name, get(d_k, pool), get(d_v, pool), slot, Hkv * D, fp8_kv, k_scale, v_scale,
+                   k_ref, v_ref);
     cudaFree(d_x);
     cudaFree(d_qn);
     cudaFree(d_kn);

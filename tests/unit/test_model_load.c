@@ -632,6 +632,127 @@ static void test_dummy_from_config_dir(void **state) {
     assert_non_null(strstr(err.msg, "not a preset"));
 }
 
+// ---------------------------------------------------------------------------------------------
+// FP8 KV cache scales (weights_kv_scales)
+
+static void add_scale(const char *dir, const char *file, const char *name, const char *dtype, int n,
+                      float v) {
+    int64_t shape[1] = {n};
+    float f[16];
+    uint16_t h[16];
+    for (int i = 0; i < n; i++)
+        f[i] = v * (i + 1) / n; /* per head: the last is the largest */
+    if (!strcmp(dtype, "BF16")) {
+        for (int i = 0; i < n; i++)
+            h[i] = dtype_f32_to_bf16(f[i]);
+        tu_safetensors_add(dir, file, name, dtype, shape, n == 1 ? 0 : 1, h, 2 * (size_t)n);
+    } else {
+        tu_safetensors_add(dir, file, name, dtype, shape, n == 1 ? 0 : 1, f, 4 * (size_t)n);
+    }
+}
+
+static void expect_kv_scales(const model_weights_t *w, int layer, float k, float v) {
+    float ks, vs;
+    weights_kv_scales(w, layer, &ks, &vs);
+    if (ks != k || vs != v)
+        fail_msg("layer %d: k/v scales %g / %g, expected %g / %g", layer, ks, vs, k, v);
+}
+
+static void test_kv_scales_default(void **state) {
+    (void)state;
+    model_weights_t *w;
+    err_t err = {{0}};
+    if (open_dir(tu_fixture("tiny-qwen3"), &w, &err) < 0) fail_msg("%s", err.msg);
+    for (int l = 0; l < weights_config(w)->n_layers; l++)
+        expect_kv_scales(w, l, 1.0f, 1.0f);
+    assert_int_equal(weights_kv_scales_loaded(w), 0);
+    weights_destroy(w);
+}
+
+/* Every spelling vLLM reads, scalar, [1] and per head, F32 and BF16; none is "not used". */
+static void test_kv_scales_spellings(void **state) {
+    (void)state;
+    char *dir = fixture_copy("tiny-qwen3");
+    const char *f = "model.safetensors";
+    add_scale(dir, f, "model.layers.0.self_attn.k_scale", "F32", 1, 0.5f);
+    add_scale(dir, f, "model.layers.0.self_attn.v_scale", "BF16", 1, 0.25f);
+    add_scale(dir, f, "model.layers.1.self_attn.k_proj.k_scale", "F32", 2, 0.125f); /* per head */
+    add_scale(dir, f, "model.layers.1.self_attn.v_proj.output_scale", "F32", 1, 3.0f);
+    add_scale(dir, f, "model.layers.2.self_attn.kv_scale", "F32", 1, 0.75f); /* both */
+    model_weights_t *w;
+    err_t err = {{0}};
+    if (open_dir(dir, &w, &err) < 0) fail_msg("%s", err.msg);
+    expect_kv_scales(w, 0, 0.5f, 0.25f);
+    expect_kv_scales(w, 1, 0.125f, 3.0f);
+    expect_kv_scales(w, 2, 0.75f, 0.75f);
+    assert_int_equal(weights_kv_scales_loaded(w), 3);
+    if (strstr(weights_note(w), "not used")) fail_msg("note: %s", weights_note(w));
+    weights_destroy(w);
+    done(dir);
+
+    /* vLLM's own names (attn.), one layer only: the others keep 1.0 */
+    dir = fixture_copy("tiny-qwen3");
+    add_scale(dir, f, "model.layers.1.self_attn.attn.k_scale", "F32", 1, 2.0f);
+    add_scale(dir, f, "model.layers.1.self_attn.attn.v_scale", "F32", 1, 4.0f);
+    if (open_dir(dir, &w, &err) < 0) fail_msg("%s", err.msg);
+    expect_kv_scales(w, 0, 1.0f, 1.0f);
+    expect_kv_scales(w, 1, 2.0f, 4.0f);
+    assert_int_equal(weights_kv_scales_loaded(w), 1);
+    weights_destroy(w);
+    done(dir);
+}
+
+/* A sharded FP8 checkpoint (the index maps them), and Qwen3.5: its full-attention layers and
+ * its MTP layer. */
+static void test_kv_scales_sharded_and_qwen35(void **state) {
+    (void)state;
+    char *dir = fixture_copy("tiny-qwen3-fp8");
+    add_scale(dir, FP8_SHARD2, "model.layers.1.self_attn.k_scale", "F32", 1, 0.0625f);
+    add_scale(dir, FP8_SHARD1, "model.layers.1.self_attn.v_scale", "F32", 1, 0.03125f);
+    model_weights_t *w;
+    err_t err = {{0}};
+    if (open_dir(dir, &w, &err) < 0) fail_msg("%s", err.msg);
+    expect_kv_scales(w, 1, 0.0625f, 0.03125f);
+    weights_destroy(w);
+    done(dir);
+
+    dir = fixture_copy("tiny-qwen3.5");
+    const char *f = "model.safetensors";
+    add_scale(dir, f, "model.language_model.layers.3.self_attn.k_scale", "F32", 1, 0.5f);
+    add_scale(dir, f, "model.language_model.layers.3.self_attn.v_scale", "F32", 1, 0.25f);
+    add_scale(dir, f, "mtp.layers.0.self_attn.k_scale", "F32", 1, 2.0f);
+    add_scale(dir, f, "mtp.layers.0.self_attn.v_scale", "F32", 1, 8.0f);
+    if (open_dir(dir, &w, &err) < 0) fail_msg("%s", err.msg);
+    const model_config_t *c = weights_config(w);
+    assert_true(c->n_mtp_layers == 1 && c->layer[3].attn != ATTN_LINEAR);
+    expect_kv_scales(w, 3, 0.5f, 0.25f);
+    expect_kv_scales(w, 7, 1.0f, 1.0f);
+    expect_kv_scales(w, c->n_layers, 2.0f, 8.0f);
+    assert_int_equal(weights_kv_scales_loaded(w), 2);
+    if (strstr(weights_note(w), "not used")) fail_msg("note: %s", weights_note(w));
+    weights_destroy(w);
+    done(dir);
+}
+
+static void test_kv_scales_broken(void **state) {
+    (void)state;
+    const char *f = "model.safetensors";
+    char *dir = fixture_copy("tiny-qwen3");
+    add_scale(dir, f, "model.layers.2.self_attn.v_scale", "F32", 1, -1.0f);
+    expect_failure(dir, f, "model.layers.2.self_attn.v_scale", "positive and finite", NULL);
+    done(dir);
+    dir = fixture_copy("tiny-qwen3");
+    add_scale(dir, f, "model.layers.0.self_attn.k_scale", "F32", 3, 1.0f); /* 2 KV heads */
+    expect_failure(dir, f, "model.layers.0.self_attn.k_scale", "shape [3]",
+                   "one value or one per KV head (2)", NULL);
+    done(dir);
+    dir = fixture_copy("tiny-qwen3");
+    int32_t one = 1;
+    tu_safetensors_add(dir, f, "model.layers.0.self_attn.k_scale", "I32", NULL, 0, &one, 4);
+    expect_failure(dir, f, "model.layers.0.self_attn.k_scale", "dtype I32", NULL);
+    done(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tiny_qwen3_loads),
@@ -661,6 +782,10 @@ int main(void) {
         cmocka_unit_test(test_truncated_shard),
         cmocka_unit_test(test_missing_shard),
         cmocka_unit_test(test_missing_scale),
+        cmocka_unit_test(test_kv_scales_default),
+        cmocka_unit_test(test_kv_scales_spellings),
+        cmocka_unit_test(test_kv_scales_sharded_and_qwen35),
+        cmocka_unit_test(test_kv_scales_broken),
         cmocka_unit_test(test_presets_have_real_sizes),
         cmocka_unit_test(test_dummy_weights),
         cmocka_unit_test(test_dummy_from_config_dir),

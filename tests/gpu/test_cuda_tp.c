@@ -1,0 +1,279 @@
+/* Tensor parallel 2 on one device (the single-device communicator) against TP 1, both on the
+ * cuda backend: the same logits within LOGIT_TOL_TP and the same greedy tokens, through the
+ * backend and through the engine: dense BF16 and FP8, Qwen3-MoE (tensor and expert parallel),
+ * Qwen3.5; what TP cannot shard is refused, naming it. (Split from test_cuda_backend.c, whose
+ * helpers both use: cuda_compare.h.)
+ *
+ * Exit 77 without a Hopper GPU. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <time.h>
+
+#include <cjson/cJSON.h>
+#include <cmocka.h>
+
+#include "backend.h"
+#include "cb_internal.h"
+#include "cuda_backend.h"
+#include "engine.h"
+#include "rng.h"
+#include "engine_testutil.h"
+#include "testutil.h"
+#include "weights.h"
+
+#include "cuda_compare.h"
+
+/* TP 2 against TP 1, both on the cuda backend: the row-parallel layers add two f32 partial sums
+ * where TP 1 has one GEMM's sum (f32 ulps), which a later bf16 (or e4m3) rounding of a GEMM input
+ * can turn into one step of that format. Measured under the host emulation: 3.1e-4 on tiny-qwen3
+ * (BF16), 0.026 on the "tiny" dummy preset in FP8 (W8A8: an e4m3 step is 1/16 relative); the
+ * tolerances leave room for cuBLASLt's other summation orders at K and K / 2 on the device. */
+#define LOGIT_TOL_TP     0.05
+#define LOGIT_TOL_TP_FP8 0.25
+
+// ---------------------------------------------------------------------------------------------
+// Tensor parallel on one device
+
+/* ref's and got's logits [n, vocab]: the largest difference, and argmaxes equal unless ref's
+ * top-2 gap is within 2 * tol (a near tie, printed and counted in *ties). */
+static double compare_rows(const float *ref, const float *got, int n, int vocab, double tol,
+                           const char *what, int *ties) {
+    double worst = 0;
+    for (int r = 0; r < n; r++) {
+        const float *a = ref + (size_t)r * vocab, *b = got + (size_t)r * vocab;
+        int aa = 0, ab = 0;
+        for (int v = 0; v < vocab; v++) {
+            double d = fabs((double)a[v] - b[v]);
+            if (!(d <= worst)) worst = d;
+            if (a[v] > a[aa]) aa = v;
+            if (b[v] > b[ab]) ab = v;
+        }
+        if (aa == ab) continue;
+        float second = -INFINITY;
+        for (int v = 0; v < vocab; v++)
+            if (v != aa && a[v] > second) second = a[v];
+        if (a[aa] - second > 2 * tol)
+            fail_msg("%s: row %d: TP 2 picks %d, TP 1 %d with a margin of %.4g", what, r, ab, aa,
+                     a[aa] - second);
+        print_message("%s: row %d: near tie, TP 2 picks %d, TP 1 %d (margin %.4g)\n", what, r, ab,
+                      aa, a[aa] - second);
+        (*ties)++;
+    }
+    return worst;
+}
+
+/* TP 2 against TP 1 on the cuda backend over weights w: the first n_prompts golden prompts of
+ * `fixture` (or, for NULL, n_prompts tu_prompt prompts) prefilled in one batch, logits within
+ * tol; then n_lock of them generated greedily in lockstep for 8 tokens (chunked prefill, paged
+ * decode). */
+static void tp2_against_tp1(model_weights_t *w, const char *fixture, bool fp8, bool ep, double tol,
+                            int n_prompts, int n_lock) {
+    const char *name = fixture ? fixture : "dummy";
+    backend_t *one = open_backend_tp(&cuda_backend_ops, w, false, 1, false, NULL);
+    backend_t *two = open_backend_tp(&cuda_backend_ops, w, false, 2, ep, NULL);
+    assert_int_equal(cuda_backend_uses_fp8(one), fp8);
+    assert_int_equal(cuda_backend_uses_fp8(two), fp8);
+    char desc[512];
+    two->ops->describe(two, desc, sizeof desc);
+    print_message("%s: %s\n", name, desc);
+    assert_non_null(strstr(desc, "tensor parallel 2"));
+    if (ep) assert_non_null(strstr(desc, "expert parallel"));
+    assert_non_null(strstr(desc, "graphs off")); /* asked for, off at TP > 1 */
+    int vocab = weights_config(w)->vocab_size, n, n2, ties = 0;
+    cJSON *g = NULL;
+    if (fixture) {
+        g = golden(fixture);
+        cJSON *ps = cJSON_GetObjectItem(g, "prompts");
+        while (cJSON_GetArraySize(ps) > n_prompts)
+            cJSON_DeleteItemFromArray(ps, n_prompts);
+    } else { /* the same golden shape from generated prompts */
+        g = cJSON_CreateObject();
+        cJSON *ps = cJSON_AddArrayToObject(g, "prompts");
+        for (int i = 0; i < n_prompts; i++) {
+            int32_t ids[96];
+            int len = tu_prompt(300 + i, ids);
+            cJSON *p = cJSON_CreateObject();
+            cJSON_AddItemToObject(p, "ids", cJSON_CreateIntArray(ids, len));
+            cJSON_AddItemToArray(ps, p);
+        }
+    }
+    float *a = batched_prefill(one, w, g, vocab, &n);
+    float *b = batched_prefill(two, w, g, vocab, &n2);
+    assert_int_equal(n, n2);
+    double worst = compare_rows(a, b, n, vocab, tol, name, &ties);
+    print_message("%s: batched prefill of %d prompts: max |logit TP 2 - TP 1| = %.4g (tolerance "
+                  "%.3g), %d near ties\n",
+                  name, n, worst, tol, ties);
+    assert_true(worst <= tol);
+    free(a);
+    free(b);
+    const cJSON *p;
+    int k = 0;
+    double step_worst = 0;
+    cJSON_ArrayForEach(p, cJSON_GetObjectItem(g, "prompts")) {
+        if (k++ >= n_lock) break;
+        int n_prompt;
+        int32_t *prompt = json_ids(cJSON_GetObjectItem(p, "ids"), &n_prompt);
+        char what[64];
+        snprintf(what, sizeof what, "%s TP 2, prompt of %d tokens", name, n_prompt);
+        double d = lockstep(one, two, w, prompt, n_prompt, 8, tol, what, &ties, NULL, NULL);
+        if (d > step_worst) step_worst = d;
+        free(prompt);
+    }
+    print_message("%s: %d prompts x 8 greedy steps in lockstep: max |logit TP 2 - TP 1| = %.4g, "
+                  "%d near ties in all\n",
+                  name, n_lock, step_worst, ties);
+    assert_true(step_worst <= tol);
+    cJSON_Delete(g);
+    backend_destroy(two);
+    backend_destroy(one);
+}
+
+/* tiny-qwen3 (BF16): the backend's logits, then the engine: 4 requests of 8 tokens batched
+ * under a budget of 16 tokens (prefills in chunks, mixed with decodes), the same tokens at TP 2
+ * as at TP 1. */
+static void test_tp2_bf16(void **state) {
+    model_weights_t *w = tu_fixture_weights("tiny-qwen3");
+    tp2_against_tp1(w, "tiny-qwen3", false, false, LOGIT_TOL_TP, 5, 2);
+    weights_destroy(w);
+
+    enum { N = 4, GEN = 8 };
+    static int32_t prompts[N][96], out[2][N][GEN];
+    int len[N];
+    for (int i = 0; i < N; i++)
+        len[i] = tu_prompt(400 + i, prompts[i]);
+    sampling_params_t p = tu_greedy(GEN);
+    for (int tp = 1; tp <= 2; tp++) {
+        const char *const flags[] = {"max-model-len",
+                                     "256",
+                                     "gpu-memory-utilization",
+                                     "0.3",
+                                     "max-num-batched-tokens",
+                                     "16",
+                                     "tensor-parallel-size",
+                                     tp == 1 ? "1" : "2",
+                                     NULL};
+        engine_t *e = open_engine(flags);
+        engine_stream_t *st[N];
+        for (int i = 0; i < N; i++)
+            st[i] = tu_submit(e, prompts[i], len[i], &p);
+        for (int i = 0; i < N; i++)
+            assert_int_equal(collect(st[i], out[tp - 1][i], GEN), GEN);
+        engine_close(e);
+    }
+    for (int i = 0; i < N; i++)
+        for (int k = 0; k < GEN; k++)
+            if (out[1][i][k] != out[0][i][k])
+                fail_msg("engine: request %d token %d: %d at TP 2, %d at TP 1", i, k, out[1][i][k],
+                         out[0][i][k]);
+    print_message("engine, tiny-qwen3: %d requests x %d tokens, budget 16: TP 2 tokens equal TP "
+                  "1's\n",
+                  N, GEN);
+}
+
+/* FP8 at TP 2: the "tiny" dummy preset (hidden 256, intermediate 768: every shard on 128-blocks,
+ * so the W8A8 path runs on each rank), generated on the device through the shard views. */
+static void test_tp2_fp8(void **state) {
+    model_source_t src = {
+        .model = "tiny", .format = LOAD_DUMMY, .dummy_fp8 = true, .seed = 77, .lazy_dummy = true};
+    model_weights_t *w = tu_weights(&src);
+    tp2_against_tp1(w, NULL, true, false, LOGIT_TOL_TP_FP8, 4, 2);
+    weights_destroy(w);
+}
+
+/* Qwen3-MoE at TP 2 (tiny-qwen3-moe, BF16): every expert sliced (moe_intermediate_size 64, 32
+ * a rank), the router replicated, the experts' outputs all-reduced. (Named without "moe": the
+ * tp group runs it, not the moe one.) */
+static void test_tp2_experts(void **state) {
+    model_weights_t *w = tu_fixture_weights("tiny-qwen3-moe");
+    tp2_against_tp1(w, "tiny-qwen3-moe", false, false, LOGIT_TOL_TP, 5, 2);
+    weights_destroy(w);
+}
+
+/* Expert parallel at TP 2: each rank holds half the experts whole, groups and computes only the
+ * pairs routed to them (the others' rows left out of its sums), and the all-reduce adds the
+ * ranks' parts. tiny-qwen3-moe (BF16, 8 experts, top 2), and block FP8 on dummy weights of a
+ * config whose every shard keeps to 128-blocks (hidden 256, 8 experts of 128, top 2, a dense
+ * layer of 256) so that the W8A8 grouped GEMM runs on a range of experts (4 a rank). */
+static void test_tp2_experts_ep(void **state) {
+    model_weights_t *w = tu_fixture_weights("tiny-qwen3-moe");
+    tp2_against_tp1(w, "tiny-qwen3-moe", false, true, LOGIT_TOL_TP, 5, 2);
+    weights_destroy(w);
+    char dir[] = "/tmp/tachyon-ep-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char path[64];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("{\"architectures\": [\"Qwen3MoeForCausalLM\"], \"model_type\": \"qwen3_moe\", "
+          "\"hidden_size\": 256, \"intermediate_size\": 256, \"moe_intermediate_size\": 128, "
+          "\"num_experts\": 8, \"num_experts_per_tok\": 2, \"norm_topk_prob\": true, "
+          "\"decoder_sparse_step\": 1, \"mlp_only_layers\": [1], \"num_hidden_layers\": 2, "
+          "\"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"head_dim\": 128, "
+          "\"vocab_size\": 4096, \"max_position_embeddings\": 4096, \"rms_norm_eps\": 1e-06, "
+          "\"rope_theta\": 1000000, \"tie_word_embeddings\": false, \"torch_dtype\": "
+          "\"bfloat16\", \"bos_token_id\": 1, \"eos_token_id\": 2}",
+          f);
+    fclose(f);
+    model_source_t src = {
+        .model = dir, .format = LOAD_DUMMY, .dummy_fp8 = true, .seed = 91, .lazy_dummy = true};
+    w = tu_weights(&src);
+    tp2_against_tp1(w, NULL, true, true, LOGIT_TOL_TP_FP8, 2, 2);
+    weights_destroy(w);
+    remove(path);
+    rmdir(dir);
+}
+
+/* Qwen3.5 at TP 2 (tiny-qwen3.5, BF16): gated attention by heads (q | gate rows per head), the
+ * Gated DeltaNet by key and value heads (in_proj_qkv and conv1d as three row blocks, each rank's
+ * state slots its heads' conv windows and SSM states), out_proj all-reduced. (Named without
+ * "qwen35": the tp group runs it.) */
+static void test_tp2_gated_deltanet(void **state) {
+    model_weights_t *w = tu_fixture_weights("tiny-qwen3.5");
+    tp2_against_tp1(w, "tiny-qwen3.5", false, false, LOGIT_TOL_TP, 3, 2);
+    weights_destroy(w);
+}
+
+/* What TP 2 does not run on this backend is refused at create, naming it. */
+static void test_tp2_refusals(void **state) {
+    static const struct {
+        const char *fixture, *needle;
+    } cases[] = {
+        {"tiny-qwen3-fp8", "FP8 scale block"},     /* intermediate 320: 160 rows a rank */
+        {"tiny-qwen3-moe-fp8", "FP8 scale block"}, /* experts' intermediate 64: 32 a rank */
+        {"tiny-qwen3.5-fp8", "FP8 scale block"},   /* in_proj_qkv's q rows: 64 a rank */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        model_weights_t *w = tu_fixture_weights(cases[i].fixture);
+        err_t err = {{0}};
+        backend_t *be = open_backend_tp(&cuda_backend_ops, w, false, 2, false, &err);
+        assert_null(be);
+        print_message("%s at TP 2: %s\n", cases[i].fixture, err.msg);
+        assert_non_null(strstr(err.msg, cases[i].needle));
+        weights_destroy(w);
+    }
+}
+
+int main(void) {
+    if (!cuda_backend_available()) {
+        printf("test_cuda_tp: no Hopper GPU, skipped\n");
+        return 77;
+    }
+    backend_register(&cuda_backend_ops);
+    struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_tp2_bf16),       cmocka_unit_test(test_tp2_fp8),
+        cmocka_unit_test(test_tp2_experts),    cmocka_unit_test(test_tp2_gated_deltanet),
+        cmocka_unit_test(test_tp2_experts_ep), cmocka_unit_test(test_tp2_refusals),
+    };
+    size_t n = 0;
+    for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++)
+        if (tu_test_selected(tests[i].name)) tests[n++] = tests[i];
+    return _cmocka_run_group_tests("test_cuda_tp", tests, n, NULL, NULL);
+}
