@@ -138,6 +138,14 @@ static void compare_fixture(const char *fixture, bool fp8, double tol) {
     print_message("%s: %d greedy steps, max |logit cuda - cpu| %.4g, %d near ties (top-2 gap "
                   "<= %.3g) picked differently\n",
                   fixture, steps, step_worst, ties, 2 * tol);
+    /* the decode steps replayed CUDA graphs (captured on the device, recorded and replayed by
+     * the host emulation), except MoE's, whose traced steps run eagerly */
+    long replays;
+    int captured;
+    cuda_backend_graph_stats(gpu, &replays, &captured);
+    print_message("%s: %ld decode steps replayed from %d captured graphs\n", fixture, replays,
+                  captured);
+    if (!tr) assert_true(replays > 0 && captured > 0);
     if (tr) {
         print_message("%s: %d of %d (MoE layer, token) routings differ between the backends; "
                       "max |logit cuda - cpu| %.4g after one (tolerance %.3g)\n",
@@ -252,11 +260,6 @@ static void batch_invariance(const char *fixture) {
     const char *budgets[] = {"16", "64", "2048"};
     for (int b = 0; b < 3; b++)
         for (int variant = 0; variant < 3; variant++) {
-#ifdef OPS_HOST_EMULATION
-            /* the host emulation has no graph capture (the backend falls back to graphs off), so
-             * there the graphs-off variant would repeat the graphs-on one */
-            if (variant == 1) continue;
-#endif
             const char *flags[] = {"max-num-batched-tokens",
                                    budgets[b],
                                    "cuda-graphs",
@@ -278,6 +281,9 @@ static void batch_invariance(const char *fixture) {
                                  "batch, %d alone",
                                  fixture, i, budgets[b], variant, k, together[i][k], alone[i][k]);
             }
+            char desc[256]; /* a failed capture turns graphs off: it must not have */
+            engine_describe_backend(e, desc, sizeof desc);
+            assert_non_null(strstr(desc, variant == 1 ? "graphs off" : "graphs on"));
             static stats_snapshot_t snap;
             engine_stats(e, &snap);
             if (variant == 2) {

@@ -427,27 +427,83 @@ void emu_run_grid(dim3 grid, dim3 block, size_t smem, const std::function<void()
             }
 }
 
+/* ---- graph capture (emu_cuda.h) ----------------------------------------------------------------
+ */
+
+namespace {
+/* A captured graph, and an instantiated one: the recorded stream work in order. */
+struct EmuGraph {
+    std::vector<std::function<void()>> ops;
+};
+/* The graph the calling thread is capturing into (cudaStreamCaptureModeThreadLocal), or null. */
+thread_local EmuGraph *capturing = nullptr;
+} // namespace
+
+bool emu_capturing(void) {
+    return capturing != nullptr;
+}
+
+void emu_capture(std::function<void()> op) {
+    capturing->ops.push_back(std::move(op));
+}
+
 /* ---- CUDA runtime stubs ---------------------------------------------------------------------- */
 
 extern "C" {
 
+cudaError_t cudaStreamBeginCapture(cudaStream_t, cudaStreamCaptureMode) {
+    if (capturing) return cudaErrorIllegalState;
+    capturing = new EmuGraph;
+    return cudaSuccess;
+}
+cudaError_t cudaStreamEndCapture(cudaStream_t, cudaGraph_t *graph) {
+    if (!capturing) return cudaErrorIllegalState;
+    *graph = reinterpret_cast<cudaGraph_t>(capturing);
+    capturing = nullptr;
+    return cudaSuccess;
+}
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t *exec, cudaGraph_t graph, unsigned long long) {
+    if (capturing) return cudaErrorStreamCaptureUnsupported;
+    *exec = reinterpret_cast<cudaGraphExec_t>(new EmuGraph(*reinterpret_cast<EmuGraph *>(graph)));
+    return cudaSuccess;
+}
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t) {
+    if (capturing) return cudaErrorStreamCaptureUnsupported;
+    for (const auto &op : reinterpret_cast<EmuGraph *>(exec)->ops)
+        op();
+    return cudaSuccess;
+}
+cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
+    delete reinterpret_cast<EmuGraph *>(graph);
+    return cudaSuccess;
+}
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
+    delete reinterpret_cast<EmuGraph *>(exec);
+    return cudaSuccess;
+}
+
 cudaError_t cudaMalloc(void **p, size_t n) {
+    if (capturing) return cudaErrorStreamCaptureUnsupported;
     *p = malloc(n ? n : 1);
     return *p ? cudaSuccess : cudaErrorMemoryAllocation;
 }
 cudaError_t cudaFree(void *p) {
+    if (capturing) return cudaErrorStreamCaptureUnsupported;
     free(p);
     return cudaSuccess;
 }
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, cudaMemcpyKind) {
+    if (capturing) return cudaErrorStreamCaptureUnsupported;
     memmove(dst, src, n);
     return cudaSuccess;
 }
 cudaError_t cudaMemset(void *p, int v, size_t n) {
+    if (capturing) return cudaErrorStreamCaptureUnsupported;
     memset(p, v, n);
     return cudaSuccess;
 }
 cudaError_t cudaDeviceSynchronize(void) {
+    if (capturing) return cudaErrorStreamCaptureUnsupported;
     return cudaSuccess;
 }
 cudaError_t cudaGetLastError(void) {

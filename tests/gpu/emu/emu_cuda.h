@@ -69,8 +69,22 @@ void emu_cp_async_wait(int n);
 /* Runs body() as grid x block fibers, block after block; smem bytes of dynamic shared memory. */
 void emu_run_grid(dim3 grid, dim3 block, size_t smem, const std::function<void()> &body);
 
+/* CUDA graph capture, emulated (the stream-capture and graph calls are in emu_cuda.cpp): while
+ * the calling thread captures (cudaStreamBeginCapture .. EndCapture), its stream work is
+ * recorded instead of run: kernel launches with their arguments taken by value at the launch,
+ * as a kernel node keeps them; asynchronous copies and sets with their pointers, which a replay
+ * reads then; the emulated GEMMs. cudaGraphLaunch runs the record in order. Calls a capture
+ * forbids in cudaStreamCaptureModeThreadLocal (cudaMalloc, cudaFree, cudaMemcpy, cudaMemset,
+ * synchronizations) fail with cudaErrorStreamCaptureUnsupported, as on a device. */
+bool emu_capturing(void);
+void emu_capture(std::function<void()> op);
+
 template <typename K, typename... A>
 void ops_emu_launch(K kernel, dim3 grid, dim3 block, size_t smem, A... args) {
+    if (emu_capturing()) {
+        emu_capture([=]() { emu_run_grid(grid, block, smem, [&]() { kernel(args...); }); });
+        return;
+    }
     emu_run_grid(grid, block, smem, [&]() { kernel(args...); });
 }
 

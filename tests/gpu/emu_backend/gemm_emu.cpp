@@ -70,11 +70,29 @@ static void store(void *y, bool y_f32, size_t i, float v) {
         ((uint16_t *)y)[i] = dtype_f32_to_bf16(v);
 }
 
+/* The products themselves: run at the call, or recorded while a CUDA graph is captured
+ * (emu_cuda.h), the weight's description copied as cuBLASLt's matmul node keeps its pointers and
+ * sizes. */
+static void run_fp8(const gemm_ctx_t *g, const gemm_w8_t *w, const uint8_t *x, const float *xs,
+                    int t, void *y, bool y_f32);
+static void run_bf16(const gemm_w16_t *w, const uint16_t *x, int t, void *y, bool y_f32);
+
 extern "C" int gemm_fp8(gemm_ctx_t *g, const gemm_w8_t *w, const uint8_t *x, const float *xs, int t,
                         void *y, bool y_f32, err_t *err) {
     if (t <= 0) return 0;
     char why[160];
     if (!gemm_fp8_shape_ok(w->n, w->k, why, sizeof why)) return err_set(err, "%s", why);
+    if (emu_capturing()) {
+        const gemm_w8_t wc = *w;
+        emu_capture([=]() { run_fp8(g, &wc, x, xs, t, y, y_f32); });
+    } else {
+        run_fp8(g, w, x, xs, t, y, y_f32);
+    }
+    return 0;
+}
+
+static void run_fp8(const gemm_ctx_t *g, const gemm_w8_t *w, const uint8_t *x, const float *xs,
+                    int t, void *y, bool y_f32) {
     int tp = gemm_pad_t(t), ld = gemm_w8_scale_ld(w->k), L = (w->k + 127) / 128;
     const size_t K = (size_t)w->k;
     std::vector<float> xf((size_t)tp * K), wf(K); /* decoded once per call / per weight row */
@@ -93,7 +111,6 @@ extern "C" int gemm_fp8(gemm_ctx_t *g, const gemm_w8_t *w, const uint8_t *x, con
             store(y, y_f32, (size_t)r * w->n + n, acc);
         }
     }
-    return 0;
 }
 
 extern "C" int gemm_bf16(gemm_ctx_t *g, const gemm_w16_t *w, const uint16_t *x, int t, void *y,
@@ -101,6 +118,16 @@ extern "C" int gemm_bf16(gemm_ctx_t *g, const gemm_w16_t *w, const uint16_t *x, 
     (void)g;
     (void)err;
     if (t <= 0) return 0;
+    if (emu_capturing()) {
+        const gemm_w16_t wc = *w;
+        emu_capture([=]() { run_bf16(&wc, x, t, y, y_f32); });
+    } else {
+        run_bf16(w, x, t, y, y_f32);
+    }
+    return 0;
+}
+
+static void run_bf16(const gemm_w16_t *w, const uint16_t *x, int t, void *y, bool y_f32) {
     const size_t K = (size_t)w->k;
     std::vector<float> xf((size_t)t * K), wf(K); /* decoded once per call / per weight row */
     for (size_t i = 0; i < xf.size(); i++)
@@ -111,7 +138,6 @@ extern "C" int gemm_bf16(gemm_ctx_t *g, const gemm_w16_t *w, const uint16_t *x, 
         for (int r = 0; r < t; r++)
             store(y, y_f32, (size_t)r * w->n + n, dot_f32(wf.data(), &xf[(size_t)r * K], 0, w->k));
     }
-    return 0;
 }
 
 extern "C" int gemm_algo_queries(const gemm_ctx_t *g) {

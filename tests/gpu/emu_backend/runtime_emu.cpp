@@ -1,6 +1,7 @@
 /* The CUDA runtime calls of kernels/cuda_backend.cu that tests/gpu/emu/emu_cuda.cpp does not stub,
  * for the backend's host emulation: one synchronous "device" whose memory is host memory.
- * Graph capture reports "not supported", so the backend's eager fallback runs. */
+ * Graph capture is emulated (tests/gpu/emu/emu_cuda.h): the asynchronous copies and sets below
+ * are recorded while the calling thread captures, the synchronizations refused. */
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -46,7 +47,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t) {
     return cudaSuccess;
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t) {
-    return cudaSuccess;
+    return emu_capturing() ? cudaErrorStreamCaptureUnsupported : cudaSuccess;
 }
 cudaError_t cudaMallocHost(void **p, size_t n) {
     *p = malloc(n ? n : 1);
@@ -57,40 +58,34 @@ cudaError_t cudaFreeHost(void *p) {
     return cudaSuccess;
 }
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind, cudaStream_t) {
-    memmove(dst, src, n);
+    if (emu_capturing())
+        emu_capture([=]() { memmove(dst, src, n); });
+    else
+        memmove(dst, src, n);
     return cudaSuccess;
 }
 cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t spitch,
                               size_t width, size_t height, cudaMemcpyKind, cudaStream_t) {
-    for (size_t r = 0; r < height; r++)
-        memmove((char *)dst + r * dpitch, (const char *)src + r * spitch, width);
+    auto copy = [=]() {
+        for (size_t r = 0; r < height; r++)
+            memmove((char *)dst + r * dpitch, (const char *)src + r * spitch, width);
+    };
+    if (emu_capturing())
+        emu_capture(copy);
+    else
+        copy();
     return cudaSuccess;
 }
 cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t) {
-    memset(p, v, n);
+    if (emu_capturing())
+        emu_capture([=]() { memset(p, v, n); });
+    else
+        memset(p, v, n);
     return cudaSuccess;
 }
 cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total) {
     *free_b = EMU_DEVICE_BYTES;
     *total = EMU_DEVICE_BYTES;
-    return cudaSuccess;
-}
-cudaError_t cudaStreamBeginCapture(cudaStream_t, cudaStreamCaptureMode) {
-    return cudaErrorNotSupported;
-}
-cudaError_t cudaStreamEndCapture(cudaStream_t, cudaGraph_t *) {
-    return cudaErrorNotSupported;
-}
-cudaError_t cudaGraphInstantiate(cudaGraphExec_t *, cudaGraph_t, unsigned long long) {
-    return cudaErrorNotSupported;
-}
-cudaError_t cudaGraphLaunch(cudaGraphExec_t, cudaStream_t) {
-    return cudaErrorNotSupported;
-}
-cudaError_t cudaGraphDestroy(cudaGraph_t) {
-    return cudaSuccess;
-}
-cudaError_t cudaGraphExecDestroy(cudaGraphExec_t) {
     return cudaSuccess;
 }
 
