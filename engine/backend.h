@@ -184,6 +184,18 @@ typedef struct backend_ops {
      * whether this instance runs the model's head: 0, or -1 with why not. */
     int (*mtp_forward)(backend_t *be, const be_batch_t *b, const int32_t *hidden_rows, int step,
                        float *logits, int32_t *argmax, err_t *err);
+    /* Optional (NULL: the engine calls mtp_forward once a draft). n_steps chained draft passes
+     * of the MTP head where it runs, with no round trip between them: b is the first pass's
+     * batch as mtp_forward's at step first_step >= 1 (one token a sequence, the previous draft,
+     * each token its logit row; hidden_rows: rows of the last MTP pass), and each later pass is
+     * the same sequences one position on, its token the previous pass's argmax and its hidden
+     * row the previous pass's own output, while the position stays at most last_pos[s] (past
+     * it the sequence recomputes its last position and writes nothing: its later drafts are to
+     * be ignored). The block tables must hold every position up to last_pos. Writes
+     * drafts[j * n_seqs + s], the argmax of pass j (j < n_steps), and leaves the head's output
+     * as mtp_forward would after the last pass. */
+    int (*mtp_chain)(backend_t *be, const be_batch_t *b, const int32_t *hidden_rows, int first_step,
+                     int n_steps, const int32_t *last_pos, int32_t *drafts, err_t *err);
 } backend_ops_t;
 
 /* Every backend instance starts with this header. */

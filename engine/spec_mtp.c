@@ -20,6 +20,7 @@ void mtp_pass_free(mtp_pass_t *mp) {
     free(mp->owner);
     free(mp->slots);
     free(mp->drafts);
+    free(mp->last);
     memset(mp, 0, sizeof *mp);
 }
 
@@ -31,8 +32,8 @@ int mtp_take(const eng_choice_t *q, int room, int32_t *out) {
     return n > 0 ? n : 0;
 }
 
-/* Room for n_tokens tokens of n_seqs sequences, a draft each (the tables: fill_tables). */
-static int reserve(mtp_pass_t *mp, int n_tokens, int n_seqs) {
+/* Room for n_tokens tokens of n_seqs sequences, k drafts each (the tables: fill_tables). */
+static int reserve(mtp_pass_t *mp, int n_tokens, int n_seqs, int k) {
     return GROW(mp->ent, mp->cap_ent, n_seqs) < 0 ||
                    GROW(mp->tokens, mp->cap_tokens, n_tokens) < 0 ||
                    GROW(mp->pos, mp->cap_pos, n_tokens) < 0 ||
@@ -42,7 +43,8 @@ static int reserve(mtp_pass_t *mp, int n_tokens, int n_seqs) {
                    GROW(mp->owner, mp->cap_owner, n_tokens) < 0 ||
                    GROW(mp->qstart, mp->cap_qstart, n_seqs + 1) < 0 ||
                    GROW(mp->ctx, mp->cap_ctx, n_seqs) < 0 ||
-                   GROW(mp->drafts, mp->cap_drafts, n_seqs) < 0
+                   GROW(mp->drafts, mp->cap_drafts, n_seqs * (k > 1 ? k : 1)) < 0 ||
+                   GROW(mp->last, mp->cap_last, n_seqs) < 0
                ? -1
                : 0;
 }
@@ -95,10 +97,13 @@ static int fill_tables(mtp_pass_t *mp, int n_seq) {
     return stride;
 }
 
+static int mtp_chain_run(core_t *e, mtp_pass_t *mp, int n_ent, err_t *err);
+
 int mtp_run(core_t *e, mtp_pass_t *mp, const sched_out_t *out, const be_batch_t *b,
             const int *valid, err_t *err) {
     int bs = kv_block_size(e->kv);
-    if (reserve(mp, b->n_tokens, b->n_seqs) < 0) return err_set(err, "out of memory");
+    if (reserve(mp, b->n_tokens, b->n_seqs, e->f.num_speculative_tokens) < 0)
+        return err_set(err, "out of memory");
     /* step 0: x_{t+1} beside h_t for the positions read this step */
     int n_ent = 0, n_tok = 0, n_logits = 0;
     for (int r = 0; r < b->n_seqs; r++) {
@@ -150,30 +155,61 @@ int mtp_run(core_t *e, mtp_pass_t *mp, const sched_out_t *out, const be_batch_t 
         en->row = mp->logit_rows[en->row]; /* its output row, the next step's hidden */
     }
 
-    /* draft j: the previous draft beside the head's output at the previous position, one token
-     * per sequence still drafting */
-    for (int j = 1; j < e->f.num_speculative_tokens; j++) {
-        int n = 0;
-        for (int i = 0; i < n_ent; i++) {
-            mtp_entry_t *en = &mp->ent[i];
-            if (en->want <= j) continue;
-            const sched_seq_t *s = &en->q->b.s;
-            int p = en->to - 1 + j;
-            mp->owner[n] = i;
-            mp->qstart[n] = n;
-            mp->ctx[n] = p + 1;
-            mp->tokens[n] = en->q->mtp_draft[j - 1];
-            mp->pos[n] = p;
-            mp->slots[n] = slot_of(s, bs, p);
-            mp->rows[n] = en->row;
-            mp->logit_rows[n] = n;
-            n++;
-        }
-        if (n == 0) break;
+    return mtp_chain_run(e, mp, n_ent, err);
+}
+
+/* Draft j's batch: one token a sequence still drafting (want > j), the previous draft at the
+ * position after the previous one, beside the head's output there (the entry's row); owner[]
+ * maps its sequences to entries. Returns their number. */
+static int draft_batch(core_t *e, mtp_pass_t *mp, int n_ent, int j) {
+    int bs = kv_block_size(e->kv), n = 0;
+    for (int i = 0; i < n_ent; i++) {
+        mtp_entry_t *en = &mp->ent[i];
+        if (en->want <= j) continue;
+        const sched_seq_t *s = &en->q->b.s;
+        int p = en->to - 1 + j;
+        mp->owner[n] = i;
         mp->qstart[n] = n;
-        stride = fill_tables(mp, n);
+        mp->ctx[n] = p + 1;
+        mp->tokens[n] = en->q->mtp_draft[j - 1];
+        mp->pos[n] = p;
+        mp->slots[n] = slot_of(s, bs, p);
+        mp->rows[n] = en->row;
+        mp->logit_rows[n] = n;
+        mp->last[n] = en->to + en->want - 2; /* draft want - 1's position */
+        n++;
+    }
+    mp->qstart[n] = n;
+    return n;
+}
+
+/* Drafts 1..want-1 of the n_ent entries, from draft 0: in one backend call where it chains the
+ * passes itself (backend_ops_t.mtp_chain: no round trip between them), else a call a draft. */
+static int mtp_chain_run(core_t *e, mtp_pass_t *mp, int n_ent, err_t *err) {
+    if (e->be->ops->mtp_chain) {
+        int n = draft_batch(e, mp, n_ent, 1), steps = 0;
+        if (n == 0) return 0;
+        for (int l = 0; l < n; l++)
+            if (mp->ent[mp->owner[l]].want - 1 > steps) steps = mp->ent[mp->owner[l]].want - 1;
+        int stride = fill_tables(mp, n);
         if (stride < 0) return err_set(err, "out of memory");
-        mb = batch_of(mp, n, n, stride, n);
+        be_batch_t mb = batch_of(mp, n, n, stride, n);
+        if (e->be->ops->mtp_chain(e->be, &mb, mp->rows, 1, steps, mp->last, mp->drafts, err) < 0)
+            return -1;
+        for (int l = 0; l < n; l++) {
+            mtp_entry_t *en = &mp->ent[mp->owner[l]];
+            for (int j = 1; j < en->want; j++)
+                en->q->mtp_draft[j] = mp->drafts[(size_t)(j - 1) * (size_t)n + (size_t)l];
+            en->q->n_mtp_draft = en->want;
+        }
+        return 0;
+    }
+    for (int j = 1; j < e->f.num_speculative_tokens; j++) {
+        int n = draft_batch(e, mp, n_ent, j);
+        if (n == 0) break;
+        int stride = fill_tables(mp, n);
+        if (stride < 0) return err_set(err, "out of memory");
+        be_batch_t mb = batch_of(mp, n, n, stride, n);
         if (e->be->ops->mtp_forward(e->be, &mb, mp->rows, j, NULL, mp->drafts, err) < 0) return -1;
         for (int l = 0; l < n; l++) {
             mtp_entry_t *en = &mp->ent[mp->owner[l]];

@@ -12,7 +12,10 @@
  * position with the previous draft beside the head's own output (vLLM's proposer), writing K/V
  * ahead of the sequence's tokens: its blocks are taken first (sched_seq_cover, leaving one free
  * block per running sequence, as the n-gram drafts do; fewer drafts when the pool cannot), and
- * the next step's step 0 writes those positions again from the model's hidden states. A
+ * the next step's step 0 writes those positions again from the model's hidden states. Drafts
+ * 1..k-1 come from one backend call where the backend chains the passes itself
+ * (backend_ops_t.mtp_chain: the cuda backend on the device, from one graph), else one
+ * mtp_forward a draft (a tensor-parallel instance). A
  * preempted sequence starts over (its blocks are gone: mtp_gen). Positions the head never read
  * (drafts off in a step, by num-speculative-tokens 0 or disable_by_batch_size, or skipped while
  * no state slot is spare for a draft's snapshot: max-num-seqs sequences running) keep stale K/V:
@@ -38,10 +41,10 @@ typedef struct mtp_entry {
 /* The head's batches and their buffers, grown and kept. */
 typedef struct mtp_pass {
     mtp_entry_t *ent;
-    int32_t *tokens, *pos, *rows, *qstart, *ctx, *tables, *logit_rows, *owner, *drafts;
+    int32_t *tokens, *pos, *rows, *qstart, *ctx, *tables, *logit_rows, *owner, *drafts, *last;
     int64_t *slots;
     int cap_ent, cap_tokens, cap_pos, cap_rows, cap_qstart, cap_ctx, cap_tables, cap_logit_rows,
-        cap_owner, cap_slots, cap_drafts;
+        cap_owner, cap_slots, cap_drafts, cap_last;
 } mtp_pass_t;
 
 void mtp_pass_free(mtp_pass_t *mp);

@@ -36,6 +36,12 @@
 #define MAX_SPLITS         32
 #define ALIGN              256 /* bytes: cuBLASLt's default pointer alignment preference */
 #define MAX_GRAPHS         64
+/* Query tokens per sequence a graph runs: 1 (decode steps), up to 8 (speculative verify steps
+ * of up to 7 drafts, every sequence the same number: vLLM's uniform decode graphs) */
+#define MAX_GRAPH_Q 8
+/* MTP draft passes one cb_mtp_chain runs (the engine's SPEC_MAX_TOKENS - 1 at most); from a graph
+ * up to MAX_GRAPH_Q of them */
+#define MAX_CHAIN_STEPS 16
 
 /* GEMM outputs (QKV, o_proj, gate_up, down) in f32: the kernels that read them (q/k norm + RoPE,
  * residual add + norm, SwiGLU + FP8 quantization) then see the CPU reference's f32 values, not
@@ -123,7 +129,7 @@ typedef struct cb_moe {
 } cb_moe_t;
 
 typedef struct cb_graph {
-    int size;   /* sequences (= tokens) of the decode batch it runs */
+    int size;   /* sequences of the batch it runs (each with the graph's q tokens) */
     int stride; /* block-table stride it was captured with; 0 = not captured */
     cudaGraphExec_t exec;
 } cb_graph_t;
@@ -238,6 +244,8 @@ typedef struct cuda_backend {
     int32_t *ids_h, *pos_h, *qs_h, *ctx_h, *lrows_h, *sslots_h; /* sslots: state slots [cap_s] */
     int32_t *mrows_h; /* [cap_t] an MTP pass's hidden rows */
     int64_t *slots_h;
+    int32_t *last_d, *last_h;     /* [cap_s] a draft chain's last positions (cb_mtp_chain) */
+    int32_t *chain_d, *chain_h;   /* [MAX_CHAIN_STEPS][cap_s] its drafts, pass by pass */
     int32_t *tables_d, *tables_h; /* [cap_tables] block tables, the batch's stride */
     size_t cap_tables;
     bool staging_busy; /* a copy from the staging may still be in flight */
@@ -264,11 +272,16 @@ typedef struct cuda_backend {
     int Hk, Hv, dk, dv, K, C;     /* the Gated DeltaNet's shapes */
 
     /* graphs */
-    bool graphs;       /* the cuda-graphs flag */
-    int max_seqs_live; /* the max-num-seqs flag (graph sizes stop there) */
-    cb_graph_t graph[MAX_GRAPHS];
-    int n_graphs;
-    long replays;
+    bool graphs;                               /* the cuda-graphs flag */
+    int max_seqs_live;                         /* the max-num-seqs flag (graph sizes stop there) */
+    cb_graph_t graph[MAX_GRAPH_Q][MAX_GRAPHS]; /* [q - 1][size index]: lazily captured */
+    /* the MTP head's draft passes of one token a sequence: [0] reading the model's final-norm
+     * rows (step 0), [1] the head's own (later steps) */
+    cb_graph_t mtp_graph[2][MAX_GRAPHS];
+    cb_graph_t chain_graph[MAX_GRAPH_Q][MAX_GRAPHS]; /* [passes - 1]: cb_mtp_chain's */
+    int n_graphs;                                    /* sizes (the same for every q and pass) */
+    long mtp_replays, chain_replays;
+    long replays, verify_replays; /* graph launches, those of more than one token a sequence */
     int captured;
 } cuda_backend_t;
 
@@ -379,9 +392,17 @@ int cb_forward(backend_t *base, const be_batch_t *b, float *logits, err_t *err);
  * step's), run eagerly. */
 int cb_mtp_forward(backend_t *base, const be_batch_t *b, const int32_t *hidden_rows, int step,
                    float *logits, int32_t *argmax, err_t *err);
+/* backend_ops_t.mtp_chain: the passes on the device, each pass's argmax and the next pass's
+ * metadata made there (ops_sample, ops_mtp_advance); at most MAX_CHAIN_STEPS passes; from one
+ * graph when graphs are on, the head has one layer and there are at most MAX_GRAPH_Q passes. */
+int cb_mtp_chain(backend_t *base, const be_batch_t *b, const int32_t *hidden_rows, int first_step,
+                 int n_steps, const int32_t *last_pos, int32_t *drafts, err_t *err);
 
 /* cuda_backend.cu: the argmax of each of the first n_rows rows of the device logits, through the
  * device sampler at temperature 0 (one id per row comes back); synchronizes the stream. */
 int cb_greedy_ids(cuda_backend_t *be, int n_rows, int32_t *ids, err_t *err);
+/* Stages n_rows greedy rows (temperature 0, nothing masked) in the sampler's device rows: what
+ * cb_greedy_ids samples with. */
+int cb_greedy_rows(cuda_backend_t *be, int n_rows, err_t *err);
 
 #endif

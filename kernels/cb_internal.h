@@ -32,8 +32,14 @@ int cuda_backend_expert_value(const backend_t *be, int layer, int expert, int sl
  * tensor-parallel instance too (its rank 0's); the value hooks a single instance only. */
 bool cuda_backend_uses_fp8(const backend_t *be);
 
-/* Decode steps replayed from a CUDA graph so far, and graphs captured. */
-void cuda_backend_graph_stats(const backend_t *be, long *replays, int *captured);
+/* CUDA graph use so far: steps replayed from a graph (decode and verify steps), the verify steps
+ * among them (several tokens a sequence), MTP draft passes (mtp_forward) and draft chains
+ * (mtp_chain) replayed, graphs captured. */
+typedef struct cuda_graph_stats {
+    long replays, verify_replays, mtp_replays, chain_replays;
+    int captured;
+} cuda_graph_stats_t;
+void cuda_backend_graph_stats(const backend_t *be, cuda_graph_stats_t *stats);
 
 #ifdef __cplusplus
 }

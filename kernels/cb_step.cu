@@ -1,13 +1,15 @@
 /*
  * The cuda backend's steps: a batch checked, cut into pieces that fit the workspace, each
  * piece's metadata staged and copied to the device, then run by the layer stack (cb_layers.cu)
- * kernel by kernel or, for pure decode batches with graphs on, replayed from a CUDA graph.
+ * kernel by kernel or, for uniform batches with graphs on, replayed from a CUDA graph.
  *
  * Every step's metadata goes through pinned staging with one asynchronous copy into fixed device
- * buffers, so captured CUDA graphs (pure decode batches, padded to vLLM's capture sizes) replay
- * against the same addresses. Batches larger than the workspace run as consecutive pieces of
- * whole or split sequences: a sequence cut between pieces sees its earlier tokens through the KV
- * cache, as chunked prefill.
+ * buffers, so captured CUDA graphs replay against the same addresses. A batch runs from a graph
+ * when every sequence has the same number q of new tokens and every token a logit row: pure
+ * decode steps (q = 1) and speculative verify steps at a fixed number of drafts (q = k + 1), as
+ * vLLM's uniform-decode graphs; padded to vLLM's capture sizes in sequences. Batches larger than
+ * the workspace run as consecutive pieces of whole or split sequences: a sequence cut between
+ * pieces sees its earlier tokens through the KV cache, as chunked prefill.
  */
 #include "cb_backend.h"
 
@@ -24,6 +26,7 @@ typedef struct piece {
     int max_q, max_ctx;
     int n_dec, dec_max_ctx; /* sequences with exactly one new token, their largest context */
     bool decode;            /* every sequence has exactly one new token */
+    int uniform_q;          /* every sequence has exactly this many new tokens; 0: they differ */
 } piece_t;
 
 // ---------------------------------------------------------------------------------------------
@@ -44,12 +47,21 @@ static int capture_sizes(int max_size, int *out, int cap) {
     return n;
 }
 
-void cb_drop_graphs(cuda_backend_t *be) {
-    for (int i = 0; i < be->n_graphs; i++)
-        if (be->graph[i].stride) {
-            cudaGraphExecDestroy(be->graph[i].exec);
-            be->graph[i].stride = 0;
+static void drop_set(cb_graph_t *set, int n) {
+    for (int i = 0; i < n; i++)
+        if (set[i].stride) {
+            cudaGraphExecDestroy(set[i].exec);
+            set[i].stride = 0;
         }
+}
+
+void cb_drop_graphs(cuda_backend_t *be) {
+    for (int q = 0; q < MAX_GRAPH_Q; q++) {
+        drop_set(be->graph[q], be->n_graphs);
+        drop_set(be->chain_graph[q], be->n_graphs);
+    }
+    for (int m = 0; m < 2; m++)
+        drop_set(be->mtp_graph[m], be->n_graphs);
 }
 
 void cb_plan_graphs(cuda_backend_t *be) {
@@ -60,16 +72,34 @@ void cb_plan_graphs(cuda_backend_t *be) {
     if (max_size > be->cap_t) max_size = be->cap_t;
     int sizes[MAX_GRAPHS];
     be->n_graphs = capture_sizes(max_size, sizes, MAX_GRAPHS);
-    for (int i = 0; i < be->n_graphs; i++) {
-        be->graph[i].size = sizes[i];
-        be->graph[i].stride = 0;
-        be->graph[i].exec = NULL;
-    }
-    /* the largest size may exceed a capacity: keep only sizes that fit */
-    while (be->n_graphs > 0 && (be->graph[be->n_graphs - 1].size > be->cap_s ||
-                                be->graph[be->n_graphs - 1].size > be->cap_l ||
-                                be->graph[be->n_graphs - 1].size > be->cap_t))
+    /* the largest size may exceed a capacity: keep only sizes that fit (at q = 1; a larger q
+     * uses the sizes whose tokens fit too: graph_size) */
+    while (be->n_graphs > 0 &&
+           (sizes[be->n_graphs - 1] > be->cap_s || sizes[be->n_graphs - 1] > be->cap_l ||
+            sizes[be->n_graphs - 1] > be->cap_t))
         be->n_graphs--;
+    for (int i = 0; i < be->n_graphs; i++) {
+        for (int q = 0; q < MAX_GRAPH_Q; q++) {
+            be->graph[q][i] = cb_graph_t{sizes[i], 0, NULL};
+            be->chain_graph[q][i] = cb_graph_t{sizes[i], 0, NULL};
+        }
+        for (int m = 0; m < 2; m++)
+            be->mtp_graph[m][i] = cb_graph_t{sizes[i], 0, NULL};
+    }
+}
+
+/* The graph slot for n sequences of q tokens each (mtp: an MTP pass of the kind, one token a
+ * sequence, else -1): the smallest size >= n whose tokens and logit rows fit the buffers; NULL
+ * when none does (the step runs eagerly). */
+static cb_graph_t *graph_slot(cuda_backend_t *be, int n, int q, int mtp) {
+    if (q < 1 || q > MAX_GRAPH_Q || (mtp >= 0 && q != 1)) return NULL;
+    for (int i = 0; i < be->n_graphs; i++) {
+        cb_graph_t *g = mtp >= 0 ? &be->mtp_graph[mtp][i] : &be->graph[q - 1][i];
+        if (g->size < n) continue;
+        if ((int64_t)g->size * q > be->cap_t || (int64_t)g->size * q > be->cap_l) return NULL;
+        return g;
+    }
+    return NULL;
 }
 
 size_t cb_layout_meta(cuda_backend_t *be, char *base, bool host) {
@@ -79,13 +109,16 @@ size_t cb_layout_meta(cuda_backend_t *be, char *base, bool host) {
     int64_t *slots = (int64_t *)take(&a, T * 8);
     int32_t *qs = (int32_t *)take(&a, (S + 1) * 4), *ctx = (int32_t *)take(&a, S * 4);
     int32_t *lrows = (int32_t *)take(&a, Lr * 4), *sslots = (int32_t *)take(&a, S * 4);
-    int32_t *mrows = (int32_t *)take(&a, T * 4);
+    int32_t *mrows = (int32_t *)take(&a, T * 4), *last = (int32_t *)take(&a, S * 4);
+    int32_t *chain = (int32_t *)take(&a, MAX_CHAIN_STEPS * S * 4);
     if (host) {
         be->ids_h = ids, be->pos_h = pos, be->slots_h = slots, be->qs_h = qs, be->ctx_h = ctx;
         be->lrows_h = lrows, be->sslots_h = sslots, be->mrows_h = mrows;
+        be->last_h = last, be->chain_h = chain;
     } else {
         be->ids_d = ids, be->pos_d = pos, be->slots_d = slots, be->qs_d = qs, be->ctx_d = ctx;
         be->lrows_d = lrows, be->sslots_d = sslots, be->mrows_d = mrows;
+        be->last_d = last, be->chain_d = chain;
     }
     return a.off;
 }
@@ -173,11 +206,13 @@ static piece_t next_piece(const cuda_backend_t *be, const be_batch_t *b, int t0,
         s1++;
     p.s1 = s1;
     p.decode = true;
+    p.uniform_q = -1;
     for (int j = p.s0; j < p.s1; j++) {
         int q0 = b->query_start[j] > t0 ? b->query_start[j] : t0;
         int q1 = b->query_start[j + 1] < t1 ? b->query_start[j + 1] : t1;
         int ctx = b->context_len[j] - (b->query_start[j + 1] - q1);
         if (q1 - q0 > p.max_q) p.max_q = q1 - q0;
+        p.uniform_q = p.uniform_q < 0 || p.uniform_q == q1 - q0 ? q1 - q0 : 0;
         if (ctx > p.max_ctx) p.max_ctx = ctx;
         if (q1 - q0 != 1) {
             p.decode = false;
@@ -186,15 +221,17 @@ static piece_t next_piece(const cuda_backend_t *be, const be_batch_t *b, int t0,
             if (ctx > p.dec_max_ctx) p.dec_max_ctx = ctx;
         }
     }
+    if (p.uniform_q < 0) p.uniform_q = 0;
     return p;
 }
 
-/* Fills the staging with the piece's metadata (padded to `pad_seqs` decode sequences when
- * larger; an MTP pass's hidden rows when mtp_rows is not NULL) and copies it to the device. */
+/* Fills the staging with the piece's metadata (padded to `pad_seqs` sequences of the piece's
+ * uniform q tokens when larger; an MTP pass's hidden rows when mtp_rows is not NULL, a draft
+ * chain's last positions when last_pos is not NULL) and copies it to the device. */
 static int stage_piece(cuda_backend_t *be, const be_batch_t *b, const piece_t *p, int pad_seqs,
-                       const int32_t *mtp_rows, err_t *err) {
+                       const int32_t *mtp_rows, const int32_t *last_pos, err_t *err) {
     int nt = p->t1 - p->t0, ns = p->s1 - p->s0, nl = p->l1 - p->l0, stride = b->block_table_stride;
-    int rows = pad_seqs > ns ? pad_seqs : ns;
+    int rows = pad_seqs > ns ? pad_seqs : ns, q = p->uniform_q;
     if (cb_grow_tables(be, (size_t)rows * (size_t)stride, err) < 0) return -1;
     if (be->staging_busy) CUDA_CHECK(cudaStreamSynchronize(be->stream), err);
     memcpy(be->ids_h, b->token_ids + p->t0, (size_t)nt * 4);
@@ -210,19 +247,28 @@ static int stage_piece(cuda_backend_t *be, const be_batch_t *b, const piece_t *p
     }
     be->qs_h[ns] = nt;
     if (mtp_rows) memcpy(be->mrows_h, mtp_rows + p->t0, (size_t)nt * 4);
+    if (last_pos) /* padding: at position 0 for good */
+        for (int j = 0; j < rows; j++)
+            be->last_h[j] = j < ns ? last_pos[p->s0 + j] : 0;
     memcpy(be->tables_h, seq_row(b, p->s0), (size_t)ns * (size_t)stride * 4);
     for (int i = 0; i < nl; i++)
         be->lrows_h[i] = b->logit_rows[p->l0 + i] - p->t0;
-    /* decode padding: one token each at position 0, never written, reading block 0's first slot */
+    /* graph padding (a uniform piece: nt = ns q, every token a logit row): q tokens each at
+     * positions 0..q-1, never written, reading block 0's first slots */
     for (int j = ns; j < rows; j++) {
-        be->ids_h[j] = 0;
-        be->pos_h[j] = 0;
-        be->slots_h[j] = -1;
-        be->qs_h[j + 1] = j + 1;
-        be->ctx_h[j] = 1;
-        be->lrows_h[j] = j;
+        for (int i = 0; i < q; i++) {
+            be->ids_h[j * q + i] = 0;
+            be->pos_h[j * q + i] = i;
+            be->slots_h[j * q + i] = -1;
+            be->lrows_h[j * q + i] = j * q + i;
+        }
+        be->qs_h[j + 1] = (j + 1) * q;
+        be->ctx_h[j] = q;
         be->sslots_h[j] = -1; /* no state: the Gated DeltaNet writes zeros */
         memset(be->tables_h + (size_t)j * stride, 0, (size_t)stride * 4);
+        if (mtp_rows) /* an MTP pass's padding reads hidden row 0 */
+            for (int i = 0; i < q; i++)
+                be->mrows_h[j * q + i] = 0;
     }
     CUDA_CHECK(
         cudaMemcpyAsync(be->meta_d, be->meta_h, be->meta_bytes, cudaMemcpyHostToDevice, be->stream),
@@ -234,45 +280,22 @@ static int stage_piece(cuda_backend_t *be, const be_batch_t *b, const piece_t *p
     return 0;
 }
 
-/* The graph for a decode batch of n sequences (captured now if needed), or NULL. */
-static cb_graph_t *graph_for(cuda_backend_t *be, int n, int stride, err_t *err, bool *failed) {
-    *failed = false;
-    cb_graph_t *g = NULL;
-    for (int i = 0; i < be->n_graphs; i++)
-        if (be->graph[i].size >= n) {
-            g = &be->graph[i];
-            break;
-        }
-    if (!g) return NULL;
-    if (g->stride == stride) return g;
+/* Captures body() (the stream's work for one batch shape) into g, replacing what g held; false
+ * with the message in err when capture or instantiation fails. */
+template <typename Body>
+static bool capture_into(cuda_backend_t *be, cb_graph_t *g, int stride, Body body, err_t *err) {
     if (g->stride) {
         cudaGraphExecDestroy(g->exec);
         g->stride = 0;
     }
-    int S = g->size;
-    run_args_t r = {};
-    r.T = S;
-    r.n_seqs = S;
-    r.n_logits = S;
-    r.max_q = 1;
-    r.decode = true;
-    r.n_dec = S;
-    r.splits = S <= SPLIT_MAX_SEQS
-                   ? ops_attention_decode_splits(S, be->nKV, be->cfg->max_position_embeddings,
-                                                 be->num_sms, MAX_SPLITS)
-                   : 1;
-    r.rows = NULL;
-    r.logits = be->logits;
-    r.stride = stride;
     cudaGraph_t graph;
     cudaError_t e = cudaStreamBeginCapture(be->stream, cudaStreamCaptureModeThreadLocal);
     if (e != cudaSuccess) {
         err_set(err, "%s:%d: cudaStreamBeginCapture: %s", __FILE__, __LINE__,
                 cudaGetErrorString(e));
-        *failed = true;
-        return NULL;
+        return false;
     }
-    int rc = cb_run_stack(be, &r, err);
+    int rc = body();
     e = cudaStreamEndCapture(be->stream, &graph);
     if (rc < 0 || e != cudaSuccess) {
         if (rc == 0)
@@ -280,58 +303,93 @@ static cb_graph_t *graph_for(cuda_backend_t *be, int n, int stride, err_t *err, 
                     cudaGetErrorString(e));
         if (e == cudaSuccess) cudaGraphDestroy(graph);
         cudaGetLastError();
-        *failed = true;
-        return NULL;
+        return false;
     }
     e = cudaGraphInstantiate(&g->exec, graph, 0);
     cudaGraphDestroy(graph);
     if (e != cudaSuccess) {
-        err_set(err, "%s:%d: cudaGraphInstantiate (decode batch %d): %s", __FILE__, __LINE__, S,
-                cudaGetErrorString(e));
-        *failed = true;
-        return NULL;
+        err_set(err, "%s:%d: cudaGraphInstantiate (batch of %d sequences): %s", __FILE__, __LINE__,
+                g->size, cudaGetErrorString(e));
+        return false;
     }
     g->stride = stride;
     be->captured++;
-    return g;
+    return true;
+}
+
+/* A capture problem must not fail a step: the message is printed, graphs go off for good and the
+ * step runs eagerly. */
+static void graphs_off(cuda_backend_t *be, err_t *err) {
+    fprintf(stderr, "tachyon: cuda: CUDA graph capture failed (%s); graphs off\n", err->msg);
+    be->graphs = false;
+    err->msg[0] = 0;
+}
+
+/* The run of S sequences of q tokens each, every token a logit row in order (what a graph runs). */
+static run_args_t uniform_run(const cuda_backend_t *be, int S, int q, int stride) {
+    run_args_t r = {};
+    r.T = S * q;
+    r.n_seqs = S;
+    r.n_logits = S * q;
+    r.max_q = q;
+    r.decode = q == 1;
+    r.n_dec = q == 1 ? S : 0;
+    r.splits = q == 1 && S <= SPLIT_MAX_SEQS
+                   ? ops_attention_decode_splits(S, be->nKV, be->cfg->max_position_embeddings,
+                                                 be->num_sms, MAX_SPLITS)
+                   : 1;
+    r.rows = NULL;
+    r.logits = be->logits;
+    r.stride = stride;
+    return r;
+}
+
+/* The graph for a batch of n sequences of q tokens each, every token a logit row (captured now if
+ * needed), or NULL: of the layer stack, or with mtp_step >= 0 of that MTP pass (q = 1). */
+static cb_graph_t *graph_for(cuda_backend_t *be, int n, int q, int stride, int mtp_step, err_t *err,
+                             bool *failed) {
+    *failed = false;
+    cb_graph_t *g = graph_slot(be, n, q, mtp_step < 0 ? -1 : mtp_step > 0);
+    if (!g) return NULL;
+    if (g->stride == stride) return g;
+    const run_args_t r = uniform_run(be, g->size, q, stride);
+    *failed = !capture_into(
+        be, g, stride,
+        [&]() {
+            return mtp_step < 0
+                       ? cb_run_stack(be, &r, err)
+                       : cb_run_mtp(be, &r, mtp_step, mtp_step == 0 ? be->hid : be->hid_mtp, err);
+        },
+        err);
+    return *failed ? NULL : g;
 }
 
 static int forward_piece(cuda_backend_t *be, const be_batch_t *b, const piece_t *p, float *host,
                          bool resident, err_t *err) {
-    int ns = p->s1 - p->s0, nl = p->l1 - p->l0;
+    int ns = p->s1 - p->s0, nl = p->l1 - p->l0, q = p->uniform_q;
     float *dst = be->logits + (resident ? (size_t)p->l0 * (size_t)be->V : 0);
-    bool whole_decode = p->decode && nl == ns && p->t1 - p->t0 == ns && p->l0 == 0 && p->t0 == 0 &&
-                        p->t1 == b->n_tokens;
-    for (int i = 0; whole_decode && i < nl; i++)
-        if (b->logit_rows[i] != i) whole_decode = false;
-    if (be->graphs && whole_decode && !be->moe.trace) { /* a traced step runs eagerly */
+    /* the whole batch, every sequence q tokens, every token a logit row in order */
+    bool whole_uniform = q > 0 && nl == ns * q && p->t1 - p->t0 == ns * q && p->l0 == 0 &&
+                         p->t0 == 0 && p->t1 == b->n_tokens;
+    for (int i = 0; whole_uniform && i < nl; i++)
+        if (b->logit_rows[i] != i) whole_uniform = false;
+    if (be->graphs && whole_uniform && !be->moe.trace) { /* a traced step runs eagerly */
         bool failed;
-        int S = 0;
-        for (int i = 0; i < be->n_graphs; i++)
-            if (be->graph[i].size >= ns) {
-                S = be->graph[i].size;
-                break;
-            }
-        if (S) {
-            if (stage_piece(be, b, p, S, NULL, err) < 0) return -1;
-            cb_graph_t *g = graph_for(be, ns, b->block_table_stride, err, &failed);
-            if (failed) {
-                /* a capture problem must not fail the step: run eagerly from now on */
-                fprintf(stderr, "tachyon: cuda: CUDA graph capture failed (%s); graphs off\n",
-                        err->msg);
-                be->graphs = false;
-                err->msg[0] = 0;
-                g = NULL;
-            }
+        const cb_graph_t *slot = graph_slot(be, ns, q, -1);
+        if (slot) {
+            if (stage_piece(be, b, p, slot->size, NULL, NULL, err) < 0) return -1;
+            cb_graph_t *g = graph_for(be, ns, q, b->block_table_stride, -1, err, &failed);
+            if (failed) graphs_off(be, err);
             if (g) {
                 CUDA_CHECK(cudaGraphLaunch(g->exec, be->stream), err);
                 be->replays++;
+                be->verify_replays += q > 1;
                 goto logits;
             }
         }
     }
     {
-        if (stage_piece(be, b, p, 0, NULL, err) < 0) return -1;
+        if (stage_piece(be, b, p, 0, NULL, NULL, err) < 0) return -1;
         run_args_t r = {};
         r.T = p->t1 - p->t0;
         r.n_seqs = ns;
@@ -400,6 +458,14 @@ int cb_forward(backend_t *base, const be_batch_t *b, float *logits, err_t *err) 
     return 0;
 }
 
+/* A batch of one token a sequence, each its logit row in order (an MTP draft pass). */
+static bool one_token_each(const be_batch_t *b, const piece_t *p) {
+    if (p->uniform_q != 1 || b->n_logits != b->n_tokens) return false;
+    for (int i = 0; i < b->n_logits; i++)
+        if (b->logit_rows[i] != i) return false;
+    return true;
+}
+
 int cb_mtp_forward(backend_t *base, const be_batch_t *b, const int32_t *hidden_rows, int step,
                    float *logits, int32_t *argmax, err_t *err) {
     cuda_backend_t *be = (cuda_backend_t *)base;
@@ -429,7 +495,23 @@ int cb_mtp_forward(backend_t *base, const be_batch_t *b, const int32_t *hidden_r
     CUDA_CHECK(cudaSetDevice(be->device), err);
     be->logits_rows = -1; /* the device logits become the head's */
     piece_t p = next_piece(be, b, 0, 0, 0);
-    int rc = stage_piece(be, b, &p, 0, hidden_rows, err);
+    /* a pass of one token a sequence, each its logit row (the drafts after step 0, and step 0
+     * when each sequence accepted nothing): from a graph when graphs are on */
+    const bool uniform = be->graphs && be->n_mtp == 1 && !be->moe.trace && one_token_each(b, &p);
+    const cb_graph_t *slot = uniform ? graph_slot(be, b->n_seqs, 1, step > 0) : NULL;
+    int rc = stage_piece(be, b, &p, slot ? slot->size : 0, hidden_rows, NULL, err);
+    cb_graph_t *g = NULL;
+    if (rc == 0 && slot) {
+        bool failed;
+        g = graph_for(be, b->n_seqs, 1, b->block_table_stride, step, err, &failed);
+        if (failed) graphs_off(be, err);
+    }
+    if (g) {
+        rc = cudaGraphLaunch(g->exec, be->stream) == cudaSuccess
+                 ? 0
+                 : err_set(err, "cuda backend: an MTP graph launch failed");
+        be->mtp_replays++;
+    }
     run_args_t r = {};
     r.T = b->n_tokens;
     r.n_seqs = b->n_seqs;
@@ -445,7 +527,7 @@ int cb_mtp_forward(backend_t *base, const be_batch_t *b, const int32_t *hidden_r
     r.rows = be->lrows_d;
     r.logits = be->logits;
     r.stride = b->block_table_stride;
-    if (rc == 0) rc = cb_run_mtp(be, &r, step, step == 0 ? be->hid : be->hid_mtp, err);
+    if (rc == 0 && !g) rc = cb_run_mtp(be, &r, step, step == 0 ? be->hid : be->hid_mtp, err);
     if (rc == 0 && logits && b->n_logits > 0 && be->shard.rank == 0) /* rank 0: every logit */
         rc = cudaMemcpyAsync(logits, be->logits, (size_t)b->n_logits * (size_t)be->V * 4,
                              cudaMemcpyDeviceToHost, be->stream) == cudaSuccess
@@ -459,5 +541,88 @@ int cb_mtp_forward(backend_t *base, const be_batch_t *b, const int32_t *hidden_r
     if (e != cudaSuccess)
         return err_set(err, "cuda backend: an MTP pass failed: %s", cudaGetErrorString(e));
     be->hid_mtp_rows = b->n_tokens;
+    return 0;
+}
+
+int cb_mtp_chain(backend_t *base, const be_batch_t *b, const int32_t *hidden_rows, int first_step,
+                 int n_steps, const int32_t *last_pos, int32_t *drafts, err_t *err) {
+    cuda_backend_t *be = (cuda_backend_t *)base;
+    if (be->n_mtp == 0 || !be->mtp)
+        return err_set(err, "cuda backend: mtp_chain without the MTP head's layers in the pool");
+    if (first_step < 1 || n_steps < 1 || n_steps > MAX_CHAIN_STEPS || !hidden_rows || !last_pos ||
+        !drafts)
+        return err_set(err, "cuda backend: mtp_chain of %d passes from step %d (1..%d from 1)",
+                       n_steps, first_step, MAX_CHAIN_STEPS);
+    if (check_batch(be, b, true, err) < 0) return -1;
+    if (b->n_tokens == 0) return 0;
+    piece_t p = next_piece(be, b, 0, 0, 0);
+    if (b->n_seqs > be->cap_s || b->n_seqs > be->cap_l || p.t1 != b->n_tokens ||
+        !one_token_each(b, &p))
+        return err_set(err, "cuda backend: mtp_chain takes one token a sequence, each its logit "
+                            "row, at most max-num-seqs sequences");
+    for (int t = 0; t < b->n_tokens; t++)
+        if (hidden_rows[t] < 0 || hidden_rows[t] >= be->hid_mtp_rows)
+            return err_set(err,
+                           "cuda backend: mtp_chain: hidden row %d of token %d (the last MTP "
+                           "step has %d)",
+                           hidden_rows[t], t, be->hid_mtp_rows);
+    CUDA_CHECK(cudaSetDevice(be->device), err);
+    be->logits_rows = -1;
+    const int ns = b->n_seqs, stride = b->block_table_stride;
+    cb_graph_t *slot = NULL;
+    if (be->graphs && be->n_mtp == 1 && !be->moe.trace && n_steps <= MAX_GRAPH_Q)
+        for (int i = 0; i < be->n_graphs && !slot; i++)
+            if (be->chain_graph[n_steps - 1][i].size >= ns &&
+                be->chain_graph[n_steps - 1][i].size <= be->cap_l)
+                slot = &be->chain_graph[n_steps - 1][i];
+    const int S = slot ? slot->size : ns;
+    int rc = stage_piece(be, b, &p, S, hidden_rows, last_pos, err);
+    if (rc == 0) rc = cb_greedy_rows(be, S, err);
+    if (rc < 0) {
+        cudaStreamSynchronize(be->stream);
+        be->staging_busy = false;
+        return -1;
+    }
+    /* every pass: the head, its argmax, the next pass's metadata from it (the last pass keeps
+     * only its drafts) */
+    const run_args_t r = uniform_run(be, S, 1, stride);
+    auto passes = [&]() {
+        for (int j = 0; j < n_steps; j++) {
+            if (cb_run_mtp(be, &r, first_step + j, be->hid_mtp, err) < 0 ||
+                ops_sample(be->logits, be->V, S, be->V, be->srows_d, be->arena_d, be->counts,
+                           be->sres_d, be->stream, err) < 0 ||
+                ops_mtp_advance(S, be->sres_d, be->chain_d + (size_t)j * S, j + 1 < n_steps,
+                                be->ids_d, be->pos_d, be->slots_d, be->ctx_d, be->tables_d, stride,
+                                be->block_size, be->last_d, be->mrows_d, be->stream, err) < 0)
+                return -1;
+        }
+        return 0;
+    };
+    if (slot && slot->stride != stride && !capture_into(be, slot, stride, passes, err)) {
+        graphs_off(be, err);
+        slot = NULL;
+    }
+    if (slot) {
+        rc = cudaGraphLaunch(slot->exec, be->stream) == cudaSuccess
+                 ? 0
+                 : err_set(err, "cuda backend: a draft chain's graph launch failed");
+        be->chain_replays++;
+    } else {
+        rc = passes();
+    }
+    if (rc == 0)
+        rc = cudaMemcpyAsync(be->chain_h, be->chain_d, (size_t)n_steps * S * 4,
+                             cudaMemcpyDeviceToHost, be->stream) == cudaSuccess
+                 ? 0
+                 : err_set(err, "cuda backend: copying the drafts back failed");
+    cudaError_t e = cudaStreamSynchronize(be->stream);
+    be->staging_busy = false;
+    if (rc < 0) return -1;
+    if (e != cudaSuccess)
+        return err_set(err, "cuda backend: a draft chain failed: %s", cudaGetErrorString(e));
+    for (int j = 0; j < n_steps; j++)
+        for (int s = 0; s < ns; s++)
+            drafts[(size_t)j * ns + s] = be->chain_h[(size_t)j * S + s];
+    be->hid_mtp_rows = ns;
     return 0;
 }

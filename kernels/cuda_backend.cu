@@ -281,8 +281,7 @@ static int cb_sample(backend_t *base, const sampler_row_t *rows, int n_rows, sam
     return 0;
 }
 
-int cb_greedy_ids(cuda_backend_t *be, int n_rows, int32_t *ids, err_t *err) {
-    if (n_rows <= 0) return 0;
+int cb_greedy_rows(cuda_backend_t *be, int n_rows, err_t *err) {
     if (n_rows > be->cap_l)
         return err_set(err, "cuda backend: %d greedy rows, more than %d", n_rows, be->cap_l);
     /* the sampler's staging: free, the last sample() or forward ended synchronized */
@@ -297,7 +296,13 @@ int cb_greedy_ids(cuda_backend_t *be, int n_rows, int32_t *ids, err_t *err) {
     CUDA_CHECK(cudaMemcpyAsync(be->srows_d, be->srows_h, (size_t)n_rows * sizeof *be->srows_h,
                                cudaMemcpyHostToDevice, be->stream),
                err);
-    if (ops_sample(be->logits, be->V, n_rows, be->V, be->srows_d, be->arena_d, be->counts,
+    return 0;
+}
+
+int cb_greedy_ids(cuda_backend_t *be, int n_rows, int32_t *ids, err_t *err) {
+    if (n_rows <= 0) return 0;
+    if (cb_greedy_rows(be, n_rows, err) < 0 ||
+        ops_sample(be->logits, be->V, n_rows, be->V, be->srows_d, be->arena_d, be->counts,
                    be->sres_d, be->stream, err) < 0)
         return -1;
     CUDA_CHECK(cudaMemcpyAsync(be->sres_h, be->sres_d, (size_t)n_rows * sizeof *be->sres_h,
@@ -623,10 +628,10 @@ extern "C" bool cuda_backend_uses_fp8(const backend_t *base) {
     return rank0_of(base)->fp8;
 }
 
-extern "C" void cuda_backend_graph_stats(const backend_t *base, long *replays, int *captured) {
+extern "C" void cuda_backend_graph_stats(const backend_t *base, cuda_graph_stats_t *s) {
     const cuda_backend_t *be = rank0_of(base);
-    *replays = be->replays;
-    *captured = be->captured;
+    *s = (cuda_graph_stats_t){be->replays, be->verify_replays, be->mtp_replays, be->chain_replays,
+                              be->captured};
 }
 
 /* Positional: the fields of backend_ops_t in order (name, create, destroy, kv_block_bytes,
@@ -670,4 +675,5 @@ extern "C" const backend_ops_t cuda_backend_ops = {
     true, /* tensor_parallel: ranks on one device (cb_tp.cu) */
     NULL, /* rank_stats: engine/tp.h's instance has them */
     cb_mtp_forward,
+    cb_mtp_chain,
 };

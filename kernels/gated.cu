@@ -152,9 +152,51 @@ __global__ void __launch_bounds__(kThreads)
         o[c] = __float2bfloat16_rn(__fmul_rn(w[c], __fmul_rn(__bfloat162float(x[c]), inv)));
 }
 
+/* One thread per sequence (ops_mtp_advance). */
+__global__ void __launch_bounds__(kThreads)
+    mtp_advance_kernel(int n, const sampler_result_t *__restrict__ res,
+                       int32_t *__restrict__ drafts, int advance, int32_t *__restrict__ ids,
+                       int32_t *__restrict__ pos, int64_t *__restrict__ slots,
+                       int32_t *__restrict__ ctx, const int32_t *__restrict__ tables, int stride,
+                       int block_size, const int32_t *__restrict__ last_pos,
+                       int32_t *__restrict__ rows) {
+    const int s = blockIdx.x * kThreads + threadIdx.x;
+    if (s >= n) return;
+    const int32_t tok = res[s].token;
+    drafts[s] = tok;
+    if (!advance) return;
+    ids[s] = tok;
+    rows[s] = s;
+    const int p = pos[s] + 1;
+    if (p <= last_pos[s]) {
+        pos[s] = p;
+        ctx[s] = p + 1;
+        slots[s] =
+            (int64_t)tables[(int64_t)s * stride + p / block_size] * block_size + p % block_size;
+    } else {
+        slots[s] = -1; /* past its last draft: recomputes its last position, writes nothing */
+    }
+}
+
 } // namespace
 
 /* ---- public entry points --------------------------------------------------------------------- */
+
+extern "C" int ops_mtp_advance(int n, const sampler_result_t *res, int32_t *drafts, int advance,
+                               int32_t *ids, int32_t *pos, int64_t *slots, int32_t *ctx,
+                               const int32_t *tables, int stride, int block_size,
+                               const int32_t *last_pos, int32_t *rows, cudaStream_t stream,
+                               err_t *err) {
+    if (n < 0 || stride < 1 || block_size < 1)
+        return err_set(err, "ops_mtp_advance: bad shape (n %d, stride %d, block size %d)", n,
+                       stride, block_size);
+    if (n == 0) return 0;
+    OPS_LAUNCH((mtp_advance_kernel), dim3((unsigned)((n + kThreads - 1) / kThreads)), kThreads, 0,
+               stream, n, res, drafts, advance ? 1 : 0, ids, pos, slots, ctx, tables, stride,
+               block_size, last_pos, rows);
+    CUDA_CHECK(cudaGetLastError(), err);
+    return 0;
+}
 
 extern "C" int ops_mtp_input(const void *embed, const int32_t *ids, const void *hidden,
                              const int32_t *rows, int T, int H, const float *w_e, const float *w_h,

@@ -165,6 +165,17 @@ int ops_mtp_input(const void *embed, const int32_t *ids, const void *hidden, con
                   int T, int H, const float *w_e, const float *w_h, float eps, void *out,
                   cudaStream_t stream, err_t *err);
 
+/* Between two chained MTP draft passes of one token a sequence, on the device (kernels/gated.cu),
+ * for s < n: drafts[s] = res[s].token (the pass's argmax, ops_sample at temperature 0); with
+ * advance, the next pass's metadata from it: ids[s] = that token, rows[s] = s (the hidden row is
+ * the pass's own output), and one position on, p = pos[s] + 1, while p <= last_pos[s]: pos[s] = p,
+ * ctx[s] = p + 1, slots[s] = tables[s stride + p / block_size] block_size + p % block_size;
+ * past it slots[s] = -1 and the position stays (recomputed, nothing written). Device arrays. */
+int ops_mtp_advance(int n, const sampler_result_t *res, int32_t *drafts, int advance, int32_t *ids,
+                    int32_t *pos, int64_t *slots, int32_t *ctx, const int32_t *tables, int stride,
+                    int block_size, const int32_t *last_pos, int32_t *rows, cudaStream_t stream,
+                    err_t *err);
+
 /* ---- attention ------------------------------------------------------------------------------- */
 
 typedef struct ops_attn_args {

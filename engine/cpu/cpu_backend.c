@@ -887,4 +887,5 @@ const backend_ops_t cpu_backend_ops = {
     .state_reserve = cpu_state_reserve,
     .state_copy = cpu_state_copy,
     .mtp_forward = cpu_mtp_forward,
+    .mtp_chain = cpu_mtp_chain,
 };

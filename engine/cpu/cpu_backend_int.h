@@ -142,5 +142,9 @@ void cpu_mtp_take_norms(cpu_backend_t *be, float **cursor);
 /* cpu_mtp.c: backend_ops_t.mtp_forward. */
 int cpu_mtp_forward(backend_t *base, const be_batch_t *b, const int32_t *hidden_rows, int step,
                     float *logits, int32_t *argmax, err_t *err);
+/* cpu_mtp.c: backend_ops_t.mtp_chain, as the cuda backend's (ops_mtp_advance's rule) with the
+ * passes one after another through cpu_mtp_forward. */
+int cpu_mtp_chain(backend_t *base, const be_batch_t *b, const int32_t *hidden_rows, int first_step,
+                  int n_steps, const int32_t *last_pos, int32_t *drafts, err_t *err);
 
 #endif

@@ -117,3 +117,59 @@ int cpu_mtp_forward(backend_t *base, const be_batch_t *b, const int32_t *hidden_
         argmax[i] = sampler_argmax(logits + (size_t)i * (size_t)c->vocab_size, c->vocab_size);
     return 0;
 }
+
+int cpu_mtp_chain(backend_t *base, const be_batch_t *b, const int32_t *hidden_rows, int first_step,
+                  int n_steps, const int32_t *last_pos, int32_t *drafts, err_t *err) {
+    cpu_backend_t *be = (cpu_backend_t *)base;
+    if (first_step < 1 || n_steps < 1 || !b || !hidden_rows || !last_pos || !drafts)
+        return err_set(err, "cpu backend: mtp_chain of %d passes from step %d", n_steps,
+                       first_step);
+    const int n = b->n_seqs, bs = be->block_size;
+    if (b->n_tokens != n || b->n_logits != n)
+        return err_set(err,
+                       "cpu backend: mtp_chain takes one token a sequence, each its logit "
+                       "row (%d tokens, %d rows, %d sequences)",
+                       b->n_tokens, b->n_logits, n);
+    if (n == 0) return 0;
+    /* the batch's arrays, advanced pass by pass */
+    int32_t *ids = malloc((size_t)n * sizeof *ids), *pos = malloc((size_t)n * sizeof *pos);
+    int32_t *ctx = malloc((size_t)n * sizeof *ctx), *rows = malloc((size_t)n * sizeof *rows);
+    int64_t *slots = malloc((size_t)n * sizeof *slots);
+    int rc = ids && pos && ctx && rows && slots ? 0 : err_set(err, "out of memory");
+    if (rc == 0) {
+        memcpy(ids, b->token_ids, (size_t)n * sizeof *ids);
+        memcpy(pos, b->positions, (size_t)n * sizeof *pos);
+        memcpy(ctx, b->context_len, (size_t)n * sizeof *ctx);
+        memcpy(rows, hidden_rows, (size_t)n * sizeof *rows);
+        memcpy(slots, b->slot_mapping, (size_t)n * sizeof *slots);
+    }
+    be_batch_t pass = *b;
+    pass.token_ids = ids;
+    pass.positions = pos;
+    pass.context_len = ctx;
+    pass.slot_mapping = slots;
+    for (int j = 0; rc == 0 && j < n_steps; j++) {
+        int32_t *d = drafts + (size_t)j * (size_t)n;
+        rc = cpu_mtp_forward(base, &pass, rows, first_step + j, NULL, d, err);
+        for (int s = 0; rc == 0 && s < n; s++) { /* kernels/gated.cu's mtp_advance_kernel */
+            ids[s] = d[s];
+            rows[s] = s;
+            int p = pos[s] + 1;
+            if (p <= last_pos[s]) {
+                pos[s] = p;
+                ctx[s] = p + 1;
+                slots[s] =
+                    (int64_t)b->block_tables[(int64_t)s * b->block_table_stride + p / bs] * bs +
+                    p % bs;
+            } else {
+                slots[s] = -1;
+            }
+        }
+    }
+    free(ids);
+    free(pos);
+    free(ctx);
+    free(rows);
+    free(slots);
+    return rc;
+}

@@ -34,6 +34,7 @@ int32_t *json_ids(const cJSON *arr, int *n) {
 }
 
 int kv_dtype = KV_DTYPE_AUTO;
+bool cuda_graphs = true;
 const char *weights_from;
 
 backend_t *open_backend_tp(const backend_ops_t *ops, model_weights_t *w, bool emulate, int tp,
@@ -45,7 +46,7 @@ backend_t *open_backend_tp(const backend_ops_t *ops, model_weights_t *w, bool em
                            .gpu_memory_utilization = 0.5,
                            .max_num_batched_tokens = 2048,
                            .max_num_seqs = 64,
-                           .cuda_graphs = true,
+                           .cuda_graphs = cuda_graphs,
                            .tensor_parallel_size = tp};
     backend_t *be;
     err_t e = {{0}};

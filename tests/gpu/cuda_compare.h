@@ -32,6 +32,8 @@
 
 /* --kv-cache-dtype of the backends the tests open (the fp8 KV tests set KV_DTYPE_FP8). */
 extern int kv_dtype;
+/* --cuda-graphs of the backends the tests open (true unless a test turns it off). */
+extern bool cuda_graphs;
 /* A directory compare_fixture and the tests read weights from instead of the fixture's (NULL:
  * the fixture's), for checkpoints with KV cache scales. */
 extern const char *weights_from;

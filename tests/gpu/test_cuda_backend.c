@@ -140,12 +140,11 @@ static void compare_fixture(const char *fixture, bool fp8, double tol) {
                   fixture, steps, step_worst, ties, 2 * tol);
     /* the decode steps replayed CUDA graphs (captured on the device, recorded and replayed by
      * the host emulation), except MoE's, whose traced steps run eagerly */
-    long replays;
-    int captured;
-    cuda_backend_graph_stats(gpu, &replays, &captured);
-    print_message("%s: %ld decode steps replayed from %d captured graphs\n", fixture, replays,
-                  captured);
-    if (!tr) assert_true(replays > 0 && captured > 0);
+    cuda_graph_stats_t gs;
+    cuda_backend_graph_stats(gpu, &gs);
+    print_message("%s: %ld decode steps replayed from %d captured graphs\n", fixture, gs.replays,
+                  gs.captured);
+    if (!tr) assert_true(gs.replays > 0 && gs.captured > 0);
     if (tr) {
         print_message("%s: %d of %d (MoE layer, token) routings differ between the backends; "
                       "max |logit cuda - cpu| %.4g after one (tolerance %.3g)\n",
@@ -221,6 +220,110 @@ static void test_fp8_kv_scales_against_cpu(void **state) {
     free(dir);
     kv_dtype = KV_DTYPE_AUTO;
 }
+// ---------------------------------------------------------------------------------------------
+// Speculative verify steps from CUDA graphs
+
+/* Verify-shaped steps (every sequence q = k + 1 tokens, every token a logit row: what the engine
+ * runs to check k drafts) on the cuda backend with graphs on, the same backend with graphs off,
+ * and the CPU backend, in lockstep: two golden prompts prefilled, then steps of q = 3, 2, 5 and 3
+ * tokens. The graphs' logits equal the eager run's bit for bit in the host emulation (the padded
+ * sequences change nothing a real one reads; on a device cuBLASLt may pick another algorithm for
+ * the padded size: within LOGIT_TOL_BF16 there) and are within LOGIT_TOL_BF16 of the CPU's; the
+ * verify steps replayed graphs, the eager backend none. */
+static void verify_graphs(const char *fixture) {
+    cJSON *g = golden(fixture);
+    model_weights_t *w = tu_fixture_weights(fixture);
+    backend_t *be[3]; /* graphs, eager, cpu */
+    be[0] = open_backend(&cuda_backend_ops, w, false);
+    cuda_graphs = false;
+    be[1] = open_backend(&cuda_backend_ops, w, false);
+    cuda_graphs = true;
+    be[2] = open_backend(&cpu_backend_ops, w, false);
+    err_t err = {{0}};
+    const int V = weights_config(w)->vocab_size;
+    for (int i = 0; i < 3; i++) {
+        if (backend_kv_reserve(be[i], TU_SEQS * TU_SEQ_BLOCKS, TU_BLOCK, &err) < 0)
+            fail_msg("%s", err.msg);
+        if (model_has_state(weights_config(w)) &&
+            be[i]->ops->state_reserve(be[i], TU_SEQS, &err) < 0)
+            fail_msg("%s", err.msg);
+    }
+    const cJSON *prompts = cJSON_GetObjectItem(g, "prompts");
+    int32_t *ids[TU_SEQS];
+    int from[TU_SEQS] = {0}, n[TU_SEQS];
+    for (int s = 0; s < TU_SEQS; s++)
+        ids[s] = json_ids(cJSON_GetObjectItem(cJSON_GetArrayItem(prompts, s), "ids"), &n[s]);
+    float *lg[3];
+    for (int i = 0; i < 3; i++)
+        lg[i] = malloc((size_t)TU_TOKENS * V * sizeof(float));
+    static tu_batch_t sb;
+    const int steps[] = {0, 3, 2, 5, 3, 3}; /* 0: the prefill */
+    double worst = 0.0;
+    for (size_t k = 0; k < sizeof steps / sizeof steps[0]; k++) {
+        const int32_t *tok[TU_SEQS];
+        int32_t draft[TU_SEQS][8];
+        int len[TU_SEQS];
+        for (int s = 0; s < TU_SEQS; s++) {
+            if (steps[k] == 0) {
+                tok[s] = ids[s];
+                len[s] = n[s];
+                continue;
+            }
+            /* the CPU's greedy token, then "drafts": tokens of the prompt (right or not) */
+            for (int j = 0; j < steps[k]; j++)
+                draft[s][j] = j == 0 ? tu_argmax(lg[2] + (size_t)s * V, V, NULL)
+                                     : ids[s][(from[s] + j) % n[s]];
+            tok[s] = draft[s];
+            len[s] = steps[k];
+        }
+        tu_batch_build(&sb, tok, from, len, steps[k] > 0);
+        for (int i = 0; i < 3; i++)
+            if (backend_forward(be[i], &sb.b, lg[i], &err) < 0) fail_msg("%s", err.msg);
+        const size_t count = (size_t)sb.b.n_logits * V;
+#ifdef OPS_HOST_EMULATION
+        if (memcmp(lg[0], lg[1], count * sizeof(float)))
+            fail_msg("%s: step %zu (q %d): graph logits differ from the eager run's, by up to %g",
+                     fixture, k, steps[k], tu_max_diff(lg[0], lg[1], count));
+#else
+        assert_true(tu_max_diff(lg[0], lg[1], count) <= LOGIT_TOL_BF16);
+#endif
+        double d = tu_max_diff(lg[0], lg[2], count);
+        if (d > worst) worst = d;
+        if (!(d <= LOGIT_TOL_BF16))
+            fail_msg("%s: step %zu (q %d): |logit cuda - cpu| %g", fixture, k, steps[k], d);
+        if (steps[k] > 0) /* the next step's first token follows each sequence's last row */
+            for (int s = TU_SEQS - 1; s >= 0; s--)
+                memmove(lg[2] + (size_t)s * V, lg[2] + (size_t)(sb.b.query_start[s + 1] - 1) * V,
+                        (size_t)V * 4);
+        for (int s = 0; s < TU_SEQS; s++)
+            from[s] += len[s];
+    }
+    cuda_graph_stats_t gs[2];
+    for (int i = 0; i < 2; i++)
+        cuda_backend_graph_stats(be[i], &gs[i]);
+    print_message("%s: verify steps of 3, 2, 5 tokens a sequence: %ld replayed from %d graphs, "
+                  "max |logit cuda - cpu| %.4g\n",
+                  fixture, gs[0].verify_replays, gs[0].captured, worst);
+    assert_int_equal(gs[0].verify_replays, 5);
+    assert_int_equal(gs[1].replays + gs[1].captured, 0);
+    for (int i = 0; i < 3; i++) {
+        backend_destroy(be[i]);
+        free(lg[i]);
+    }
+    for (int s = 0; s < TU_SEQS; s++)
+        free(ids[s]);
+    weights_destroy(w);
+    cJSON_Delete(g);
+}
+
+static void test_verify_graphs(void **state) {
+    verify_graphs("tiny-qwen3");
+}
+
+static void test_qwen35_verify_graphs(void **state) {
+    verify_graphs("tiny-qwen3.5");
+}
+
 // ---------------------------------------------------------------------------------------------
 // Engine batch invariance (tests/integration/test_engine.c's approach, backend "cuda")
 
@@ -621,6 +724,8 @@ int main(void) {
         cmocka_unit_test(test_engine_fp8_kv),
         cmocka_unit_test(test_fp8_kv_against_cpu),
         cmocka_unit_test(test_fp8_kv_scales_against_cpu),
+        cmocka_unit_test(test_verify_graphs),
+        cmocka_unit_test(test_qwen35_verify_graphs),
     };
     /* TEST_FILTER / TEST_SKIP: comma-separated patterns of the tests to run / to leave out, e.g.
      * TEST_FILTER='*moe*' (the emulated run takes minutes; ctest runs it in groups) */

@@ -515,6 +515,70 @@ static void test_mtp_input(void) {
     test_mtp_input_case(SIZE(4096, 1000)); /* Qwen3.5-9B's (a width that is no multiple of 256) */
 }
 
+/* Between chained MTP draft passes (ops_mtp_advance): each sequence's draft is its sampler
+ * result's token; with advance, the next pass's token, hidden row, position, context and slot
+ * (through its block table, across a block edge) follow, and a sequence past its last position
+ * stays where it is with slot -1; every byte outside the n sequences is left alone. */
+static void test_mtp_advance(void) {
+    const int n = SIZE(300, 137), stride = 5, bs = 16; /* more than one CTA */
+    std::vector<sampler_result_t> res(n);
+    std::vector<int32_t> ids(n + 1, -7), pos(n + 1), ctx(n + 1), rows(n + 1, -7), last(n + 1);
+    std::vector<int32_t> tables((size_t)(n + 1) * stride), drafts(n + 1, -7);
+    std::vector<int64_t> slots(n + 1, -7);
+    for (int s = 0; s <= n; s++) {
+        if (s < n) res[s].token = 1000 + s;
+        pos[s] = 14 + irand(40); /* some cross a block edge */
+        ctx[s] = pos[s] + 1;
+        last[s] = s % 4 == 0 ? pos[s] : pos[s] + 1 + irand(3); /* every 4th is done */
+        for (int k = 0; k < stride; k++)
+            tables[(size_t)s * stride + k] = irand(1000);
+    }
+    sampler_result_t *d_res = dev<sampler_result_t>(n);
+    int32_t *d_ids = dev<int32_t>(n + 1), *d_pos = dev<int32_t>(n + 1),
+            *d_ctx = dev<int32_t>(n + 1);
+    int32_t *d_rows = dev<int32_t>(n + 1), *d_last = dev<int32_t>(n + 1);
+    int32_t *d_tab = dev<int32_t>(tables.size()), *d_drafts = dev<int32_t>(n + 1);
+    int64_t *d_slots = dev<int64_t>(n + 1);
+    put(d_res, res);
+    put(d_ids, ids);
+    put(d_pos, pos);
+    put(d_ctx, ctx);
+    put(d_rows, rows);
+    put(d_last, last);
+    put(d_tab, tables);
+    put(d_drafts, drafts);
+    put(d_slots, slots);
+    for (int advance = 0; advance < 2; advance++) {
+        OPS(ops_mtp_advance(n, d_res, d_drafts, advance, d_ids, d_pos, d_slots, d_ctx, d_tab,
+                            stride, bs, d_last, d_rows, 0, ERR));
+        std::vector<int32_t> gd = get(d_drafts, n + 1), gi = get(d_ids, n + 1),
+                             gp = get(d_pos, n + 1), gc = get(d_ctx, n + 1),
+                             gr = get(d_rows, n + 1);
+        std::vector<int64_t> gs = get(d_slots, n + 1);
+        int bad = 0;
+        for (int s = 0; s <= n; s++) {
+            const bool in = s < n, moves = in && advance && pos[s] + 1 <= last[s];
+            const int p = moves ? pos[s] + 1 : pos[s];
+            const int64_t slot = !in || !advance ? -7
+                                 : moves
+                                     ? (int64_t)tables[(size_t)s * stride + p / bs] * bs + p % bs
+                                     : -1;
+            bad += gd[s] != (in ? 1000 + s : -7);
+            bad += gi[s] != (in && advance ? 1000 + s : -7);
+            bad += gr[s] != (in && advance ? s : -7);
+            bad += gp[s] != p || gc[s] != p + 1 || gs[s] != slot;
+        }
+        if (bad)
+            fail("mtp advance n=%d advance=%d FAIL: %d wrong values\n", n, advance, bad);
+        else
+            printf("%-60s ok\n",
+                   advance ? "mtp advance (next pass's metadata)" : "mtp advance (drafts only)");
+    }
+    void *bufs[] = {d_res, d_ids, d_pos, d_ctx, d_rows, d_last, d_tab, d_drafts, d_slots};
+    for (void *p : bufs)
+        cudaFree(p);
+}
+
 static void test_gated(void) {
     test_gated_case(64, 32, 4, 2, true, false);                      /* the BF16 fixture's */
     test_gated_case(128, 32, 4, 1, true, true);                      /* the FP8 fixture's, fp8 KV */
@@ -536,6 +600,7 @@ int main(void) {
     test_gdn();
     test_gated();
     test_mtp_input();
+    test_mtp_advance();
     CK(cudaDeviceSynchronize());
     printf("test_qwen35_kernels: %d failure%s\n", failures, failures == 1 ? "" : "s");
     return failures ? 1 : 0;
