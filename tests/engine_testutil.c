@@ -243,3 +243,50 @@ void tu_check_mtp_refusals(backend_t *be, const backend_options_t *off, const tu
     assert_int_equal(be->ops->mtp_forward(be, &sb->b, bad, 0, logits, NULL, &err), -1);
     assert_non_null(strstr(err.msg, "without the MTP layers"));
 }
+
+void tu_got_free(tu_got_t *g) {
+    for (int c = 0; c < TU_MAXC; c++) {
+        free(g->ids[c]);
+        free(g->text[c]);
+    }
+    memset(g, 0, sizeof *g);
+}
+
+void tu_got_event(tu_got_t *g, const engine_event_t *ev) {
+    int c = ev->choice;
+    assert_true(c >= 0 && c < TU_MAXC);
+    assert_int_equal(g->n_finish[c], 0); /* nothing after a choice's FINISH */
+    assert_non_null(ev->text);
+    assert_int_equal(strlen(ev->text), ev->text_len);
+    g->ids[c] = realloc(g->ids[c], (size_t)(g->n_ids[c] + ev->n_tokens + 1) * sizeof(int32_t));
+    if (ev->n_tokens > 0)
+        memcpy(g->ids[c] + g->n_ids[c], ev->token_ids, (size_t)ev->n_tokens * sizeof(int32_t));
+    g->n_ids[c] += ev->n_tokens;
+    g->text[c] = realloc(g->text[c], g->text_len[c] + ev->text_len + 1);
+    memcpy(g->text[c] + g->text_len[c], ev->text, ev->text_len + 1);
+    g->text_len[c] += ev->text_len;
+    if (ev->type == ENGINE_EV_DELTA) {
+        assert_int_equal(ev->n_tokens, 1); /* one token per step */
+        g->n_deltas[c]++;
+        return;
+    }
+    g->n_finish[c]++;
+    g->reason[c] = ev->reason;
+    g->completion[c] = ev->completion_tokens;
+    g->prompt[c] = ev->prompt_tokens;
+    g->cached[c] = ev->cached_tokens;
+    g->stop_token[c] = ev->stop_token;
+    snprintf(g->stop_str[c], sizeof g->stop_str[c], "%s", ev->stop_str ? ev->stop_str : "");
+    snprintf(g->error[c], sizeof g->error[c], "%s", ev->error ? ev->error : "");
+}
+
+/* Reads the stream to its end (every choice finished), failing on a stall. */
+void tu_got_collect(engine_stream_t *s, tu_got_t *g) {
+    engine_event_t ev;
+    int rc;
+    while ((rc = engine_stream_wait(s, &ev, 20000)) > 0) {
+        tu_got_event(g, &ev);
+        engine_event_clear(&ev);
+    }
+    if (rc == 0) fail_msg("stream stalled");
+}

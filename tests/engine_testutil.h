@@ -93,4 +93,26 @@ sampling_params_t tu_greedy(int max_tokens);
  * the window holds no more than the totals and something of them. Prints each layer's sums. */
 void tu_check_expert_load(engine_t *eng, uint64_t forwarded);
 
+/* What an engine stream delivered, per choice (TU_MAXC at most): tu_got_event adds one event,
+ * checking its invariants (text length, nothing after a choice's FINISH, one token a DELTA);
+ * tu_got_collect reads a stream to its end, failing on a 20 s stall. */
+#define TU_MAXC 4
+/* What a stream delivered, per choice. */
+typedef struct got {
+    int32_t *ids[TU_MAXC];
+    int n_ids[TU_MAXC];
+    char *text[TU_MAXC];
+    size_t text_len[TU_MAXC];
+    int n_deltas[TU_MAXC];
+    int n_finish[TU_MAXC];
+    engine_finish_reason_t reason[TU_MAXC];
+    int completion[TU_MAXC], prompt[TU_MAXC], cached[TU_MAXC];
+    int32_t stop_token[TU_MAXC];
+    char stop_str[TU_MAXC][64];
+    char error[TU_MAXC][256];
+} tu_got_t;
+void tu_got_free(tu_got_t *g);
+void tu_got_event(tu_got_t *g, const engine_event_t *ev);
+void tu_got_collect(engine_stream_t *s, tu_got_t *g);
+
 #endif

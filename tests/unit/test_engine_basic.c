@@ -2,8 +2,8 @@
  * engine: requests end to end through the engine thread. Most tests use the "null" backend on
  * the "tiny" preset: its next token is a fixed hash of (last token, position) (xor the seeded
  * draw of (seed, choice, output index) when temperature > 0), so every expected output is
- * computed here independently of batching, preemption, chunking and block size. The stop
- * string test runs the embedded model on the cpu backend with its real tokenizer.
+ * computed here independently of batching, preemption, chunking and block size. The text side
+ * (stop strings, logprobs with the embedded model, --tokenizer): test_engine_text.c.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -25,69 +25,7 @@
 #include "testutil.h"
 #include "tokenizer.h"
 
-enum { MAXC = 4, WAIT_MS = 20000, TINY_VOCAB = 4096 };
-
-/* What a stream delivered, per choice. */
-typedef struct got {
-    int32_t *ids[MAXC];
-    int n_ids[MAXC];
-    char *text[MAXC];
-    size_t text_len[MAXC];
-    int n_deltas[MAXC];
-    int n_finish[MAXC];
-    engine_finish_reason_t reason[MAXC];
-    int completion[MAXC], prompt[MAXC], cached[MAXC];
-    int32_t stop_token[MAXC];
-    char stop_str[MAXC][64];
-    char error[MAXC][256];
-} got_t;
-
-static void got_free(got_t *g) {
-    for (int c = 0; c < MAXC; c++) {
-        free(g->ids[c]);
-        free(g->text[c]);
-    }
-    memset(g, 0, sizeof *g);
-}
-
-static void got_event(got_t *g, const engine_event_t *ev) {
-    int c = ev->choice;
-    assert_true(c >= 0 && c < MAXC);
-    assert_int_equal(g->n_finish[c], 0); /* nothing after a choice's FINISH */
-    assert_non_null(ev->text);
-    assert_int_equal(strlen(ev->text), ev->text_len);
-    g->ids[c] = realloc(g->ids[c], (size_t)(g->n_ids[c] + ev->n_tokens + 1) * sizeof(int32_t));
-    if (ev->n_tokens > 0)
-        memcpy(g->ids[c] + g->n_ids[c], ev->token_ids, (size_t)ev->n_tokens * sizeof(int32_t));
-    g->n_ids[c] += ev->n_tokens;
-    g->text[c] = realloc(g->text[c], g->text_len[c] + ev->text_len + 1);
-    memcpy(g->text[c] + g->text_len[c], ev->text, ev->text_len + 1);
-    g->text_len[c] += ev->text_len;
-    if (ev->type == ENGINE_EV_DELTA) {
-        assert_int_equal(ev->n_tokens, 1); /* one token per step */
-        g->n_deltas[c]++;
-        return;
-    }
-    g->n_finish[c]++;
-    g->reason[c] = ev->reason;
-    g->completion[c] = ev->completion_tokens;
-    g->prompt[c] = ev->prompt_tokens;
-    g->cached[c] = ev->cached_tokens;
-    g->stop_token[c] = ev->stop_token;
-    snprintf(g->stop_str[c], sizeof g->stop_str[c], "%s", ev->stop_str ? ev->stop_str : "");
-    snprintf(g->error[c], sizeof g->error[c], "%s", ev->error ? ev->error : "");
-}
-
-/* Reads the stream to its end (every choice finished), failing on a stall. */
-static void collect(engine_stream_t *s, got_t *g) {
-    engine_event_t ev;
-    int rc;
-    while ((rc = engine_stream_wait(s, &ev, WAIT_MS)) > 0) {
-        got_event(g, &ev);
-        engine_event_clear(&ev);
-    }
-    if (rc == 0) fail_msg("stream stalled");
-}
+enum { WAIT_MS = 20000, TINY_VOCAB = 4096 };
 
 static engine_t *open_null_flags(int n_blocks, int mml, const char *const *flags) {
     backend_register(&null_backend_ops);
@@ -168,7 +106,7 @@ static engine_stream_t *submit(engine_t *e, const int32_t *prompt, int n, int ma
     return s;
 }
 
-static void check_output(const got_t *g, int c, const int32_t *prompt, int n_prompt, int n_out,
+static void check_output(const tu_got_t *g, int c, const int32_t *prompt, int n_prompt, int n_out,
                          bool random, uint64_t seed) {
     int32_t *want = malloc((size_t)n_out * sizeof *want);
     expected(prompt, n_prompt, n_out, random, seed, c, want);
@@ -195,8 +133,8 @@ static void test_single_stream(void **state) {
     int32_t prompt[10];
     prompt_of(prompt, 10, 5);
     engine_stream_t *s = submit(e, prompt, 10, 20, 0.0f, 1, 0);
-    got_t g = {0};
-    collect(s, &g);
+    tu_got_t g = {0};
+    tu_got_collect(s, &g);
     assert_int_equal(g.n_finish[0], 1);
     assert_int_equal(g.reason[0], ENGINE_FINISH_LENGTH);
     assert_int_equal(g.n_deltas[0], 19); /* the 20th token comes with the FINISH */
@@ -216,7 +154,7 @@ static void test_single_stream(void **state) {
     assert_int_equal(snap.prompt_tokens, 10);
     assert_int_equal(snap.ttft.count, 1);
     assert_int_equal(snap.itl.count, 19);
-    got_free(&g);
+    tu_got_free(&g);
     engine_close(e);
 }
 
@@ -226,16 +164,16 @@ static void test_cancel(void **state) {
     prompt_of(prompt, 40, 9);
     throttle_us = 500;
     engine_stream_t *s = submit(e, prompt, 40, 4000, 0.0f, 1, 0);
-    got_t g = {0};
+    tu_got_t g = {0};
     engine_event_t ev;
     for (int i = 0; i < 5; i++) {
         assert_int_equal(engine_stream_wait(s, &ev, WAIT_MS), 1);
-        got_event(&g, &ev);
+        tu_got_event(&g, &ev);
         engine_event_clear(&ev);
     }
     engine_stream_cancel(s);
     engine_stream_cancel(s); /* idempotent */
-    collect(s, &g);
+    tu_got_collect(s, &g);
     assert_int_equal(g.n_finish[0], 1);
     assert_int_equal(g.reason[0], ENGINE_FINISH_ABORT);
     assert_true(g.completion[0] >= 5 && g.completion[0] < 4000);
@@ -254,7 +192,7 @@ static void test_cancel(void **state) {
     engine_stream_release(s);
     wait_idle(e, &snap);
     throttle_us = 0;
-    got_free(&g);
+    tu_got_free(&g);
     engine_close(e);
 }
 
@@ -281,16 +219,16 @@ static void test_cancel_by_id(void **state) {
     throttle_us = 500;
     engine_stream_t *a = submit_id(e, prompt, 40, 4000, "op-a");
     engine_stream_t *b = submit_id(e, prompt, 40, 30, "op-b");
-    got_t ga = {0}, gb = {0};
+    tu_got_t ga = {0}, gb = {0};
     engine_event_t ev;
     assert_int_equal(engine_stream_wait(a, &ev, WAIT_MS), 1);
-    got_event(&ga, &ev);
+    tu_got_event(&ga, &ev);
     engine_event_clear(&ev);
     assert_int_equal(engine_cancel(e, ""), -1);
     assert_int_equal(engine_cancel(e, "op-nobody"), 0);
     assert_int_equal(engine_cancel(e, "op-a"), 0);
-    collect(a, &ga);
-    collect(b, &gb);
+    tu_got_collect(a, &ga);
+    tu_got_collect(b, &gb);
     assert_int_equal(ga.n_finish[0], 1);
     assert_int_equal(ga.reason[0], ENGINE_FINISH_ABORT);
     assert_true(ga.completion[0] >= 1 && ga.completion[0] < 4000);
@@ -313,8 +251,8 @@ static void test_cancel_by_id(void **state) {
     throttle_us = 0;
     engine_stream_release(a);
     engine_stream_release(b);
-    got_free(&ga);
-    got_free(&gb);
+    tu_got_free(&ga);
+    tu_got_free(&gb);
     engine_close(e);
 }
 
@@ -323,8 +261,8 @@ static void test_n_choices(void **state) {
     int32_t prompt[37];
     prompt_of(prompt, 37, 11);
     engine_stream_t *s = submit(e, prompt, 37, 16, 0.8f, 3, 7);
-    got_t g = {0};
-    collect(s, &g);
+    tu_got_t g = {0};
+    tu_got_collect(s, &g);
     engine_stream_release(s);
     for (int c = 0; c < 3; c++) {
         assert_int_equal(g.n_finish[c], 1);
@@ -336,9 +274,9 @@ static void test_n_choices(void **state) {
     assert_memory_not_equal(g.ids[1], g.ids[2], 16 * sizeof(int32_t));
 
     /* the same seed with n = 2: the same first two choices */
-    got_t g2 = {0};
+    tu_got_t g2 = {0};
     s = submit(e, prompt, 37, 16, 0.8f, 2, 7);
-    collect(s, &g2);
+    tu_got_collect(s, &g2);
     engine_stream_release(s);
     assert_memory_equal(g2.ids[0], g.ids[0], 16 * sizeof(int32_t));
     assert_memory_equal(g2.ids[1], g.ids[1], 16 * sizeof(int32_t));
@@ -356,8 +294,8 @@ static void test_n_choices(void **state) {
 
     stats_snapshot_t snap;
     wait_idle(e, &snap);
-    got_free(&g);
-    got_free(&g2);
+    tu_got_free(&g);
+    tu_got_free(&g2);
     engine_close(e);
 }
 
@@ -377,12 +315,12 @@ static void test_preemption(void **state) {
     }
     atomic_store(&hold_engine, false);
     for (int i = 0; i < N; i++) {
-        got_t g = {0};
-        collect(s[i], &g);
+        tu_got_t g = {0};
+        tu_got_collect(s[i], &g);
         engine_stream_release(s[i]);
         assert_int_equal(g.reason[0], ENGINE_FINISH_LENGTH);
         check_output(&g, 0, prompts[i], 40, 150, i % 2, 1000 + (uint64_t)i);
-        got_free(&g);
+        tu_got_free(&g);
     }
     stats_snapshot_t snap;
     wait_idle(e, &snap);
@@ -400,8 +338,8 @@ static void test_chunked_prefill(void **state) {
     int32_t prompt[100];
     prompt_of(prompt, 100, 3);
     engine_stream_t *s = submit(e, prompt, 100, 3, 0.0f, 1, 0);
-    got_t g = {0};
-    collect(s, &g);
+    tu_got_t g = {0};
+    tu_got_collect(s, &g);
     engine_stream_release(s);
     check_output(&g, 0, prompt, 100, 3, false, 0);
     stats_snapshot_t snap;
@@ -417,7 +355,7 @@ static void test_chunked_prefill(void **state) {
         k++;
     }
     assert_int_equal(k, 9);
-    got_free(&g);
+    tu_got_free(&g);
     engine_close(e);
 }
 
@@ -425,12 +363,12 @@ static void test_prefix_cache_hit(void **state) {
     engine_t *e = open_null(64, 512);
     int32_t prompt[64];
     prompt_of(prompt, 64, 21);
-    got_t g1 = {0}, g2 = {0};
+    tu_got_t g1 = {0}, g2 = {0};
     engine_stream_t *s = submit(e, prompt, 64, 4, 0.0f, 1, 0);
-    collect(s, &g1);
+    tu_got_collect(s, &g1);
     engine_stream_release(s);
     s = submit(e, prompt, 64, 4, 0.0f, 1, 0);
-    collect(s, &g2);
+    tu_got_collect(s, &g2);
     engine_stream_release(s);
     assert_int_equal(g1.cached[0], 0);
     assert_int_equal(g2.cached[0], 48); /* 3 of 4 blocks: the last token is computed */
@@ -444,14 +382,14 @@ static void test_prefix_cache_hit(void **state) {
     /* off (live): no hit */
     err_t err;
     assert_int_equal(engine_flag_set(e, "enable-prefix-caching", "false", &err), 0);
-    got_t g3 = {0};
+    tu_got_t g3 = {0};
     s = submit(e, prompt, 64, 4, 0.0f, 1, 0);
-    collect(s, &g3);
+    tu_got_collect(s, &g3);
     engine_stream_release(s);
     assert_int_equal(g3.cached[0], 0);
-    got_free(&g1);
-    got_free(&g2);
-    got_free(&g3);
+    tu_got_free(&g1);
+    tu_got_free(&g2);
+    tu_got_free(&g3);
     engine_close(e);
 }
 
@@ -470,8 +408,8 @@ static void test_stop_token_ids(void **state) {
     engine_stream_t *s;
     err_t err;
     assert_int_equal(engine_submit(e, &req, &s, &err), 0);
-    got_t g = {0};
-    collect(s, &g);
+    tu_got_t g = {0};
+    tu_got_collect(s, &g);
     engine_stream_release(s);
     int first = 0;
     while (want[first] != want[5])
@@ -479,17 +417,17 @@ static void test_stop_token_ids(void **state) {
     assert_int_equal(g.reason[0], ENGINE_FINISH_STOP);
     assert_int_equal(g.stop_token[0], want[5]);
     assert_int_equal(g.completion[0], first + 1); /* the stop token counts */
-    got_free(&g);
+    tu_got_free(&g);
 
     req.sampling.min_tokens = 7; /* the stop id is ignored before 7 tokens */
     assert_int_equal(engine_submit(e, &req, &s, &err), 0);
-    collect(s, &g);
+    tu_got_collect(s, &g);
     engine_stream_release(s);
     assert_true(g.completion[0] > 7);
     for (int i = 6; i < g.n_ids[0] - 1; i++)
         assert_int_not_equal(g.ids[0][i], want[5]);
     check_output(&g, 0, prompt, 8, g.n_ids[0], false, 0);
-    got_free(&g);
+    tu_got_free(&g);
     sampling_params_free(&req.sampling);
     engine_close(e);
 }
@@ -501,7 +439,7 @@ static void test_rebuild_block_size(void **state) {
     enum { N = 8 };
     int32_t prompts[N][64];
     engine_stream_t *s[N];
-    got_t g[N];
+    tu_got_t g[N];
     memset(g, 0, sizeof g);
     for (int i = 0; i < N; i++) {
         prompt_of(prompts[i], 30 + i, 7 * i + 2);
@@ -511,7 +449,7 @@ static void test_rebuild_block_size(void **state) {
     for (int i = 0; i < N; i++)
         for (int k = 0; k < 3; k++) {
             assert_int_equal(engine_stream_wait(s[i], &ev, WAIT_MS), 1);
-            got_event(&g[i], &ev);
+            tu_got_event(&g[i], &ev);
             engine_event_clear(&ev);
         }
     stats_snapshot_t before;
@@ -524,11 +462,11 @@ static void test_rebuild_block_size(void **state) {
     assert_string_equal(buf, "32");
     throttle_us = 0;
     for (int i = 0; i < N; i++) {
-        collect(s[i], &g[i]);
+        tu_got_collect(s[i], &g[i]);
         engine_stream_release(s[i]);
         assert_int_equal(g[i].reason[0], ENGINE_FINISH_LENGTH);
         check_output(&g[i], 0, prompts[i], 30 + i, 400, i % 2, 50 + (uint64_t)i);
-        got_free(&g[i]);
+        tu_got_free(&g[i]);
     }
     stats_snapshot_t snap;
     wait_idle(e, &snap);
@@ -570,8 +508,8 @@ static void test_close_aborts(void **state) {
     engine_close(e);
     throttle_us = 0;
     for (int i = 0; i < N; i++) {
-        got_t g = {0};
-        collect(s[i], &g);
+        tu_got_t g = {0};
+        tu_got_collect(s[i], &g);
         int n = i == 3 ? 3 : 1;
         for (int c = 0; c < n; c++) {
             assert_int_equal(g.n_finish[c], 1);
@@ -579,7 +517,7 @@ static void test_close_aborts(void **state) {
         }
         engine_stream_cancel(s[i]); /* after close: a no-op */
         engine_stream_release(s[i]);
-        got_free(&g);
+        tu_got_free(&g);
     }
 }
 
@@ -668,8 +606,8 @@ static void test_wake_hook(void **state) {
     engine_stream_t *s;
     err_t err;
     assert_int_equal(engine_submit(e, &req, &s, &err), 0);
-    got_t g = {0};
-    collect(s, &g);
+    tu_got_t g = {0};
+    tu_got_collect(s, &g);
     /* one call per step that gave the stream events: 10 steps, one token each */
     for (int i = 0; i < 2000 && atomic_load(&wakes) < 10; i++) {
         struct timespec ts = {0, 1000000};
@@ -677,7 +615,7 @@ static void test_wake_hook(void **state) {
     }
     assert_int_equal(atomic_load(&wakes), 10);
     engine_stream_release(s);
-    got_free(&g);
+    tu_got_free(&g);
 
     /* none once engine_stream_release has returned */
     atomic_store(&wakes, 0);
@@ -745,9 +683,9 @@ static void test_forward_error(void **state) {
     assert_int_equal(engine_stream_wait(a, &ev, WAIT_MS), 1); /* a is running */
     engine_event_clear(&ev);
     engine_stream_t *b = submit(e, pb, 10, 5, 0.0f, 1, 0);
-    got_t ga = {0}, gb = {0}, gc = {0};
-    collect(b, &gb);
-    collect(a, &ga);
+    tu_got_t ga = {0}, gb = {0}, gc = {0};
+    tu_got_collect(b, &gb);
+    tu_got_collect(a, &ga);
     atomic_store(&throttle_us, 0);
     assert_int_equal(gb.reason[0], ENGINE_FINISH_ERROR);
     assert_non_null(strstr(gb.error[0], "flaky: token 4000"));
@@ -756,16 +694,16 @@ static void test_forward_error(void **state) {
     engine_stream_release(a);
     engine_stream_release(b);
     engine_stream_t *c = submit(e, pc, 10, 5, 0.0f, 1, 0);
-    collect(c, &gc);
+    tu_got_collect(c, &gc);
     engine_stream_release(c);
     assert_int_equal(gc.reason[0], ENGINE_FINISH_LENGTH);
     check_output(&gc, 0, pc, 10, 5, false, 0);
     stats_snapshot_t snap;
     wait_idle(e, &snap);
     assert_int_equal(snap.requests_finished[ENGINE_FINISH_ERROR], 2);
-    got_free(&ga);
-    got_free(&gb);
-    got_free(&gc);
+    tu_got_free(&ga);
+    tu_got_free(&gb);
+    tu_got_free(&gc);
     engine_close(e);
 }
 
@@ -796,7 +734,7 @@ static void *worker_main(void *arg) {
         engine_stream_t *s = submit(w->e, prompt, n_prompt, max_tokens, 0.8f, n, seed);
         int action = (int)(rand_r(&w->seed) % 4); /* 0, 1: read all; 2: cancel; 3: release */
         int after = (int)(rand_r(&w->seed) % 20);
-        got_t g = {0};
+        tu_got_t g = {0};
         engine_event_t ev;
         int rc, seen = 0;
         for (;;) {
@@ -812,7 +750,7 @@ static void *worker_main(void *arg) {
             }
             int c = ev.choice;
             if (c < 0 || c >= n || g.n_finish[c]) worker_fail(w, "event after its FINISH", r, c);
-            if (c >= 0 && c < MAXC && !g.n_finish[c]) got_event(&g, &ev);
+            if (c >= 0 && c < TU_MAXC && !g.n_finish[c]) tu_got_event(&g, &ev);
             engine_event_clear(&ev);
             if (++seen == after && action == 2) engine_stream_cancel(s);
             if (seen == after && action == 3) break;
@@ -832,7 +770,7 @@ static void *worker_main(void *arg) {
                 worker_fail(w, "unexpected finish reason", r, c);
             }
         }
-        got_free(&g);
+        tu_got_free(&g);
     }
     return NULL;
 }
@@ -859,238 +797,6 @@ static void test_concurrent_readers(void **state) {
     engine_close(e);
 }
 
-// ---------------------------------------------------------------------------------------------
-// Stop strings with the embedded model and its tokenizer (cpu backend)
-
-static engine_t *open_embedded(void) {
-    static const char *const flags[] = {"max-model-len", "512", "kv-cache-memory", "16MiB", NULL};
-    return tu_open_engine(MDIR_EMBEDDED, "cpu", flags);
-}
-
-static engine_stream_t *submit_text(engine_t *e, const int32_t *ids, int n, const char *stop,
-                                    bool include) {
-    engine_request_t req = {.prompt = ids, .n_prompt = n};
-    sampling_params_init(&req.sampling);
-    req.sampling.temperature = 0.0f;
-    req.sampling.max_tokens = 40;
-    req.sampling.ignore_eos = true;
-    req.sampling.include_stop_str_in_output = include;
-    err_t err;
-    if (stop) assert_int_equal(sampling_params_add_stop(&req.sampling, stop, &err), 0);
-    engine_stream_t *s;
-    if (engine_submit(e, &req, &s, &err) < 0) fail_msg("engine_submit: %s", err.msg);
-    sampling_params_free(&req.sampling);
-    return s;
-}
-
-/* Text of token i of a continuation, as decoding adds it. */
-static char *piece(const tokenizer_t *tok, const int32_t *ids, int i) {
-    char *a, *b;
-    size_t la, lb;
-    err_t err;
-    tok_decode(tok, ids, (size_t)i, true, &a, &la, &err);
-    tok_decode(tok, ids, (size_t)i + 1, true, &b, &lb, &err);
-    char *p = strdup(b + la);
-    free(a);
-    free(b);
-    return p;
-}
-
-static bool ascii_word(const char *s, size_t n) {
-    if (strlen(s) < n) return false;
-    for (size_t i = 0; i < strlen(s); i++)
-        if ((unsigned char)s[i] >= 0x80) return false;
-    return true;
-}
-
-/* --tokenizer (engine_opts.tokenizer): a dummy preset without a tokenizer takes the fixture's,
- * chat template included, and its text decodes the preset's ids; a tokenizer whose ids do not fit
- * the model's vocabulary, or a directory without tokenizer.json, is refused naming the problem. */
-static engine_t *open_with_tokenizer(const char *model, const char *tokenizer, err_t *err) {
-    engine_opts_t o;
-    engine_opts_init(&o);
-    o.model.model = model;
-    o.model.format = LOAD_DUMMY;
-    o.backend = "null";
-    o.tokenizer = tokenizer;
-    engine_t *eng = NULL;
-    return engine_open(&o, &eng, err) < 0 ? NULL : eng;
-}
-
-static void test_tokenizer_option(void **state) {
-    err_t err = {{0}};
-    engine_t *bare = open_with_tokenizer("tiny", NULL, &err);
-    assert_non_null(bare);
-    assert_null(engine_tokenizer(bare));
-    assert_int_equal(engine_chat_format(bare), -1);
-    engine_close(bare);
-
-    engine_t *e = open_with_tokenizer("tiny", tu_fixture("tiny-qwen3"), &err);
-    if (!e) fail_msg("%s", err.msg);
-    const tokenizer_t *tok = engine_tokenizer(e);
-    assert_non_null(tok);
-    assert_true(engine_chat_format(e) >= 0);
-    assert_int_equal(tok_token_to_id(tok, "<|im_end|>"), 2050);
-    const char *text = "Hello there";
-    int32_t *ids;
-    size_t n;
-    assert_int_equal(tok_encode(tok, text, strlen(text), &ids, &n, &err), 0);
-    got_t got = {0};
-    engine_stream_t *s = submit_text(e, ids, (int)n, NULL, false);
-    collect(s, &got);
-    engine_stream_release(s);
-    char *whole;
-    size_t whole_len;
-    assert_int_equal(
-        tok_decode(tok, got.ids[0], (size_t)got.n_ids[0], true, &whole, &whole_len, &err), 0);
-    assert_string_equal(got.text[0], whole); /* the stream decodes with the given tokenizer */
-    free(whole);
-    free(ids);
-    got_free(&got);
-    engine_close(e);
-
-    /* ids beyond the model's vocabulary: 5,000 tokens against the preset's 4,096 */
-    char *dir = tu_tmpdir();
-    size_t cap = 5000 * 24 + 512, len = 0;
-    char *json = malloc(cap);
-    assert_non_null(json);
-    len += (size_t)snprintf(json + len, cap - len,
-                            "{\"normalizer\": {\"type\": \"NFC\"}, \"decoder\": {\"type\": "
-                            "\"ByteLevel\"}, \"pre_tokenizer\": {\"type\": \"ByteLevel\"}, "
-                            "\"added_tokens\": [], \"model\": {\"type\": \"BPE\", \"merges\": [], "
-                            "\"vocab\": {");
-    for (int id = 0; id < 5000; id++)
-        len += (size_t)snprintf(json + len, cap - len, "%s\"t%d\": %d", id ? ", " : "", id, id);
-    snprintf(json + len, cap - len, "}}}");
-    tu_write_text(dir, "tokenizer.json", json);
-    free(json);
-    assert_null(open_with_tokenizer("tiny", dir, &err));
-    assert_non_null(strstr(err.msg, "--tokenizer: the tokenizer has 5000 ids but the model's "
-                                    "vocab_size is 4096"));
-    tu_rmrf(dir);
-    free(dir);
-
-    char *empty = tu_tmpdir();
-    assert_null(open_with_tokenizer("tiny", empty, &err));
-    assert_non_null(strstr(err.msg, "no tokenizer.json there"));
-    tu_rmrf(empty);
-    free(empty);
-    assert_null(open_with_tokenizer("tiny", "/nonexistent/tokenizer-dir", &err));
-    assert_non_null(strstr(err.msg, "--tokenizer"));
-}
-
-static void test_stop_string(void **state) {
-    engine_t *e = open_embedded();
-    const tokenizer_t *tok = engine_tokenizer(e);
-    assert_non_null(tok);
-    const char *text = "Once upon a time, there was a little";
-    int32_t *ids;
-    size_t n;
-    err_t err;
-    assert_int_equal(tok_encode(tok, text, strlen(text), &ids, &n, &err), 0);
-
-    got_t full = {0};
-    engine_stream_t *s = submit_text(e, ids, (int)n, NULL, false);
-    collect(s, &full);
-    engine_stream_release(s);
-    assert_int_equal(full.n_ids[0], 40);
-    char *whole;
-    size_t whole_len;
-    tok_decode(tok, full.ids[0], 40, true, &whole, &whole_len, &err);
-    assert_string_equal(full.text[0], whole); /* the deltas add up to the decoded text */
-
-    /* a stop string made of the end of one token and the start of the next, at its first
-     * occurrence in the text */
-    char stop[16] = "";
-    int tok_i = -1;
-    size_t at = 0;
-    for (int i = 0; i + 1 < 40 && tok_i < 0; i++) {
-        char *a = piece(tok, full.ids[0], i), *b = piece(tok, full.ids[0], i + 1);
-        if (ascii_word(a, 2) && ascii_word(b, 2)) {
-            snprintf(stop, sizeof stop, "%s%.2s", a + strlen(a) - 2, b);
-            char *prefix;
-            size_t plen;
-            tok_decode(tok, full.ids[0], (size_t)i + 1, true, &prefix, &plen, &err);
-            const char *first = strstr(whole, stop);
-            if (first && (size_t)(first - whole) == plen - 2) {
-                tok_i = i;
-                at = plen - 2;
-            }
-            free(prefix);
-        }
-        free(a);
-        free(b);
-    }
-    if (tok_i < 0) fail_msg("no stop string candidate in \"%s\"", whole);
-
-    for (int include = 0; include < 2; include++) {
-        s = submit_text(e, ids, (int)n, stop, include);
-        got_t g = {0};
-        engine_event_t ev;
-        int rc;
-        size_t stop_len = strlen(stop);
-        while ((rc = engine_stream_wait(s, &ev, WAIT_MS)) > 0) {
-            bool delta = ev.type == ENGINE_EV_DELTA;
-            got_event(&g, &ev);
-            engine_event_clear(&ev);
-            if (!delta) continue;
-            /* what was shown so far never ends with the start of the stop string */
-            for (size_t k = 1; k < stop_len && k <= g.text_len[0]; k++)
-                if (memcmp(g.text[0] + g.text_len[0] - k, stop, k) == 0)
-                    fail_msg("delta shows \"%.*s\", a prefix of the stop \"%s\"", (int)k, stop,
-                             stop);
-        }
-        engine_stream_release(s);
-        assert_int_equal(rc, -1);
-        assert_int_equal(g.reason[0], ENGINE_FINISH_STOP);
-        assert_string_equal(g.stop_str[0], stop);
-        assert_int_equal(g.stop_token[0], -1);
-        assert_int_equal(g.completion[0], tok_i + 2);
-        size_t want = at + (include ? stop_len : 0);
-        assert_int_equal(g.text_len[0], want);
-        assert_memory_equal(g.text[0], whole, want);
-        got_free(&g);
-    }
-    free(whole);
-    free(ids);
-    got_free(&full);
-    engine_close(e);
-}
-
-/* Host sampling (cpu backend): logprobs of the sampled token and the top alternatives. */
-static void test_logprobs(void **state) {
-    engine_t *e = open_embedded();
-    int32_t prompt[4] = {100, 200, 300, 400};
-    engine_request_t req = {.prompt = prompt, .n_prompt = 4};
-    sampling_params_init(&req.sampling);
-    req.sampling.temperature = 0.0f;
-    req.sampling.max_tokens = 4;
-    req.sampling.logprobs = 2;
-    req.sampling.ignore_eos = true;
-    engine_stream_t *s;
-    err_t err;
-    assert_int_equal(engine_submit(e, &req, &s, &err), 0);
-    engine_event_t ev;
-    int n = 0, rc;
-    while ((rc = engine_stream_wait(s, &ev, WAIT_MS)) > 0) {
-        assert_int_equal(ev.n_tokens, 1);
-        assert_int_equal(ev.n_top, 2);
-        assert_non_null(ev.logprobs);
-        const engine_token_logprob_t *lp = ev.logprobs;
-        assert_int_equal(lp[0].id, ev.token_ids[0]);
-        assert_true(lp[0].logprob <= 0.0f && lp[0].logprob > -30.0f);
-        assert_int_equal(lp[1].id, ev.token_ids[0]); /* greedy: the best one */
-        assert_true(lp[1].logprob == lp[0].logprob);
-        assert_true(lp[2].logprob <= lp[1].logprob);
-        n++;
-        engine_event_clear(&ev);
-    }
-    assert_int_equal(rc, -1);
-    assert_int_equal(n, 4);
-    engine_stream_release(s);
-    engine_close(e);
-}
-
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_single_stream),      cmocka_unit_test(test_cancel),
@@ -1100,8 +806,6 @@ int main(void) {
         cmocka_unit_test(test_rebuild_block_size), cmocka_unit_test(test_close_aborts),
         cmocka_unit_test(test_rejections),         cmocka_unit_test(test_wake_hook),
         cmocka_unit_test(test_concurrent_readers), cmocka_unit_test(test_forward_error),
-        cmocka_unit_test(test_stop_string),        cmocka_unit_test(test_logprobs),
-        cmocka_unit_test(test_tokenizer_option),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
