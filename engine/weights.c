@@ -22,6 +22,8 @@ struct model_weights {
     int n_owned, cap_owned;
     float *dummy_scales; /* the dummy FP8 scale array, shared by every tensor (all one value) */
     int64_t n_dummy_scales;
+    uint16_t *dummy_ones; /* the dummy norms and parameters, shared by every vector (all 1) */
+    int64_t n_dummy_ones;
     float (*kv_scales)[2];  /* [n_layers + n_mtp_layers]: k, v (weights_kv_scales) */
     int n_kv_scales_loaded; /* layers whose scales the checkpoint gave */
     char note[512];         /* what loading left out (weights_note) */
@@ -623,14 +625,23 @@ static int make_dummy(model_weights_t *w, const wspec_t *s, uint64_t stream, uin
         out->dummy_stream = stream;
         return 0;
     }
+    if (vector) { /* one array of ones serves every vector (a config of 255 layers of 2^20-wide
+                     norms would otherwise take GBs of them) */
+        if ((int64_t)n > w->n_dummy_ones) {
+            uint16_t *ones = malloc(n * sizeof *ones);
+            if (own(w, ones, err) < 0) return -1;
+            for (size_t i = 0; i < n; i++)
+                ones[i] = dtype_f32_to_bf16(1.0f);
+            w->dummy_ones = ones;
+            w->n_dummy_ones = (int64_t)n;
+        }
+        out->data = w->dummy_ones;
+        return 0;
+    }
     void *data = malloc(n * dtype_size(out->dtype));
     if (own(w, data, err) < 0) return -1;
     out->data = data;
-    if (vector) {
-        uint16_t one = dtype_f32_to_bf16(1.0f);
-        for (size_t i = 0; i < n; i++)
-            ((uint16_t *)data)[i] = one;
-    } else if (fp8) {
+    if (fp8) {
         weights_dummy_fill_e4m3(seed, stream, n, data);
     } else {
         weights_dummy_fill_bf16(seed, stream, n, data);
