@@ -168,6 +168,7 @@ typedef struct cuda_backend {
     int sm_major, sm_minor, num_sms;
     bool fp8;          /* linears in FP8 (else BF16) */
     char fp8_why[200]; /* why the BF16 fallback was taken for an FP8 checkpoint */
+    int fp8_probed;    /* FP8 shapes cb_fp8_possible found algorithms for at every size */
     int H, D, nH, nKV, qd, kvd, qkv_n, I, I_pad, V, L; /* I: 0 without dense MLPs */
     int n_attn;     /* layers with a KV cache (ATTN_FULL, ATTN_GATED) */
     int n_linear;   /* ATTN_LINEAR layers */
@@ -386,6 +387,9 @@ int cb_grow_arena(cuda_backend_t *be, size_t need, err_t *err);
 /* Sets the capture sizes for the current flags and capacities (graphs are captured lazily). */
 void cb_plan_graphs(cuda_backend_t *be);
 void cb_drop_graphs(cuda_backend_t *be);
+/* cb_weights.cu: asks cuBLASLt at start-up for the BF16 GEMMs every step size needs (the FP8
+ * ones: cb_fp8_possible) and logs what the probes found; -1 naming a size without algorithm. */
+int cb_probe_gemms(cuda_backend_t *be, err_t *err);
 /* backend_ops_t.forward */
 int cb_forward(backend_t *base, const be_batch_t *b, float *logits, err_t *err);
 /* backend_ops_t.mtp_forward: one piece at most (the engine's MTP batches are no larger than the

@@ -259,18 +259,41 @@ bool cb_fp8_possible(cuda_backend_t *be) {
     }
     for (int i = 0; i < n_shapes; i++)
         if (!gemm_fp8_shape_ok(shapes[i][0], shapes[i][1], why, n)) return false;
-    /* cuBLASLt must have an algorithm for every shape, at decode and at prefill sizes */
-    for (int i = 0; i < n_shapes; i++)
-        for (int t : {1, 256}) {
-            err_t e = {{0}};
-            if (gemm_fp8_check(be->gemm, shapes[i][0], shapes[i][1], t, GEMM_OUT_F32, &e) < 0) {
-                size_t len = strnlen(e.msg, n - 1); /* n > 0: the caller's buffer */
-                memcpy(why, e.msg, len);
-                why[len] = '\0';
-                return false;
-            }
+    /* cuBLASLt must have an algorithm for every shape at every size a step can run (with BF16
+     * output where F32 output has none): asked here, at start-up, never found missing in a step */
+    for (int i = 0; i < n_shapes; i++) {
+        err_t e = {{0}};
+        int via = 0;
+        if (gemm_probe(be->gemm, true, shapes[i][0], shapes[i][1], be->cap_t, GEMM_OUT_F32, 8, &via,
+                       &e) < 0) {
+            size_t len = strnlen(e.msg, n - 1); /* n > 0: the caller's buffer */
+            memcpy(why, e.msg, len);
+            why[len] = '\0';
+            return false;
         }
+        be->fp8_probed++;
+    }
     return true;
+}
+
+int cb_probe_gemms(cuda_backend_t *be, err_t *err) {
+    /* the lm_head (BF16, f32 logits) at every logit-row count, its output at a row offset of a
+     * vocabulary-wide buffer (a later piece's rows) or, at tp > 1, the rank's own buffer */
+    int align = 8;
+    while (be->shard.tp == 1 && align > 0 && ((int64_t)be->V * 4) % (1 << align))
+        align--;
+    int via = 0;
+    if (gemm_probe(be->gemm, false, (int)be->vn, be->H, be->cap_l, true, align, &via, err) < 0)
+        return err_prefix(err, "cuda backend: the lm_head's GEMM");
+    gemm_stats_t st;
+    gemm_stats(be->gemm, &st);
+    if (be->shard.rank == 0)
+        fprintf(stderr,
+                "tachyon: cuda: cuBLASLt algorithms for every size a step runs: %d FP8 shapes up "
+                "to %d tokens (%d sizes through BF16 output), the lm_head up to %d rows; %d "
+                "heuristic queries\n",
+                be->fp8_probed, be->cap_t, st.via_bf16, be->cap_l, st.queries);
+    return 0;
 }
 
 // ---------------------------------------------------------------------------------------------

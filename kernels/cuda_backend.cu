@@ -491,16 +491,6 @@ int cb_create_rank(const backend_options_t *opts, const model_weights_t *w, cons
     be->I_pad = (be->I + 127) / 128 * 128;
     TRY_CUDA(cudaStreamCreateWithFlags(&be->stream, cudaStreamNonBlocking));
     if (gemm_create(be->stream, GEMM_WORKSPACE, &be->gemm, err) < 0) goto fail;
-    be->fp8 = c->fp8 && cb_fp8_possible(be);
-    if (!be->fp8) be->I_pad = (be->I + 7) / 8 * 8;
-    if (c->fp8 && !be->fp8)
-        fprintf(stderr, "tachyon: cuda: FP8 checkpoint runs as BF16 (dequantized at load): %s\n",
-                be->fp8_why);
-    be->kmax = be->H > be->qd ? be->H : be->qd;
-    if (be->I_pad > be->kmax) be->kmax = be->I_pad;
-    if (be->n_linear && be->Hv * be->dv > be->kmax) be->kmax = be->Hv * be->dv;
-    if (be->n_mtp && 2 * be->H > be->kmax) be->kmax = 2 * be->H; /* the head's fc */
-    be->mtp_fc_bf16 = be->n_mtp && (!be->fp8 || weights_global(w, G_MTP_FC)->dtype != DT_F8_E4M3);
     {
         int tokens = opts && opts->max_num_batched_tokens > 0 ? opts->max_num_batched_tokens
                                                               : DEFAULT_MAX_TOKENS;
@@ -523,6 +513,17 @@ int cb_create_rank(const backend_options_t *opts, const model_weights_t *w, cons
         be->kv_dtype_next = opts && opts->kv_cache_dtype == KV_DTYPE_FP8 ? OPS_KV_FP8 : OPS_KV_BF16;
         be->kv_dtype = be->kv_dtype_next;
     }
+    be->fp8 = c->fp8 && cb_fp8_possible(be);
+    if (!be->fp8) be->I_pad = (be->I + 7) / 8 * 8;
+    if (c->fp8 && !be->fp8)
+        fprintf(stderr, "tachyon: cuda: FP8 checkpoint runs as BF16 (dequantized at load): %s\n",
+                be->fp8_why);
+    be->kmax = be->H > be->qd ? be->H : be->qd;
+    if (be->I_pad > be->kmax) be->kmax = be->I_pad;
+    if (be->n_linear && be->Hv * be->dv > be->kmax) be->kmax = be->Hv * be->dv;
+    if (be->n_mtp && 2 * be->H > be->kmax) be->kmax = 2 * be->H; /* the head's fc */
+    be->mtp_fc_bf16 = be->n_mtp && (!be->fp8 || weights_global(w, G_MTP_FC)->dtype != DT_F8_E4M3);
+    if (cb_probe_gemms(be, err) < 0) goto fail;
     cb_moe_init(be);
 
     if (ops_init(err) < 0 || (be->n_linear && ops_gdn_init(err) < 0)) goto fail;

@@ -6,18 +6,26 @@
 #include <cstring>
 
 #include "cuda_check.h"
+#include "ops_common.cuh"
 
 // ---------------------------------------------------------------------------------------------
-// Algorithm cache: open addressing over (kind, n, k, padded t). Sized so that every padded T up
-// to 16384 tokens for a dozen shapes fits; a full table still works, it just asks again.
+// Algorithm cache: open addressing over (kind, pointer alignment, n, k, padded t). Sized so that
+// every padded T up to 16384 tokens for a dozen shapes fits; a full table still works, it just
+// asks again.
 
 enum { KIND_FP8 = 1, KIND_FP8_F32 = 2, KIND_BF16 = 3, KIND_BF16_F32 = 4 };
 
 #define CACHE_SLOTS 32768
+#define CANDIDATES  4 /* algorithms kept per problem, the heuristic's order */
+#define HEURISTICS  8 /* results asked of the heuristic */
 
 typedef struct algo_entry {
     uint64_t key; /* 0 = empty */
-    cublasLtMatmulAlgo_t algo;
+    int n_algo;   /* candidates kept (0: the problem has none, remembered too) */
+    /* KIND_FP8_F32 without an F32-output algorithm: the BF16-output problem's candidates, its
+     * output converted to f32 (gemm.h) */
+    bool via_bf16;
+    cublasLtMatmulAlgo_t algo[CANDIDATES];
 } algo_entry_t;
 
 struct gemm_ctx {
@@ -25,14 +33,32 @@ struct gemm_ctx {
     cudaStream_t stream;
     void *workspace; /* device, workspace_bytes, 256-byte aligned (cudaMalloc) */
     size_t workspace_bytes;
+    uint16_t *conv;      /* device: the BF16 output of a via_bf16 product, before conversion */
+    size_t conv_cap;     /* its elements */
     algo_entry_t *cache; /* [CACHE_SLOTS] host */
-    int queries;
+    int queries, retries, via_bf16;
 };
 
-static uint64_t cache_key(int kind, int n, int k, int t) {
-    /* n, k < 2^23 and t < 2^14 (pick_algo does not cache larger ones); the kind in 3 bits */
-    return (uint64_t)kind << 60 | ((uint64_t)n & 0x7fffffu) << 37 |
-           ((uint64_t)k & 0x7fffffu) << 14 | ((uint64_t)t & 0x3fffu);
+/* The largest power of two dividing the address, at most 256: what cuBLASLt's alignment
+ * preferences take (the common one of the operands). */
+static int align_log2(const void *a, const void *b, const void *d) {
+    uintptr_t x = (uintptr_t)a | (uintptr_t)b | (uintptr_t)d | 256;
+    int l = 0;
+    while (!(x & 1)) {
+        x >>= 1;
+        l++;
+    }
+    return l;
+}
+
+static bool cacheable(int n, int k, int t) {
+    return n < (1 << 21) && k < (1 << 21) && t < (1 << 15);
+}
+
+static uint64_t cache_key(int kind, int align, int n, int k, int t) {
+    /* kind 3 bits, alignment (log2, 0..8) 4 bits, n and k 21 bits, t 15 bits (cacheable) */
+    return (uint64_t)kind << 61 | (uint64_t)align << 57 | ((uint64_t)n & 0x1fffffu) << 36 |
+           ((uint64_t)k & 0x1fffffu) << 15 | ((uint64_t)t & 0x7fffu);
 }
 
 static uint64_t mix(uint64_t x) {
@@ -95,17 +121,9 @@ static int describe(problem_t *p, cudaDataType_t ab, cudaDataType_t dt, int n, i
     return 0;
 }
 
-/* The cached algorithm for the problem, asking the heuristic on a miss. */
-static int pick_algo(gemm_ctx_t *g, problem_t *p, int kind, int n, int k, int t,
-                     cublasLtMatmulAlgo_t *algo, err_t *err) {
-    uint64_t key = cache_key(kind, n, k, t);
-    bool found = false;
-    bool cacheable = t <= 0x3fff && n <= 0x7fffff && k <= 0x7fffff;
-    algo_entry_t *e = cacheable ? cache_find(g, key, &found) : NULL;
-    if (found) {
-        *algo = e->algo;
-        return 0;
-    }
+/* Asks the heuristic for up to CANDIDATES algorithms of the problem at operand alignment
+ * 2^align into e (n_algo 0 when it has none). */
+static int ask(gemm_ctx_t *g, problem_t *p, int align, algo_entry_t *e, err_t *err) {
     cublasLtMatmulPreferenceOpaque_t pref_s;
     cublasLtMatmulPreference_t pref = (cublasLtMatmulPreference_t)&pref_s;
     CUBLAS_CHECK(cublasLtMatmulPreferenceInit(pref), err);
@@ -113,39 +131,79 @@ static int pick_algo(gemm_ctx_t *g, problem_t *p, int kind, int n, int k, int t,
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
                      pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws),
                  err);
-    cublasLtMatmulHeuristicResult_t res;
-    memset(&res, 0, sizeof res);
-    res.state = CUBLAS_STATUS_NOT_SUPPORTED; /* when no result comes back */
+    uint32_t bytes = 1u << align;
+    const cublasLtMatmulPreferenceAttributes_t aligns[] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    for (cublasLtMatmulPreferenceAttributes_t a : aligns)
+        CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, a, &bytes, sizeof bytes), err);
+    cublasLtMatmulHeuristicResult_t res[HEURISTICS];
+    memset(res, 0, sizeof res);
     int returned = 0;
     g->queries++;
     cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(
         g->lt, (cublasLtMatmulDesc_t)&p->desc, (cublasLtMatrixLayout_t)&p->a,
         (cublasLtMatrixLayout_t)&p->b, (cublasLtMatrixLayout_t)&p->d, (cublasLtMatrixLayout_t)&p->d,
-        pref, 1, &res, &returned);
-    if (s != CUBLAS_STATUS_SUCCESS || returned < 1 || res.state != CUBLAS_STATUS_SUCCESS)
-        return err_set(err, "cuBLASLt has no %s GEMM algorithm for N=%d K=%d T=%d (%s)%s",
-                       kind <= KIND_FP8_F32 ? "FP8 block-scaled (BLK128x128 x VEC128)" : "BF16", n,
-                       k, t, cublasLtGetStatusString(s != CUBLAS_STATUS_SUCCESS ? s : res.state),
-                       kind <= KIND_FP8_F32 ? ": this needs cuBLAS >= 12.9 on an sm_90 (Hopper) GPU"
-                                            : "");
-    *algo = res.algo;
-    if (e) {
-        e->key = key;
-        e->algo = res.algo;
-    }
+        pref, HEURISTICS, res, &returned);
+    e->n_algo = 0;
+    for (int i = 0; s == CUBLAS_STATUS_SUCCESS && i < returned && e->n_algo < CANDIDATES; i++)
+        if (res[i].state == CUBLAS_STATUS_SUCCESS && res[i].workspaceSize <= g->workspace_bytes)
+            e->algo[e->n_algo++] = res[i].algo;
     return 0;
 }
 
-static int run(gemm_ctx_t *g, problem_t *p, const cublasLtMatmulAlgo_t *algo, const void *w,
-               const void *x, void *y, err_t *err) {
+/* The problem's candidates (kind, n, k, padded t, operands at 2^align), from the cache or the
+ * heuristic; NULL with the message in err when it has none at this alignment or any lower one
+ * (an algorithm for less aligned operands serves more aligned ones). The entry is the cache's,
+ * or *tmp when the problem is too large to cache. */
+static algo_entry_t *pick_algo(gemm_ctx_t *g, problem_t *p, int kind, int n, int k, int t,
+                               int align, algo_entry_t *tmp, err_t *err) {
+    bool found = false;
+    algo_entry_t *e =
+        cacheable(n, k, t) ? cache_find(g, cache_key(kind, align, n, k, t), &found) : NULL;
+    if (!found) {
+        algo_entry_t *into = e ? e : tmp;
+        if (ask(g, p, align, into, err) < 0) return NULL;
+        into->via_bf16 = false;
+        if (e) e->key = cache_key(kind, align, n, k, t);
+        e = into;
+    }
+    for (int a = align - 1; e->n_algo == 0 && a >= 0 && cacheable(n, k, t); a--) {
+        algo_entry_t *lower = cache_find(g, cache_key(kind, a, n, k, t), &found);
+        if (found && lower->n_algo > 0) return lower;
+    }
+    if (e->n_algo > 0) return e;
+    err_set(err,
+            "cuBLASLt has no %s GEMM algorithm for N=%d K=%d T=%d (operands %d-byte aligned)%s",
+            kind <= KIND_FP8_F32 ? "FP8 block-scaled (BLK128x128 x VEC128)" : "BF16", n, k, t,
+            1 << align,
+            kind <= KIND_FP8_F32 ? ": this needs cuBLAS >= 12.9 on an sm_90 (Hopper) GPU" : "");
+    return NULL;
+}
+
+/* Runs the product with the first candidate that works, moving it to the front when it was not
+ * (a candidate the heuristic offered may still fail to launch: the next one is tried). */
+static int run(gemm_ctx_t *g, problem_t *p, algo_entry_t *e, const void *w, const void *x, void *y,
+               err_t *err) {
     const float alpha = 1.0f, beta = 0.0f;
-    CUBLAS_CHECK(cublasLtMatmul(g->lt, (cublasLtMatmulDesc_t)&p->desc, &alpha, w,
-                                (cublasLtMatrixLayout_t)&p->a, x, (cublasLtMatrixLayout_t)&p->b,
-                                &beta, y, (cublasLtMatrixLayout_t)&p->d, y,
-                                (cublasLtMatrixLayout_t)&p->d, algo, g->workspace,
-                                g->workspace_bytes, g->stream),
-                 err);
-    return 0;
+    cublasStatus_t s = CUBLAS_STATUS_NOT_SUPPORTED;
+    for (int i = 0; i < e->n_algo; i++) {
+        s = cublasLtMatmul(g->lt, (cublasLtMatmulDesc_t)&p->desc, &alpha, w,
+                           (cublasLtMatrixLayout_t)&p->a, x, (cublasLtMatrixLayout_t)&p->b, &beta,
+                           y, (cublasLtMatrixLayout_t)&p->d, y, (cublasLtMatrixLayout_t)&p->d,
+                           &e->algo[i], g->workspace, g->workspace_bytes, g->stream);
+        if (s == CUBLAS_STATUS_SUCCESS) {
+            if (i > 0) {
+                cublasLtMatmulAlgo_t a = e->algo[i];
+                memmove(&e->algo[1], &e->algo[0], (size_t)i * sizeof a);
+                e->algo[0] = a;
+            }
+            return 0;
+        }
+        g->retries++;
+    }
+    return err_set(err, "cublasLtMatmul: every one of %d algorithms failed (last: %s)", e->n_algo,
+                   cublasLtGetStatusString(s));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -194,6 +252,7 @@ extern "C" int gemm_create(cudaStream_t stream, size_t workspace_bytes, gemm_ctx
 extern "C" void gemm_destroy(gemm_ctx_t *g) {
     if (!g) return;
     if (g->workspace) cudaFree(g->workspace);
+    if (g->conv) cudaFree(g->conv);
     if (g->lt) cublasLtDestroy(g->lt);
     free(g->cache);
     free(g);
@@ -216,14 +275,70 @@ static int describe_fp8(problem_t *p, int n, int k, int tp, const float *ws, con
     return 0;
 }
 
-extern "C" int gemm_fp8_check(gemm_ctx_t *g, int n, int k, int t, bool y_f32, err_t *err) {
-    int tp = gemm_pad_t(t > 0 ? t : 1);
-    problem_t p;
+/* y[i] = f32(x[i]): a via_bf16 product's output. */
+__global__ void bf16_to_f32_kernel(const __nv_bfloat16 *__restrict__ x, float *__restrict__ y,
+                                   int64_t n) {
+    const int64_t i = (int64_t)blockIdx.x * 256 + threadIdx.x;
+    if (i < n) y[i] = __bfloat162float(x[i]);
+}
+
+/* The FP8 product's candidates for y_f32 output, or, when it has none, those of BF16 output
+ * (*via_bf16 set: the caller converts); NULL with the message in err when neither has one. */
+static algo_entry_t *pick_fp8(gemm_ctx_t *g, problem_t *p, const gemm_w8_t *w, const float *xs,
+                              int tp, bool y_f32, int align, algo_entry_t *tmp, bool *via_bf16,
+                              err_t *err) {
+    *via_bf16 = false;
+    if (describe_fp8(p, w->n, w->k, tp, w->scale, xs, y_f32, err) < 0) return NULL;
+    algo_entry_t *e =
+        pick_algo(g, p, y_f32 ? KIND_FP8_F32 : KIND_FP8, w->n, w->k, tp, align, tmp, err);
+    if (e || !y_f32) return e;
+    err_t why = *err;
+    if (describe_fp8(p, w->n, w->k, tp, w->scale, xs, false, err) < 0) return NULL;
+    e = pick_algo(g, p, KIND_FP8, w->n, w->k, tp, align, tmp, err);
+    if (!e) {
+        *err = why; /* the f32 problem's message */
+        return NULL;
+    }
+    *via_bf16 = true;
+    return e;
+}
+
+extern "C" int gemm_probe(gemm_ctx_t *g, bool fp8, int n, int k, int t_max, bool y_f32,
+                          int align_log2, int *via_bf16, err_t *err) {
+    *via_bf16 = 0;
+    char why[160];
+    if (fp8 && !gemm_fp8_shape_ok(n, k, why, sizeof why)) return err_set(err, "%s", why);
+    if (align_log2 < 0 || align_log2 > 8) align_log2 = 8;
     /* the heuristic never dereferences the scale pointers; non-NULL says "scaled" */
     const float *dummy = (const float *)g->workspace;
-    if (describe_fp8(&p, n, k, tp, dummy, dummy, y_f32, err) < 0) return -1;
-    cublasLtMatmulAlgo_t algo;
-    return pick_algo(g, &p, y_f32 ? KIND_FP8_F32 : KIND_FP8, n, k, tp, &algo, err);
+    const gemm_w8_t w8 = {NULL, dummy, n, k};
+    size_t conv_need = 0;
+    for (int t = fp8 ? 4 : 1; t <= (fp8 ? gemm_pad_t(t_max) : t_max); t += fp8 ? 4 : 1) {
+        problem_t p;
+        algo_entry_t tmp, *e;
+        bool via = false;
+        if (fp8) {
+            e = pick_fp8(g, &p, &w8, dummy, t, y_f32, align_log2, &tmp, &via, err);
+        } else {
+            if (describe(&p, CUDA_R_16BF, y_f32 ? CUDA_R_32F : CUDA_R_16BF, n, k, t, err) < 0)
+                return -1;
+            e = pick_algo(g, &p, y_f32 ? KIND_BF16_F32 : KIND_BF16, n, k, t, align_log2, &tmp, err);
+        }
+        if (!e) return -1;
+        if (via) {
+            (*via_bf16)++;
+            if ((size_t)n * (size_t)t > conv_need) conv_need = (size_t)n * (size_t)t;
+        }
+    }
+    g->via_bf16 += *via_bf16;
+    if (conv_need > g->conv_cap) {
+        if (g->conv) cudaFree(g->conv);
+        g->conv = NULL;
+        g->conv_cap = 0;
+        CUDA_CHECK(cudaMalloc((void **)&g->conv, conv_need * 2), err);
+        g->conv_cap = conv_need;
+    }
+    return 0;
 }
 
 extern "C" int gemm_fp8(gemm_ctx_t *g, const gemm_w8_t *w, const uint8_t *x, const float *xs, int t,
@@ -231,11 +346,22 @@ extern "C" int gemm_fp8(gemm_ctx_t *g, const gemm_w8_t *w, const uint8_t *x, con
     if (t <= 0) return 0;
     int tp = gemm_pad_t(t);
     problem_t p;
-    if (describe_fp8(&p, w->n, w->k, tp, w->scale, xs, y_f32, err) < 0) return -1;
-    cublasLtMatmulAlgo_t algo;
-    if (pick_algo(g, &p, y_f32 ? KIND_FP8_F32 : KIND_FP8, w->n, w->k, tp, &algo, err) < 0)
-        return -1;
-    return run(g, &p, &algo, w->data, x, y, err);
+    algo_entry_t tmp;
+    bool via;
+    algo_entry_t *e = pick_fp8(g, &p, w, xs, tp, y_f32, align_log2(w->data, x, y), &tmp, &via, err);
+    if (!e) return -1;
+    if (!via) return run(g, &p, e, w->data, x, y, err);
+    const int64_t n = (int64_t)tp * w->n;
+    if ((size_t)n > g->conv_cap)
+        return err_set(err,
+                       "gemm: FP8 N=%d K=%d T=%d takes BF16 output here, beyond the %zu "
+                       "elements gemm_probe prepared",
+                       w->n, w->k, tp, g->conv_cap);
+    if (run(g, &p, e, w->data, x, g->conv, err) < 0) return -1;
+    OPS_LAUNCH(bf16_to_f32_kernel, dim3((unsigned)((n + 255) / 256)), 256, 0, g->stream,
+               (const __nv_bfloat16 *)g->conv, (float *)y, n);
+    CUDA_CHECK(cudaGetLastError(), err);
+    return 0;
 }
 
 extern "C" int gemm_bf16(gemm_ctx_t *g, const gemm_w16_t *w, const uint16_t *x, int t, void *y,
@@ -244,12 +370,15 @@ extern "C" int gemm_bf16(gemm_ctx_t *g, const gemm_w16_t *w, const uint16_t *x, 
     problem_t p;
     if (describe(&p, CUDA_R_16BF, y_f32 ? CUDA_R_32F : CUDA_R_16BF, w->n, w->k, t, err) < 0)
         return -1;
-    cublasLtMatmulAlgo_t algo;
-    if (pick_algo(g, &p, y_f32 ? KIND_BF16_F32 : KIND_BF16, w->n, w->k, t, &algo, err) < 0)
-        return -1;
-    return run(g, &p, &algo, w->data, x, y, err);
+    algo_entry_t tmp, *e = pick_algo(g, &p, y_f32 ? KIND_BF16_F32 : KIND_BF16, w->n, w->k, t,
+                                     align_log2(w->data, x, y), &tmp, err);
+    return e ? run(g, &p, e, w->data, x, y, err) : -1;
 }
 
 extern "C" int gemm_algo_queries(const gemm_ctx_t *g) {
     return g->queries;
+}
+
+extern "C" void gemm_stats(const gemm_ctx_t *g, gemm_stats_t *out) {
+    *out = gemm_stats_t{g->queries, g->retries, g->via_bf16};
 }

@@ -8,8 +8,15 @@
  *     are stored transposed, [ceil(K/128)][gemm_pad_t(T)] f32.
  *   - BF16: W and x bf16, y bf16 or f32 (the lm_head writes f32 logits).
  *
- * Algorithms come from cublasLtMatmulAlgoGetHeuristic once per (kind, N, K, padded T) and are
- * cached in a fixed table, so a step never allocates; the workspace is allocated once.
+ * Algorithms come from cublasLtMatmulAlgoGetHeuristic once per (kind, N, K, padded T, operand
+ * alignment), with the alignment preferences set to the operands' (the largest power of two
+ * dividing every pointer, at most 256): up to 4 candidates kept in the heuristic's order, the
+ * next tried when one fails to launch (and moved to the front when it works), cached in a fixed
+ * table so a step never allocates; an algorithm for less aligned operands serves more aligned
+ * ones. gemm_probe asks for every size a step can run at start-up; an FP8 product with f32
+ * output that has no algorithm at some size runs FP8 with BF16 output there and converts
+ * (before the engine would ever dequantize the weights to BF16). The workspace and the
+ * conversion buffer are allocated once.
  *
  *     gemm_ctx_t *g;
  *     gemm_create(stream, 32 << 20, &g, &err);
@@ -75,17 +82,28 @@ void gemm_destroy(gemm_ctx_t *g);
 int gemm_fp8(gemm_ctx_t *g, const gemm_w8_t *w, const uint8_t *x, const float *xs, int t, void *y,
              bool y_f32, err_t *err);
 
-/* Whether cuBLASLt has a block-scaled FP8 algorithm for an [n, k] weight at t tokens, without
- * running anything (heuristics run on the host); the answer is cached like gemm_fp8's. 0, or -1
- * with the reason in err. */
-int gemm_fp8_check(gemm_ctx_t *g, int n, int k, int t, bool y_f32, err_t *err);
-
 /* y[T, n] = x[T, k] W^T with x bf16 [t, k] and y [t, n], bf16 (y_f32 false) or f32. */
 int gemm_bf16(gemm_ctx_t *g, const gemm_w16_t *w, const uint16_t *x, int t, void *y, bool y_f32,
               err_t *err);
 
+/* Asks for an algorithm of every token count a step can run, T = 1..t_max (FP8: every padded T
+ * up to gemm_pad_t(t_max)), for an [n, k] weight, FP8 block-scaled (fp8) or BF16, operands
+ * aligned to 2^align_log2 bytes (the least aligned the caller will pass; 8: 256). An FP8 product
+ * with f32 output and no algorithm at some T takes BF16 output there, converted to f32: *via_bf16
+ * counts those sizes, and their conversion buffer is allocated here, never in a step. 0, or -1
+ * naming the first T with no algorithm at all (the caller says so at start-up). */
+int gemm_probe(gemm_ctx_t *g, bool fp8, int n, int k, int t_max, bool y_f32, int align_log2,
+               int *via_bf16, err_t *err);
+
 /* Heuristic queries made so far (cache misses), for tests and the start-up log. */
 int gemm_algo_queries(const gemm_ctx_t *g);
+
+/* What the context did so far: heuristic queries, launches retried with the next candidate, and
+ * sizes probed that run FP8 with BF16 output. */
+typedef struct gemm_stats {
+    int queries, retries, via_bf16;
+} gemm_stats_t;
+void gemm_stats(const gemm_ctx_t *g, gemm_stats_t *out);
 
 #ifdef __cplusplus
 }

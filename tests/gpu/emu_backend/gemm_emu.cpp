@@ -42,13 +42,6 @@ extern "C" void gemm_destroy(gemm_ctx_t *g) {
     free(g);
 }
 
-extern "C" int gemm_fp8_check(gemm_ctx_t *g, int n, int k, int t, bool y_f32, err_t *err) {
-    char why[160];
-    if (!gemm_fp8_shape_ok(n, k, why, sizeof why)) return err_set(err, "%s", why);
-    g->queries++;
-    return 0;
-}
-
 /* Sum of a[k] * b[k] over [k0, k1) in eight lanes (vectorizes), then the lanes in a fixed order:
  * the same order for a row whatever the batch around it, as batch invariance needs. */
 static float dot_f32(const float *a, const float *b, int k0, int k1) {
@@ -142,4 +135,19 @@ static void run_bf16(const gemm_w16_t *w, const uint16_t *x, int t, void *y, boo
 
 extern "C" int gemm_algo_queries(const gemm_ctx_t *g) {
     return g->queries;
+}
+
+/* The loops take every size: a probe finds an "algorithm" everywhere the shape is allowed. */
+extern "C" int gemm_probe(gemm_ctx_t *g, bool fp8, int n, int k, int t_max, bool y_f32,
+                          int align_log2, int *via_bf16, err_t *err) {
+    (void)t_max, (void)y_f32, (void)align_log2;
+    *via_bf16 = 0;
+    char why[160];
+    if (fp8 && !gemm_fp8_shape_ok(n, k, why, sizeof why)) return err_set(err, "%s", why);
+    g->queries++;
+    return 0;
+}
+
+extern "C" void gemm_stats(const gemm_ctx_t *g, gemm_stats_t *out) {
+    *out = gemm_stats_t{g->queries, 0, 0};
 }
