@@ -125,7 +125,10 @@ int cpu_mtp_chain(backend_t *base, const be_batch_t *b, const int32_t *hidden_ro
         return err_set(err, "cpu backend: mtp_chain of %d passes from step %d", n_steps,
                        first_step);
     const int n = b->n_seqs, bs = be->block_size;
-    if (b->n_tokens != n || b->n_logits != n)
+    bool one_each = b->n_tokens == n && b->n_logits == n;
+    for (int i = 0; one_each && i < n; i++)
+        one_each = b->query_start[i] == i && b->logit_rows[i] == i;
+    if (!one_each)
         return err_set(err,
                        "cpu backend: mtp_chain takes one token a sequence, each its logit "
                        "row (%d tokens, %d rows, %d sequences)",
