@@ -28,6 +28,7 @@
 #include "cuda_backend.h"
 #include "gpu_check.h"
 #include "moe.h"
+#include "perf_timing.h"
 
 #ifdef OPS_HOST_EMULATION
 #define SIZE(gpu, emu) (emu)
@@ -39,37 +40,6 @@ struct Model {
     const char *name;
     int E, k, H, I;
 };
-
-/* Milliseconds per moe_gemm call (one warm-up call, then ~0.3 s of calls). */
-static double time_calls(const moe_gemm_args_t *g) {
-    err_t err = {{0}};
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
-    double ms_total = 0.0;
-    int iters = 1;
-    for (int round = SIZE(0, 1); round < 2; round++) { /* 0: the warm-up, which sizes round 1 */
-        CK(cudaEventRecord(e0));
-        for (int it = 0; it < iters; it++)
-            if (moe_gemm(g, 0, &err) < 0) {
-                fprintf(stderr, "%s\n", err.msg);
-                exit(1);
-            }
-        CK(cudaEventRecord(e1));
-        CK(cudaEventSynchronize(e1));
-        float ms;
-        CK(cudaEventElapsedTime(&ms, e0, e1));
-        ms_total = ms;
-        if (round == 0) {
-            const double per = ms > 1e-3f ? ms : 1e-3;
-            iters = (int)(300.0 / per);
-            iters = iters < 1 ? 1 : iters > 50 ? 50 : iters;
-        }
-    }
-    CK(cudaEventDestroy(e0));
-    CK(cudaEventDestroy(e1));
-    return ms_total / iters;
-}
 
 int main(void) {
     if (!cuda_backend_available()) {
@@ -156,7 +126,14 @@ int main(void) {
                                          a_rows, proj == 0 ? p.row_token : nullptr,
                                          &p,     T,
                                          k,      y};
-                    const double ms = time_calls(&g);
+                    const double ms = perf_time_calls(
+                        [&]() {
+                            err_t e = {{0}};
+                            int rc = moe_gemm(&g, 0, &e);
+                            if (rc < 0) fprintf(stderr, "%s\n", e.msg);
+                            return rc;
+                        },
+                        50);
                     const double flops = 2.0 * T * k * (double)N * K;
                     const double bytes = (double)n_hit * N * K * esize +
                                          (fp8 ? (double)n_hit * (N / 128) * (K / 128) * 4 : 0.0);

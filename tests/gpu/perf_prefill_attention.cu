@@ -31,6 +31,7 @@
 #include "cuda_backend.h"
 #include "gpu_check.h"
 #include "ops.h"
+#include "perf_timing.h"
 
 #ifdef OPS_HOST_EMULATION
 #define SIZE(gpu, emu) (emu)
@@ -49,35 +50,16 @@ struct Case {
 
 typedef int (*prefill_fn)(const ops_attn_args_t *, int, cudaStream_t, err_t *);
 
-/* Milliseconds per call of fn on a (one warm-up call, then ~0.3 s of calls). */
+/* Milliseconds per call of fn on a (perf_timing.h: up to 20 calls). */
 static double time_calls(prefill_fn fn, const ops_attn_args_t *a, int max_q) {
-    err_t err = {{0}};
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
-    double ms_total = 0.0;
-    int iters = 1;
-    for (int round = SIZE(0, 1); round < 2; round++) { /* 0: the warm-up, which sizes round 1 */
-        CK(cudaEventRecord(e0));
-        for (int it = 0; it < iters; it++)
-            if (fn(a, max_q, 0, &err) < 0) {
-                fprintf(stderr, "%s\n", err.msg);
-                exit(1);
-            }
-        CK(cudaEventRecord(e1));
-        CK(cudaEventSynchronize(e1));
-        float ms;
-        CK(cudaEventElapsedTime(&ms, e0, e1));
-        ms_total = ms;
-        if (round == 0) {
-            const double per = ms > 1e-3f ? ms : 1e-3;
-            iters = (int)(300.0 / per);
-            iters = iters < 1 ? 1 : iters > 20 ? 20 : iters;
-        }
-    }
-    CK(cudaEventDestroy(e0));
-    CK(cudaEventDestroy(e1));
-    return ms_total / iters;
+    return perf_time_calls(
+        [&]() {
+            err_t err = {{0}};
+            int rc = fn(a, max_q, 0, &err);
+            if (rc < 0) fprintf(stderr, "%s\n", err.msg);
+            return rc;
+        },
+        20);
 }
 
 int main(int argc, char **argv) {
