@@ -26,7 +26,7 @@
  * Tolerances (logits of magnitude 4..12 on these fixtures): the CPU computes in f32 throughout;
  * the GPU rounds BF16 GEMM inputs, the attention inputs and output and the KV cache to bf16
  * (relative 2^-9) and sums in other orders. Measured under the host emulation
- * (tests/gpu/emu_backend/run: the same kernels, exact f32 arithmetic): BF16 max 0.03-0.05, FP8
+ * (test_cuda_backend_emu: the same kernels, exact f32 arithmetic): BF16 max 0.03-0.05, FP8
  * W8A8 max 0.2-0.32 (a bf16 rounding that moves a value across an e4m3 step changes it by 1/16
  * relative, and such flips compound through the layers). LOGIT_TOL_BF16 0.1 and LOGIT_TOL_FP8 0.5
  * leave 2x margin for the GPU's ulp-level differences, while a wrong norm, RoPE, scale layout,
