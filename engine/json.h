@@ -40,9 +40,10 @@
  * character inside a string is an error, as in Python's json.loads). Every number node keeps its
  * spelling in valuestring (so 5 and 5.0 stay apart and big integers exact); every string node
  * that holds U+0000 (written \u0000) keeps its byte length for json_strlen. An object key that
- * holds U+0000 is refused: cJSON would cut it and match it against another key. A key given
- * twice keeps its last value at its first place, as in Python. The caller frees the result with
- * cJSON_Delete. */
+ * holds U+0000 is refused: cJSON would cut it and match it against another key. So is a \u
+ * escape of an unpaired UTF-16 surrogate ("\ud800" alone), which RFC 8259's grammar and Python
+ * take but which has no UTF-8: an invalid-JSON error at its byte. A key given twice keeps its last
+ * value at its first place, as in Python. The caller frees the result with cJSON_Delete. */
 cJSON *json_parse(const char *text, size_t len, err_t *err);
 
 /* Reads the file at path and parses it as json_parse does. NULL with a message that does not

@@ -51,6 +51,41 @@ static bool same(const jbuf_t *a, const jbuf_t *b) {
     return a->len == b->len && (a->len == 0 || memcmp(a->p, b->p, a->len) == 0);
 }
 
+static unsigned hex4_at(const char *p) {
+    unsigned v = 0;
+    for (int i = 0; i < 4; i++) {
+        char c = p[i];
+        int d = c >= '0' && c <= '9'                     ? c - '0'
+                : (c | 0x20) >= 'a' && (c | 0x20) <= 'f' ? (c | 0x20) - 'a' + 10
+                                                         : -1;
+        if (d < 0) return 0x110000; /* not a \u escape the grammar takes */
+        v = v * 16 + (unsigned)d;
+    }
+    return v;
+}
+
+/* Whether the text holds a \u escape of an unpaired UTF-16 surrogate (a high one not followed by
+ * a low one, or a low one alone). */
+static bool lone_surrogate(const char *p, size_t n) {
+    for (size_t i = 0; i + 6 <= n; i++) {
+        if (p[i] != '\\') continue;
+        if (p[i + 1] != 'u') {
+            i++; /* an escaped character: \\ or \" */
+            continue;
+        }
+        unsigned v = hex4_at(p + i + 2);
+        if (v >= 0xdc00 && v <= 0xdfff) return true;
+        if (v >= 0xd800 && v <= 0xdbff) {
+            unsigned w =
+                i + 12 <= n && p[i + 6] == '\\' && p[i + 7] == 'u' ? hex4_at(p + i + 8) : 0;
+            if (!(w >= 0xdc00 && w <= 0xdfff)) return true;
+            i += 6;
+        }
+        i += 5;
+    }
+    return false;
+}
+
 static int depth_of(const char *p, size_t n) {
     int d = 0, max = 0;
     bool in_str = false;
@@ -78,10 +113,13 @@ static void read_message(const char *data, size_t len) {
     if (len < 4096 && depth_of(data, len) < 60 && fz_utf8_valid((const uint8_t *)data, len)) {
         err_t err;
         cJSON *j = json_parse(data, len, &err);
-        /* json_parse refuses an object key holding U+0000 by design (json.h: cJSON would cut the
-         * key), which is valid JSON the client rightly takes */
+        /* json_parse refuses by design, where the client rightly takes what JSON's grammar takes:
+         * an object key holding U+0000 (json.h: cJSON would cut the key), and a \u escape of an
+         * unpaired surrogate (RFC 8259's grammar has it, as Python's json does; cJSON has no
+         * UTF-8 for it) */
         bool nul_key = !j && strstr(err.msg, "object key holds U+0000");
-        FZ_CHECK(nul_key || valid == (j != NULL),
+        bool lone = !j && valid && lone_surrogate(data, len);
+        FZ_CHECK(nul_key || lone || valid == (j != NULL),
                  "bench_sse_json_valid says %d, json_parse %s: %.*s", valid, j ? "valid" : err.msg,
                  (int)len, data);
         cJSON_Delete(j);
