@@ -520,6 +520,11 @@ static int bind_kv_scales(model_weights_t *w, mdir_t *dir, bound_t *b, err_t *er
             }
         w->n_kv_scales_loaded += found != NULL;
     }
+    size_t n = strlen(w->note);
+    if (w->n_kv_scales_loaded && n < sizeof w->note)
+        snprintf(w->note + n, sizeof w->note - n,
+                 "%sFP8 KV cache scales for %d layer%s (used with --kv-cache-dtype fp8)",
+                 n ? "; " : "", w->n_kv_scales_loaded, w->n_kv_scales_loaded == 1 ? "" : "s");
     return 0;
 }
 

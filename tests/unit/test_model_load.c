@@ -687,6 +687,7 @@ static void test_kv_scales_spellings(void **state) {
     expect_kv_scales(w, 2, 0.75f, 0.75f);
     assert_int_equal(weights_kv_scales_loaded(w), 3);
     if (strstr(weights_note(w), "not used")) fail_msg("note: %s", weights_note(w));
+    assert_non_null(strstr(weights_note(w), "FP8 KV cache scales for 3 layers"));
     weights_destroy(w);
     done(dir);
 
