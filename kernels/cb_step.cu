@@ -344,24 +344,14 @@ static run_args_t uniform_run(const cuda_backend_t *be, int S, int q, int stride
     return r;
 }
 
-/* The graph for a batch of n sequences of q tokens each, every token a logit row (captured now if
- * needed), or NULL: of the layer stack, or with mtp_step >= 0 of that MTP pass (q = 1). */
-static cb_graph_t *graph_for(cuda_backend_t *be, int n, int q, int stride, int mtp_step, err_t *err,
-                             bool *failed) {
-    *failed = false;
-    cb_graph_t *g = graph_slot(be, n, q, mtp_step < 0 ? -1 : mtp_step > 0);
-    if (!g) return NULL;
-    if (g->stride == stride) return g;
-    const run_args_t r = uniform_run(be, g->size, q, stride);
-    *failed = !capture_into(
-        be, g, stride,
-        [&]() {
-            return mtp_step < 0
-                       ? cb_run_stack(be, &r, err)
-                       : cb_run_mtp(be, &r, mtp_step, mtp_step == 0 ? be->hid : be->hid_mtp, err);
-        },
-        err);
-    return *failed ? NULL : g;
+/* Whether slot g holds a graph for block-table stride `stride`, capturing body() into it when it
+ * does not; a failed capture turns graphs off (graphs_off) and the caller runs eagerly. */
+template <typename Body>
+static bool ready_graph(cuda_backend_t *be, cb_graph_t *g, int stride, Body body, err_t *err) {
+    if (g->stride == stride) return true;
+    if (capture_into(be, g, stride, body, err)) return true;
+    graphs_off(be, err);
+    return false;
 }
 
 static int forward_piece(cuda_backend_t *be, const be_batch_t *b, const piece_t *p, float *host,
@@ -374,13 +364,13 @@ static int forward_piece(cuda_backend_t *be, const be_batch_t *b, const piece_t 
     for (int i = 0; whole_uniform && i < nl; i++)
         if (b->logit_rows[i] != i) whole_uniform = false;
     if (be->graphs && whole_uniform && !be->moe.trace) { /* a traced step runs eagerly */
-        bool failed;
-        const cb_graph_t *slot = graph_slot(be, ns, q, -1);
-        if (slot) {
-            if (stage_piece(be, b, p, slot->size, NULL, NULL, err) < 0) return -1;
-            cb_graph_t *g = graph_for(be, ns, q, b->block_table_stride, -1, err, &failed);
-            if (failed) graphs_off(be, err);
-            if (g) {
+        cb_graph_t *g = graph_slot(be, ns, q, -1);
+        if (g) {
+            if (stage_piece(be, b, p, g->size, NULL, NULL, err) < 0) return -1;
+            const run_args_t r = uniform_run(be, g->size, q, b->block_table_stride);
+            if (ready_graph(
+                    be, g, b->block_table_stride, [&]() { return cb_run_stack(be, &r, err); },
+                    err)) {
                 CUDA_CHECK(cudaGraphLaunch(g->exec, be->stream), err);
                 be->replays++;
                 be->verify_replays += q > 1;
@@ -498,15 +488,17 @@ int cb_mtp_forward(backend_t *base, const be_batch_t *b, const int32_t *hidden_r
     /* a pass of one token a sequence, each its logit row (the drafts after step 0, and step 0
      * when each sequence accepted nothing): from a graph when graphs are on */
     const bool uniform = be->graphs && be->n_mtp == 1 && !be->moe.trace && one_token_each(b, &p);
-    const cb_graph_t *slot = uniform ? graph_slot(be, b->n_seqs, 1, step > 0) : NULL;
-    int rc = stage_piece(be, b, &p, slot ? slot->size : 0, hidden_rows, NULL, err);
-    cb_graph_t *g = NULL;
-    if (rc == 0 && slot) {
-        bool failed;
-        g = graph_for(be, b->n_seqs, 1, b->block_table_stride, step, err, &failed);
-        if (failed) graphs_off(be, err);
+    cb_graph_t *g = uniform ? graph_slot(be, b->n_seqs, 1, step > 0) : NULL;
+    int rc = stage_piece(be, b, &p, g ? g->size : 0, hidden_rows, NULL, err);
+    if (rc == 0 && g) {
+        const run_args_t gr = uniform_run(be, g->size, 1, b->block_table_stride);
+        const uint16_t *src = step == 0 ? be->hid : be->hid_mtp;
+        if (!ready_graph(
+                be, g, b->block_table_stride, [&]() { return cb_run_mtp(be, &gr, step, src, err); },
+                err))
+            g = NULL;
     }
-    if (g) {
+    if (rc == 0 && g) {
         rc = cudaGraphLaunch(g->exec, be->stream) == cudaSuccess
                  ? 0
                  : err_set(err, "cuda backend: an MTP graph launch failed");
@@ -598,10 +590,7 @@ int cb_mtp_chain(backend_t *base, const be_batch_t *b, const int32_t *hidden_row
         }
         return 0;
     };
-    if (slot && slot->stride != stride && !capture_into(be, slot, stride, passes, err)) {
-        graphs_off(be, err);
-        slot = NULL;
-    }
+    if (slot && !ready_graph(be, slot, stride, passes, err)) slot = NULL;
     if (slot) {
         rc = cudaGraphLaunch(slot->exec, be->stream) == cudaSuccess
                  ? 0

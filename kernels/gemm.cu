@@ -22,9 +22,6 @@ enum { KIND_FP8 = 1, KIND_FP8_F32 = 2, KIND_BF16 = 3, KIND_BF16_F32 = 4 };
 typedef struct algo_entry {
     uint64_t key; /* 0 = empty */
     int n_algo;   /* candidates kept (0: the problem has none, remembered too) */
-    /* KIND_FP8_F32 without an F32-output algorithm: the BF16-output problem's candidates, its
-     * output converted to f32 (gemm.h) */
-    bool via_bf16;
     cublasLtMatmulAlgo_t algo[CANDIDATES];
 } algo_entry_t;
 
@@ -164,7 +161,6 @@ static algo_entry_t *pick_algo(gemm_ctx_t *g, problem_t *p, int kind, int n, int
     if (!found) {
         algo_entry_t *into = e ? e : tmp;
         if (ask(g, p, align, into, err) < 0) return NULL;
-        into->via_bf16 = false;
         if (e) e->key = cache_key(kind, align, n, k, t);
         e = into;
     }
@@ -373,10 +369,6 @@ extern "C" int gemm_bf16(gemm_ctx_t *g, const gemm_w16_t *w, const uint16_t *x, 
     algo_entry_t tmp, *e = pick_algo(g, &p, y_f32 ? KIND_BF16_F32 : KIND_BF16, w->n, w->k, t,
                                      align_log2(w->data, x, y), &tmp, err);
     return e ? run(g, &p, e, w->data, x, y, err) : -1;
-}
-
-extern "C" int gemm_algo_queries(const gemm_ctx_t *g) {
-    return g->queries;
 }
 
 extern "C" void gemm_stats(const gemm_ctx_t *g, gemm_stats_t *out) {

@@ -95,9 +95,6 @@ int gemm_bf16(gemm_ctx_t *g, const gemm_w16_t *w, const uint16_t *x, int t, void
 int gemm_probe(gemm_ctx_t *g, bool fp8, int n, int k, int t_max, bool y_f32, int align_log2,
                int *via_bf16, err_t *err);
 
-/* Heuristic queries made so far (cache misses), for tests and the start-up log. */
-int gemm_algo_queries(const gemm_ctx_t *g);
-
 /* What the context did so far: heuristic queries, launches retried with the next candidate, and
  * sizes probed that run FP8 with BF16 output. */
 typedef struct gemm_stats {

@@ -224,7 +224,9 @@ int main(void) {
             bf16_case(g, s[0], s[1], T, false);
             bf16_case(g, s[0], s[1], T, true);
         }
-    printf("test_gemm: %d algorithm queries, %d failure%s\n", gemm_algo_queries(g), failures,
+    gemm_stats_t st;
+    gemm_stats(g, &st);
+    printf("test_gemm: %d algorithm queries, %d failure%s\n", st.queries, failures,
            failures == 1 ? "" : "s");
     gemm_destroy(g);
     return failures ? 1 : 0;

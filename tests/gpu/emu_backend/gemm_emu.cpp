@@ -133,10 +133,6 @@ static void run_bf16(const gemm_w16_t *w, const uint16_t *x, int t, void *y, boo
     }
 }
 
-extern "C" int gemm_algo_queries(const gemm_ctx_t *g) {
-    return g->queries;
-}
-
 /* The loops take every size: a probe finds an "algorithm" everywhere the shape is allowed. */
 extern "C" int gemm_probe(gemm_ctx_t *g, bool fp8, int n, int k, int t_max, bool y_f32,
                           int align_log2, int *via_bf16, err_t *err) {
