@@ -16,8 +16,12 @@
  * define them, and the tensor core's reduced-precision accumulation spans 128 products only.
  * BF16: the MMAs accumulate straight into the f32 accumulator.
  *
- * Loads are synchronous (global -> registers -> shared, then the MMAs): correct and simple; a
- * cp.async / TMA pipeline and wgmma are the next step for speed, measured on the device.
+ * Loads: a kStages-deep cp.async pipeline (16-byte copies straight into shared memory, A's rows
+ * of -1 zero-filled without a read), so that the copies of the next kStages - 1 chunks are in
+ * flight while the MMAs run on this one. The first version staged through registers one chunk at
+ * a time and streamed FP8 weights at 0.9-1.2 TB/s on an H200 (bench/RESULTS.md, second GPU run):
+ * one 24 KiB chunk in flight per CTA cannot cover the memory latency at decode's few CTAs.
+ * wgmma with TMA is the next step for large T.
  */
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -39,6 +43,9 @@ constexpr int kMT = kWarpM / 16;         /* m16 tiles per warp */
 constexpr int kNT = kWarpN / 8;          /* n8 tiles per warp */
 constexpr int kSlices = kChunk / 32;     /* 32-byte k-slices per chunk: one mma each */
 constexpr int kLoads = kChunk / 16;      /* 16-byte loads per row and chunk */
+constexpr int kStages = 3;               /* chunks in shared memory: 2 in flight, 1 computed */
+constexpr int kStageBytes = (MOE_TILE_M + MOE_TILE_N) * kRowBytes; /* 27,648: A rows, then W */
+constexpr size_t kSmemBytes = (size_t)kStages * kStageBytes;       /* 82,944: dynamic */
 
 /* The A fragment of k-slice s for the 16 rows at row0 and the B fragments of the 64 columns
  * (weight rows) at n0 (mma.cuh's layouts). */
@@ -62,22 +69,21 @@ __device__ __forceinline__ void load_b(const uint32_t *bs, int n0, int s, uint32
     }
 }
 
-/* Stages K bytes [c0, c0 + kChunk) of the tile's A rows (gathered, zero for -1) and of the
- * weight rows n0.. into shared memory. */
-__device__ __forceinline__ void stage(const uint8_t *a, int64_t a_row_bytes, const int *arow,
-                                      const uint8_t *w, int64_t w_row_bytes, int64_t c0,
-                                      uint8_t *as, uint8_t *bs) {
+/* Starts the copies of K bytes [c0, c0 + kChunk) of the tile's A rows (gathered; zero for -1,
+ * read from nowhere) and of the weight rows n0.. into one shared-memory stage (as, bs); the
+ * caller commits them as one group. */
+__device__ __forceinline__ void stage_async(const uint8_t *a, int64_t a_row_bytes, const int *arow,
+                                            const uint8_t *w, int64_t w_row_bytes, int64_t c0,
+                                            uint8_t *as, uint8_t *bs) {
     for (int i = threadIdx.x; i < MOE_TILE_M * kLoads; i += kThreads) {
         const int r = i / kLoads, q = i % kLoads;
-        uint4 v = make_uint4(0, 0, 0, 0);
-        if (arow[r] >= 0)
-            v = *reinterpret_cast<const uint4 *>(a + arow[r] * a_row_bytes + c0 + q * 16);
-        *reinterpret_cast<uint4 *>(as + r * kRowBytes + q * 16) = v;
+        const bool valid = arow[r] >= 0;
+        cp_async_16(as + r * kRowBytes + q * 16,
+                    valid ? a + arow[r] * a_row_bytes + c0 + q * 16 : a, valid);
     }
     for (int i = threadIdx.x; i < MOE_TILE_N * kLoads; i += kThreads) {
         const int r = i / kLoads, q = i % kLoads;
-        *reinterpret_cast<uint4 *>(bs + r * kRowBytes + q * 16) =
-            *reinterpret_cast<const uint4 *>(w + r * w_row_bytes + c0 + q * 16);
+        cp_async_16(bs + r * kRowBytes + q * 16, w + r * w_row_bytes + c0 + q * 16, true);
     }
 }
 
@@ -88,8 +94,7 @@ __global__ void __launch_bounds__(kThreads)
                         const float *__restrict__ a_scale, int ld_scale,
                         const int32_t *__restrict__ a_rows, const int32_t *__restrict__ tile_expert,
                         const int32_t *__restrict__ tile_row0, float *__restrict__ y) {
-    __shared__ __align__(16) uint8_t as[MOE_TILE_M * kRowBytes];
-    __shared__ __align__(16) uint8_t bs[MOE_TILE_N * kRowBytes];
+    uint8_t *smem = reinterpret_cast<uint8_t *>(ops_dynamic_smem_u32());
     __shared__ int arow[MOE_TILE_M];
     const int e = tile_expert[blockIdx.x];
     if (e < 0) return; /* block-uniform: past the routing's last tile */
@@ -105,12 +110,27 @@ __global__ void __launch_bounds__(kThreads)
     float acc[kMT][kNT][4] = {};
     const int n_chunks = (int)(w_row_bytes / kChunk);
     const int scale_cols = K / 128;
+    __syncthreads(); /* arow is written */
+#pragma unroll
+    for (int c = 0; c < kStages - 1; c++) {
+        if (c < n_chunks)
+            stage_async(a, a_row_bytes, arow, w, w_row_bytes, (int64_t)c * kChunk,
+                        smem + c * kStageBytes, smem + c * kStageBytes + MOE_TILE_M * kRowBytes);
+        cp_async_commit(); /* possibly empty: the wait below counts groups */
+    }
     for (int c = 0; c < n_chunks; c++) {
-        __syncthreads(); /* the previous chunk's fragments are read */
-        stage(a, a_row_bytes, arow, w, w_row_bytes, (int64_t)c * kChunk, as, bs);
-        __syncthreads();
+        cp_async_wait<kStages - 2>(); /* this thread's copies of chunk c have landed */
+        __syncthreads(); /* everyone's have, and chunk c - 1's stage is no longer read */
+        const int next = c + kStages - 1;
+        if (next < n_chunks) {
+            uint8_t *st = smem + (next % kStages) * kStageBytes;
+            stage_async(a, a_row_bytes, arow, w, w_row_bytes, (int64_t)next * kChunk, st,
+                        st + MOE_TILE_M * kRowBytes);
+        }
+        cp_async_commit();
+        const uint8_t *as = smem + (c % kStages) * kStageBytes;
         const uint32_t *as32 = reinterpret_cast<const uint32_t *>(as);
-        const uint32_t *bs32 = reinterpret_cast<const uint32_t *>(bs);
+        const uint32_t *bs32 = reinterpret_cast<const uint32_t *>(as + MOE_TILE_M * kRowBytes);
         if constexpr (FP8) {
             /* one m16 row block at a time: its partial sums fit the registers with the
              * accumulators (both at once would spill) */
@@ -183,12 +203,19 @@ extern "C" int moe_gemm(const moe_gemm_args_t *g, cudaStream_t stream, err_t *er
     if (g->T == 0) return 0;
     const dim3 grid((unsigned)moe_max_tiles(g->T, g->k, w->n_experts),
                     (unsigned)(w->n / MOE_TILE_N));
+    /* above the default 48 KiB of dynamic shared memory: per device, so at every launch */
+    const void *kernel =
+        fp8 ? (const void *)grouped_gemm_kernel<true> : (const void *)grouped_gemm_kernel<false>;
+    CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)kSmemBytes),
+        err);
     if (fp8)
-        OPS_LAUNCH((grouped_gemm_kernel<true>), grid, kThreads, 0, stream, (const uint8_t *)w->data,
-                   w->scale, w->n, w->k, (const uint8_t *)g->a, g->lda, g->a_scale, g->ld_scale,
-                   g->a_rows, g->perm->tile_expert, g->perm->tile_row0, g->y);
+        OPS_LAUNCH((grouped_gemm_kernel<true>), grid, kThreads, kSmemBytes, stream,
+                   (const uint8_t *)w->data, w->scale, w->n, w->k, (const uint8_t *)g->a, g->lda,
+                   g->a_scale, g->ld_scale, g->a_rows, g->perm->tile_expert, g->perm->tile_row0,
+                   g->y);
     else
-        OPS_LAUNCH((grouped_gemm_kernel<false>), grid, kThreads, 0, stream,
+        OPS_LAUNCH((grouped_gemm_kernel<false>), grid, kThreads, kSmemBytes, stream,
                    (const uint8_t *)w->data, (const float *)nullptr, w->n, w->k,
                    (const uint8_t *)g->a, g->lda, (const float *)nullptr, 0, g->a_rows,
                    g->perm->tile_expert, g->perm->tile_row0, g->y);

@@ -403,6 +403,9 @@ static void test_gemm(void) {
         gemm_case(false, SIZE(203, 21), 4, 16, 256, SIZE(512, 128), (route_t)how);
     }
     gemm_case(true, 1, 8, 128, SIZE(1536, 256), SIZE(2048, 128), ROUTE_RANDOM); /* decode */
+    /* more K chunks than the kernel's pipeline has stages (3): its ring of stages wraps */
+    gemm_case(true, 9, 2, 4, 128, 1024, ROUTE_RANDOM);
+    gemm_case(false, 9, 2, 4, 128, 512, ROUTE_SKEWED);
 }
 
 /* ---- combine -------------------------------------------------------------------------------- */
