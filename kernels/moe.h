@@ -106,7 +106,8 @@ typedef struct moe_weights {
 /* y [moe_max_rows(T, ...), w->n] f32 = A W_e^T over the tiles of p (T: the token count p was
  * made for). A row r is a[a_rows[r]] when a_rows is given (-1: a zero row), else a[r]; a has
  * lda elements per row, e4m3 with scales a_scale[(c / 128) * ld_scale + row] (FP8) or bf16. Rows
- * of tiles past the last are not written. */
+ * of tiles past the last are not written; padding rows (p->row_token -1) may be written as
+ * zeros whatever a holds there. */
 typedef struct moe_gemm_args {
     const moe_weights_t *w;
     const void *a;

@@ -21,7 +21,11 @@
  * flight while the MMAs run on this one. The first version staged through registers one chunk at
  * a time and streamed FP8 weights at 0.9-1.2 TB/s on an H200 (bench/RESULTS.md, second GPU run):
  * one 24 KiB chunk in flight per CTA cannot cover the memory latency at decode's few CTAs.
- * wgmma with TMA is the next step for large T.
+ * An m16 block of rows that are all padding (the perm's row_token -1: most of a tile at decode,
+ * where an expert has one or two rows) skips its MMAs and is written as zeros: at T = 1 a CTA
+ * computed 64 rows for one, and the FP8 loop, bound by its own issue rather than its loads
+ * (second GPU run), did four times the work it needed. wgmma with TMA is the next step for
+ * large T.
  */
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -92,10 +96,12 @@ __global__ void __launch_bounds__(kThreads)
     grouped_gemm_kernel(const uint8_t *__restrict__ wdata, const float *__restrict__ wscale, int N,
                         int K, const uint8_t *__restrict__ a, int64_t lda,
                         const float *__restrict__ a_scale, int ld_scale,
-                        const int32_t *__restrict__ a_rows, const int32_t *__restrict__ tile_expert,
+                        const int32_t *__restrict__ a_rows, const int32_t *__restrict__ row_token,
+                        const int32_t *__restrict__ tile_expert,
                         const int32_t *__restrict__ tile_row0, float *__restrict__ y) {
     uint8_t *smem = reinterpret_cast<uint8_t *>(ops_dynamic_smem_u32());
     __shared__ int arow[MOE_TILE_M];
+    __shared__ int live[MOE_TILE_M / 16]; /* m16 row blocks holding a real (not padding) row */
     const int e = tile_expert[blockIdx.x];
     if (e < 0) return; /* block-uniform: past the routing's last tile */
     const int row0 = tile_row0[blockIdx.x], n0 = blockIdx.y * MOE_TILE_N;
@@ -104,13 +110,19 @@ __global__ void __launch_bounds__(kThreads)
     const uint8_t *w = wdata + ((int64_t)e * N + n0) * w_row_bytes;
     for (int r = threadIdx.x; r < MOE_TILE_M; r += kThreads)
         arow[r] = a_rows ? a_rows[row0 + r] : row0 + r;
+    if (threadIdx.x < MOE_TILE_M / 16) {
+        int any = 0;
+        for (int i = 0; i < 16; i++)
+            any |= row_token[row0 + threadIdx.x * 16 + i] >= 0;
+        live[threadIdx.x] = any;
+    }
 
     const int warp = threadIdx.x >> 5, wm = warp & 1, wn = warp >> 1;
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     float acc[kMT][kNT][4] = {};
     const int n_chunks = (int)(w_row_bytes / kChunk);
     const int scale_cols = K / 128;
-    __syncthreads(); /* arow is written */
+    __syncthreads(); /* arow and live are written */
 #pragma unroll
     for (int c = 0; c < kStages - 1; c++) {
         if (c < n_chunks)
@@ -137,6 +149,7 @@ __global__ void __launch_bounds__(kThreads)
             const float sw = wscale[((int64_t)e * (N / 128) + n0 / 128) * scale_cols + c];
 #pragma unroll
             for (int mi = 0; mi < kMT; mi++) {
+                if (!live[wm * kMT + mi]) continue; /* warp-uniform: all padding */
                 float part[kNT][4] = {};
 #pragma unroll 1
                 for (int s = 0; s < kSlices; s++) {
@@ -166,6 +179,7 @@ __global__ void __launch_bounds__(kThreads)
                 load_b(bs32, wn * kWarpN, s, fb);
 #pragma unroll
                 for (int mi = 0; mi < kMT; mi++) {
+                    if (!live[wm * kMT + mi]) continue;
                     uint32_t fa[4];
                     load_a(as32, wm * kWarpM + mi * 16, s, fa);
 #pragma unroll
@@ -212,13 +226,13 @@ extern "C" int moe_gemm(const moe_gemm_args_t *g, cudaStream_t stream, err_t *er
     if (fp8)
         OPS_LAUNCH((grouped_gemm_kernel<true>), grid, kThreads, kSmemBytes, stream,
                    (const uint8_t *)w->data, w->scale, w->n, w->k, (const uint8_t *)g->a, g->lda,
-                   g->a_scale, g->ld_scale, g->a_rows, g->perm->tile_expert, g->perm->tile_row0,
-                   g->y);
+                   g->a_scale, g->ld_scale, g->a_rows, g->perm->row_token, g->perm->tile_expert,
+                   g->perm->tile_row0, g->y);
     else
         OPS_LAUNCH((grouped_gemm_kernel<false>), grid, kThreads, kSmemBytes, stream,
                    (const uint8_t *)w->data, (const float *)nullptr, w->n, w->k,
                    (const uint8_t *)g->a, g->lda, (const float *)nullptr, 0, g->a_rows,
-                   g->perm->tile_expert, g->perm->tile_row0, g->y);
+                   g->perm->row_token, g->perm->tile_expert, g->perm->tile_row0, g->y);
     CUDA_CHECK(cudaGetLastError(), err);
     return 0;
 }

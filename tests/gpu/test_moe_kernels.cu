@@ -361,9 +361,13 @@ static void gemm_case(bool fp8, int T, int k, int E, int N, int K, route_t how) 
             for (int r = tile * MOE_TILE_M; r < (tile + 1) * MOE_TILE_M; r++) {
                 int src = gather ? h.row_token[r] : r;
                 bool pad = h.row_token[r] < 0;
+                /* an m16 block of padding rows only skips its MMAs: zeros, even read directly */
+                bool dead = true;
+                for (int i = r / 16 * 16; i < r / 16 * 16 + 16; i++)
+                    dead = dead && h.row_token[i] < 0;
                 for (int n = 0; n < N; n++) {
                     double ref = 0, mag = 0;
-                    if (!(gather && pad))
+                    if (!(gather && pad) && !dead)
                         for (int c = 0; c < K; c++) {
                             size_t ai = (size_t)src * K + c;
                             double a = fp8 ? (double)dtype_e4m3_to_f32(aq[ai]) *
