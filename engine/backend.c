@@ -130,9 +130,10 @@ int backend_check_bounds(const be_batch_t *b, int num_blocks, int block_size, in
     }
     int64_t slots = (int64_t)num_blocks * block_size;
     for (int t = 0; t < b->n_tokens; t++) {
-        if (b->token_ids[t] < 0 || b->token_ids[t] >= vocab_size)
-            return err_set(err, "token %d: id %d out of range [0, %d)", t, b->token_ids[t],
-                           vocab_size);
+        int32_t id = b->token_ids[t];
+        if (id < 0 ? -(int64_t)id - 1 >= b->n_placeholder_rows : id >= vocab_size)
+            return err_set(err, "token %d: id %d out of range [0, %d)%s", t, id, vocab_size,
+                           b->n_placeholder_rows > 0 ? " and not a placeholder" : "");
         if (b->slot_mapping[t] < -1 || b->slot_mapping[t] >= slots)
             return err_set(err, "token %d: slot %" PRId64 " out of range [0, %" PRId64 ")", t,
                            b->slot_mapping[t], slots);

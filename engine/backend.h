@@ -54,6 +54,8 @@ typedef struct be_batch {
     const int32_t *logit_rows;  /* [n_logits] token indices into the flattened arrays */
     const int32_t *state_slots; /* [n_seqs] recurrent-state slot of each sequence (models with
                                    state; NULL otherwise) */
+    int n_placeholder_rows;     /* token ids may be placeholders -(1 + r), r < this: the rows of
+                                   the pending sample_begin (asynchronous scheduling); 0 else */
 } be_batch_t;
 
 typedef struct backend_options {
@@ -196,6 +198,16 @@ typedef struct backend_ops {
      * as mtp_forward would after the last pass. */
     int (*mtp_chain)(backend_t *be, const be_batch_t *b, const int32_t *hidden_rows, int first_step,
                      int n_steps, const int32_t *last_pos, int32_t *drafts, err_t *err);
+    /* Optional, both or neither (NULL: `sample` returns only when the device is done). The
+     * `sample` op in two halves, for the engine's asynchronous scheduling (core_async.c):
+     * sample_begin queues the sampling of the last forward's rows, as `sample` would, and
+     * returns at once; sample_end waits for those results and writes them to out. Between
+     * the two the engine calls forward once more for the next step, and that batch's token ids
+     * may be placeholders: id -(1 + r) stands for the token sampled at row r of the pending
+     * sample_begin, which the device reads where the sampler left it (no round trip through
+     * the host). At most one sample_begin is pending. */
+    int (*sample_begin)(backend_t *be, const sampler_row_t *rows, int n_rows, err_t *err);
+    int (*sample_end)(backend_t *be, sampler_result_t *out, err_t *err);
 } backend_ops_t;
 
 /* Every backend instance starts with this header. */
@@ -228,7 +240,8 @@ int backend_check_batch(const be_batch_t *b, int num_blocks, int block_size, err
 
 /* What must hold for a forward pass not to read or write out of bounds, cheap enough for every
  * step: counts, the arrays present, query_start spanning the tokens, every sequence's context
- * within its block-table row and its blocks in the pool, token ids in [0, vocab_size), slots in
+ * within its block-table row and its blocks in the pool, token ids in [0, vocab_size) or
+ * placeholders -(1 + r) with r < n_placeholder_rows, slots in
  * [-1, num_blocks * block_size), logit rows in range. b must not be NULL. Backends call it in
  * forward (backend_check_batch adds the semantic checks in debug builds); the message names no
  * backend: the caller prefixes it. */

@@ -2,9 +2,10 @@
  * core: one replica of the engine (core.h; vLLM v1's EngineCore). Other threads reach its thread
  * through an inbox under `mu` (submitted requests, cancel notices, flag changes, a rebuild) and
  * a `news` counter; the engine thread loops: take news, schedule, build the batch (batch.c),
- * forward and sample on the backend, process the output (output.c), publish the step's events
- * to the streams (stream.c). Per step the work is O(scheduled sequences + new tokens + new
- * blocks). The types these modules share are in core_int.h.
+ * forward and sample on the backend (core_step.c; core_async.c with steps ahead), process the
+ * output (output.c), publish the step's events to the streams (stream.c). Per step the work is
+ * O(scheduled sequences + new tokens + new blocks). The types these modules share are in
+ * core_int.h.
  */
 #include "core_int.h"
 
@@ -207,9 +208,14 @@ static void free_request(eng_req_t *req) {
 
 /* Detaches the streams of finished requests (after their events were pushed) and frees them. */
 static void free_done(core_t *e) {
-    while (e->done) {
-        eng_req_t *req = e->done;
-        e->done = req->next_done;
+    eng_req_t **at = &e->done;
+    while (*at) {
+        eng_req_t *req = *at;
+        if (req->free_after > e->n_completed) { /* a step in flight names it */
+            at = &req->next_done;
+            continue;
+        }
+        *at = req->next_done;
         engine_stream_t *s = req->stream;
         stream_detach(s);
         stream_unref(s);
@@ -267,135 +273,6 @@ static void on_first_scheduled(void *ctx, batch_seq_t *q) {
         req->queued = false;
         atomic_fetch_sub(&e->n_queued, 1);
     }
-}
-
-/* Every request with a sequence in the failed step ends with the error. */
-static void fail_step(core_t *e, const sched_out_t *out, const char *what, const char *msg) {
-    spec_drop(e);
-    fprintf(stderr, "tachyon: engine: %s failed: %s\n", what, msg);
-    char buf[sizeof(((err_t *)0)->msg) + 32];
-    snprintf(buf, sizeof buf, "%s failed: %s", what, msg);
-    for (int i = 0; i < out->n; i++) {
-        eng_req_t *req = choice_of(out->seqs[i])->req;
-        if (req->n_finished < req->n) output_end_request(e, req, ENGINE_FINISH_ERROR, buf);
-    }
-}
-
-/* A scripted request's next token replaces the sampled one; the model's EOS ends the script. */
-static void script_token(const core_t *e, const eng_choice_t *q, sampler_result_t *r) {
-    int n_out = q->b.s.n_tokens - q->b.s.n_prompt;
-    r->token = n_out < q->req->n_scripted ? q->req->scripted[n_out] : e->stop_ids[0];
-}
-
-/* Samples every row: on the device when the backend can, else on the host from the logits. */
-static int sample_rows(core_t *e, const be_batch_t *b, err_t *err) {
-    step_batch_t *sb = &e->batch;
-    if (e->be->ops->sample)
-        return e->be->ops->sample(e->be, sb->rows, b->n_logits, sb->results, err);
-    size_t vocab = (size_t)e->cfg->vocab_size;
-    for (int l = 0; l < b->n_logits; l++)
-        sampler_sample(e->smp, e->logits + (size_t)l * vocab, &sb->rows[l], &sb->results[l]);
-    return 0;
-}
-
-/* Forks the choices of requests whose choice 0 reached its fork point in this step. */
-static void fork_at_points(core_t *e, const sched_out_t *out) {
-    for (int i = 0; i < out->n; i++) {
-        sched_seq_t *seq = out->seqs[i];
-        if (!seq->fork_pending || seq->n_computed != sched_fork_point(seq, e->f.block_size))
-            continue;
-        seq->fork_pending = false;
-        output_fork_choices(e, choice_of(seq)->req);
-    }
-}
-
-/* Runs one step; fills *st (but for its end time and duration) and returns true when one ran. */
-static bool step(core_t *e, stats_step_t *st) {
-    double t0 = engine_now();
-    sched_out_t out;
-    sched_seq_t *failed;
-    e->spec_step_accepted = 0;
-    spec_draft(e);
-    while (sched_schedule(e->sched, &out, &failed) < 0) {
-        spec_drop(e);
-        output_end_request(e, choice_of(failed)->req, ENGINE_FINISH_ERROR, "out of memory");
-    }
-    spec_plan(e, &out);
-    if (out.n == 0) {
-        e->stalled = out.n_preempted == 0;
-        e->extra_preempted += out.n_preempted;
-        return false;
-    }
-    be_batch_t b;
-    batch_counts_t counts = {0};
-    err_t err = {{0}};
-    double tf0 = 0, tf1 = 0;
-    if (batch_build(&e->batch, &out, t0, &b, &counts) < 0) {
-        fail_step(e, &out, "building the batch", "out of memory");
-        goto record;
-    }
-    if (counts.prefix_queried > 0)
-        stats_add_prefix(e->stats, counts.prefix_queried, counts.prefix_hit);
-    float *logits = NULL;
-    if (!e->be->ops->sample && b.n_logits > 0) {
-        size_t need = (size_t)b.n_logits * (size_t)e->cfg->vocab_size;
-        if (grow_array((void **)&e->logits, &e->cap_logits, need, sizeof *e->logits) < 0) {
-            fail_step(e, &out, "allocating logits", "out of memory");
-            goto record;
-        }
-        logits = e->logits;
-    }
-    /* The backend's time: the forward pass and the sampling math (on the device, or the host
-     * sampler for backends without one); the rest of the step is the engine's own cost. */
-    tf0 = engine_now();
-    int rc = backend_forward(e->be, &b, logits, &err);
-    if (rc < 0) {
-        tf1 = engine_now();
-        fail_step(e, &out, "the forward pass", err.msg);
-        goto record;
-    }
-    rc = b.n_logits > 0 ? sample_rows(e, &b, &err) : 0;
-    tf1 = engine_now();
-    if (rc < 0) {
-        fail_step(e, &out, "sampling", err.msg);
-        goto record;
-    }
-    const bool *emit = spec_verify(e, &out, &b); /* NULL: every row */
-    sched_advance(e->sched, &out);
-    if (e->has_state) fork_at_points(e, &out);
-    stats_add_generation_tokens(e->stats,
-                                (uint64_t)(b.n_logits - counts.draft + e->spec_step_accepted));
-    double now = engine_now();
-    for (int l = 0; l < b.n_logits; l++) {
-        if (emit && !emit[l]) continue;
-        eng_choice_t *q = choice_of(out.seqs[e->batch.logit_seq[l]]);
-        /* forks first: a choice 0 that ends on its first token still shares its prompt */
-        if (q->b.choice == 0 && q->req->n_started < q->req->n) output_fork_choices(e, q->req);
-        if (q->req->scripted) script_token(e, q, &e->batch.results[l]);
-        if (!q->finished) output_on_token(e, q, &e->batch.results[l], now);
-    }
-    if (e->f.speculative_method == SPEC_MTP) { /* the head's passes count as the backend's */
-        double tm0 = engine_now();
-        spec_mtp(e, &out, &b);
-        tf1 += engine_now() - tm0;
-    }
-record:
-    output_flush_itl(e);
-    *st = (stats_step_t){.t = t0, /* the start, until record_step */
-                         .forward_ms = (float)((tf1 - tf0) * 1e3),
-                         .running = out.n,
-                         .waiting = sched_num_waiting(e->sched),
-                         .kv_used = kv_used(e->kv),
-                         .kv_total = e->num_blocks,
-                         .state_used = e->num_slots - kv_state_available(e->kv),
-                         .state_total = e->num_slots,
-                         .prefill_tokens = counts.prefill,
-                         .decode_tokens = counts.decode,
-                         .draft_tokens = counts.draft,
-                         .accepted = e->spec_step_accepted,
-                         .preempted = out.n_preempted + e->extra_preempted};
-    e->extra_preempted = 0;
-    return true;
 }
 
 /* Records a step that started at st->t and ends now. */
@@ -541,6 +418,7 @@ static void apply_live(core_t *e, const flag_values_t *f) {
 }
 
 static void shutdown_requests(core_t *e) {
+    core_async_drain(e);
     pthread_mutex_lock(&e->mu);
     eng_req_t *inbox = e->inbox_head;
     e->inbox_head = e->inbox_tail = NULL;
@@ -619,6 +497,7 @@ static bool take_news(core_t *e) {
     pthread_mutex_unlock(&e->mu);
 
     if (inbox || cancels || ids || live || changes) e->stalled = false;
+    if (live || changes) core_async_drain(e); /* flags and the pool change between steps */
     if (live) apply_live(e, &f);
     take_inbox(e, inbox);
     core_take_cancels(e, cancels, ids);
@@ -640,7 +519,15 @@ static void *core_main(void *arg) {
             !take_news(e))
             break;
         stats_step_t st;
-        bool ran = sched_has_work(e->sched) && !e->stalled && step(e, &st);
+        bool ran = false;
+        if (sched_has_work(e->sched) && !e->stalled) {
+            if (core_async_active(e)) {
+                ran = core_async_step(e, &st);
+            } else {
+                core_async_drain(e); /* switched off with a step in flight */
+                ran = core_step(e, &st);
+            }
+        }
         /* A step's time includes publishing its events, so it is recorded after them; but
          * before sleeping, the gauges are recorded first, so that a reader who got the last
          * events also sees the engine idle in core_stats(). */
@@ -859,6 +746,7 @@ static void core_free(core_t *e) {
     stats_destroy(e->stats);
     batch_free(&e->batch);
     free(e->logits);
+    core_async_free(e);
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->cv);
     free(e);

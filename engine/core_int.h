@@ -63,6 +63,7 @@ typedef struct eng_choice {
     int32_t mtp_draft[SPEC_MAX_TOKENS];
     int n_mtp_draft, mtp_base, mtp_done;
     uint32_t mtp_gen;
+    bool placeholder; /* core_async.c: its last token stands for the step in flight's sample */
 } eng_choice_t;
 
 static inline eng_choice_t *choice_of(sched_seq_t *s) {
@@ -85,7 +86,23 @@ struct eng_req {
     char *id;
     const int32_t *scripted; /* the output a test scripted for this prompt (scripted.h), or NULL */
     int n_scripted;
+    uint64_t free_after; /* finished: freed once core_t.n_completed reaches this (a step still in
+                            flight may name its sequences; core_async.c) */
 };
+
+/* core_async.c: a step launched and not yet completed, or the one being launched. */
+typedef struct async_step {
+    bool active;               /* launched, its tokens not yet emitted */
+    bool on_device;            /* its samples come from sample_end (else sampled at launch) */
+    int n;                     /* its plan, copied: the scheduler reuses its arrays */
+    sched_seq_t **seqs;        /* [n] */
+    int *n_new;                /* [n] */
+    int n_logits;              /* its logit rows: */
+    int32_t *logit_seq;        /* [n_logits] the plan index of each */
+    sampler_result_t *results; /* [n_logits] their samples */
+    batch_counts_t counts;
+    int cap_seqs, cap_n_new, cap_logit_seq, cap_results;
+} async_step_t;
 
 struct core {
     atomic_bool alive; /* the engine thread is running its loop */
@@ -153,6 +170,11 @@ struct core {
     step_batch_t batch;
     float *logits; /* [cap_logits] for the host sampler */
     size_t cap_logits;
+    /* asynchronous scheduling (core_async.c): async[async_cur] is the step in flight when
+     * active; steps launched and completed (equal when nothing is in flight) */
+    async_step_t async[2];
+    int async_cur;
+    uint64_t n_launched, n_completed;
 };
 
 /* Why hybrid models run without prefix caching (README.md says more). */
@@ -184,6 +206,37 @@ void load_report_init(load_report_t *r, const engine_opts_t *o);
 void load_report(load_report_t *r, engine_load_phase_t phase, const model_weights_t *w);
 /* backend_options_t.load_progress: user is the load_report_t. */
 void load_report_bytes(void *user, uint64_t done, uint64_t total);
+
+/* core_step.c: runs one synchronous step; fills *st (but for its end time and duration) and
+ * returns true when one ran. */
+bool core_step(core_t *e, stats_step_t *st);
+/* core_step.c: a step with nothing planned (stalled unless it preempted); returns false. */
+bool core_nothing_planned(core_t *e, const sched_out_t *out);
+/* core_step.c: the plan laid out in *b (batch.c) with the prefix-cache counts recorded, and the
+ * host logits buffer when the backend does not sample (*logits, else NULL): NULL, or what failed
+ * for want of memory. */
+const char *core_lay_out(core_t *e, const sched_out_t *out, double t0, be_batch_t *b,
+                         batch_counts_t *counts, float **logits);
+
+/* core_step.c, for core_async.c too: a sampled token for choice q (a fork of the other choices
+ * first when it is choice 0's first, a scripted reply's token in place of r's), unless q has
+ * finished; the request ends with the error of a failed step; the choices forked where the step
+ * left their parent at its fork point (models with state). */
+void core_emit_token(core_t *e, eng_choice_t *q, sampler_result_t *r, double now);
+void core_fail_step(core_t *e, const sched_out_t *out, const char *what, const char *msg);
+void core_fork_at_points(core_t *e, const sched_out_t *out);
+/* core_step.c: the end of a step: its inter-token latencies flushed, its record (*st, the start t0,
+ * backend_s seconds in the backend, the plan's and the batch's counts). */
+void core_step_stats(core_t *e, stats_step_t *st, double t0, double backend_s,
+                     const sched_out_t *out, const batch_counts_t *counts);
+
+/* core_async.c: asynchronous scheduling (see there). Whether the next step runs ahead
+ * (--async-scheduling, the backend, no speculative decoding); one step; the step in flight
+ * completed (its tokens emitted), a no-op without one; the buffers freed. */
+bool core_async_active(const core_t *e);
+bool core_async_step(core_t *e, stats_step_t *st);
+void core_async_drain(core_t *e);
+void core_async_free(core_t *e);
 
 /* core_cancel.c. The stream_cancel_fn of every attached stream: queues its cancel notice. */
 void core_on_cancel(void *ctx, engine_stream_t *s);

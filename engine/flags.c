@@ -18,6 +18,7 @@ static const char *const GENCONFIG_CHOICES[] = {"auto", "vllm", NULL};
 static const char *const KV_DTYPE_CHOICES[] = {"auto", "fp8", NULL};
 static const char *const SSM_DTYPE_CHOICES[] = {"auto", "float32", "bfloat16", NULL};
 static const char *const SPEC_METHOD_CHOICES[] = {"none", "ngram", "mtp", NULL};
+static const char *const ASYNC_CHOICES[] = {"auto", "on", "off", NULL};
 static const char *const BOOL_VALUES[] = {"true", "false", NULL};
 static const char *const UNSET_VALUES[] = {"unset", NULL};
 
@@ -74,6 +75,14 @@ static const flag_def_t FLAGS[] = {
      FIELD(cuda_graphs),
      .def = "true",
      .help = "replay decode steps from captured CUDA graphs (cuda backend)"},
+    {.name = "async-scheduling",
+     .type = FLAG_ENUM,
+     .apply = FLAG_LIVE,
+     FIELD(async_scheduling),
+     .choices = ASYNC_CHOICES,
+     .def = "auto",
+     .help = "plan and launch each step before the last one's tokens come back (auto: where the "
+             "backend samples asynchronously, the cuda backend; off with speculative decoding)"},
     {.name = "generation-config",
      .type = FLAG_ENUM,
      .apply = FLAG_LIVE,

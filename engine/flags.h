@@ -46,6 +46,14 @@ typedef enum kv_cache_dtype {
     KV_DTYPE_FP8,  /* e4m3 (GPU backend) */
 } kv_cache_dtype_t;
 
+/* --async-scheduling (core_async.c) */
+typedef enum async_mode {
+    ASYNC_AUTO, /* on where the backend has sample_begin / sample_end (the cuda backend) */
+    ASYNC_ON,   /* also with host sampling (the CPU backend), where it only adds a step of
+                   latency: for tests of the engine's asynchronous path */
+    ASYNC_OFF,
+} async_mode_t;
+
 /* The recurrent (SSM) state's element type of models with state (Qwen3.5). */
 typedef enum ssm_cache_dtype {
     SSM_DTYPE_AUTO, /* the config's mamba_ssm_dtype (float32 for Qwen3.5) */
@@ -64,6 +72,7 @@ typedef struct flag_values {
     int scheduling_policy;   /* sched_policy_t */
     int max_queued_requests; /* 0 = unlimited */
     bool cuda_graphs;
+    int async_scheduling; /* async_mode_t */
     /* default sampling (live) */
     bool generation_config_vllm; /* --generation-config vllm: ignore generation_config.json */
     float default_temperature, default_top_p, default_min_p, default_repetition_penalty;

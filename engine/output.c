@@ -131,6 +131,7 @@ void output_finish_choice(core_t *e, eng_choice_t *q, engine_finish_reason_t rea
         if (req->next) req->next->prev = req->prev;
         req->next = req->prev = NULL;
         req->next_done = e->done;
+        req->free_after = e->n_launched; /* what a step in flight names stays until it ends */
         e->done = req;
     }
 }

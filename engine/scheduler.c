@@ -468,6 +468,7 @@ int sched_advance(sched_t *s, const sched_out_t *out) {
     int rc = 0;
     for (int i = 0; i < n; i++) {
         sched_seq_t *seq = seqs[i];
+        if (seq->state != SCHED_SEQ_RUNNING) continue; /* ended since the plan (core_async.c) */
         seq->n_computed += n_new[i];
         if (!caching || seq->n_computed < (seq->n_committed + 1) * bs) continue;
         int full = seq->n_computed / bs;

@@ -166,8 +166,9 @@ void sched_remove(sched_t *s, sched_seq_t *seq);
 int sched_schedule(sched_t *s, sched_out_t *out, sched_seq_t **failed);
 
 /* Records that the planned tokens were computed, and registers the blocks that became full with
- * the prefix cache (when it is on). -1 when out of memory (a hash array could not grow: those
- * blocks are simply not cached). */
+ * the prefix cache (when it is on); sequences no longer running (removed or preempted since the
+ * plan: asynchronous scheduling advances a plan after emitting the previous step) are skipped. -1
+ * when out of memory (a hash array could not grow: those blocks are simply not cached). */
 int sched_advance(sched_t *s, const sched_out_t *out);
 
 int sched_num_running(const sched_t *s);

@@ -190,6 +190,13 @@ void stats_add_generation_tokens(stats_t *st, uint64_t sampled) {
     pthread_mutex_unlock(&st->mu);
 }
 
+void stats_add_ahead(stats_t *st, uint64_t steps, uint64_t tokens) {
+    pthread_mutex_lock(&st->mu);
+    st->head.steps_ahead += steps;
+    st->head.tokens_ahead += tokens;
+    pthread_mutex_unlock(&st->mu);
+}
+
 void stats_add_prefix(stats_t *st, uint64_t queried, uint64_t hit) {
     pthread_mutex_lock(&st->mu);
     st->head.prefix_queries += queried;

@@ -132,7 +132,10 @@ typedef struct stats_snapshot {
     uint64_t generation_tokens; /* tokens sampled */
     uint64_t preemptions;
     uint64_t prefix_queries, prefix_hits; /* prompt tokens looked up / found in the cache */
-    uint64_t requests_finished[4];        /* by engine_finish_reason_t */
+    /* asynchronous scheduling (--async-scheduling): steps launched before the previous step's
+     * samples came back, and their input tokens that were those samples (placeholders) */
+    uint64_t steps_ahead, tokens_ahead;
+    uint64_t requests_finished[4]; /* by engine_finish_reason_t */
     uint64_t requests_submitted;
     /* speculative decoding (vllm:spec_decode_*): sequences that verified drafts in a step,
      * drafts verified, drafts accepted, and accepted per draft position */
@@ -181,6 +184,7 @@ void stats_add_prompt_tokens(stats_t *st, uint64_t prompt);
 /* Tokens sampled (appended to sequences), first tokens included: vllm:generation_tokens_total. */
 void stats_add_generation_tokens(stats_t *st, uint64_t sampled);
 void stats_add_prefix(stats_t *st, uint64_t queried, uint64_t hit);
+void stats_add_ahead(stats_t *st, uint64_t steps, uint64_t tokens);
 /* A step's speculative counts: `drafts` sequences verified `draft_tokens` drafts, `accepted` of
  * them accepted; accepted_per_pos[j] (j < n_pos) those accepted at draft position j. */
 void stats_add_spec(stats_t *st, uint64_t drafts, uint64_t draft_tokens, uint64_t accepted,

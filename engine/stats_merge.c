@@ -81,6 +81,8 @@ void stats_merge(stats_snapshot_t *out, stats_snapshot_t *const *parts, int n) {
         out->preemptions += p->preemptions;
         out->prefix_queries += p->prefix_queries;
         out->prefix_hits += p->prefix_hits;
+        out->steps_ahead += p->steps_ahead;
+        out->tokens_ahead += p->tokens_ahead;
         for (int r = 0; r < 4; r++)
             out->requests_finished[r] += p->requests_finished[r];
         out->requests_submitted += p->requests_submitted;

@@ -249,7 +249,10 @@ typedef struct cuda_backend {
     int32_t *chain_d, *chain_h;   /* [MAX_CHAIN_STEPS][cap_s] its drafts, pass by pass */
     int32_t *tables_d, *tables_h; /* [cap_tables] block tables, the batch's stride */
     size_t cap_tables;
-    bool staging_busy; /* a copy from the staging may still be in flight */
+    bool staging_busy;       /* a copy from the staging may still be in flight */
+    bool sampler_busy;       /* a copy from the sampler's staging (srows_h, arena_h) may be */
+    int sample_pending;      /* rows of the sample_begin not yet ended (0: none) */
+    cudaEvent_t sample_done; /* recorded after sample_begin's copy of the results */
 
     /* sampling */
     ops_sample_row_t *srows_d, *srows_h; /* [cap_l] */

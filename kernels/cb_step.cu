@@ -164,6 +164,11 @@ static int check_batch(const cuda_backend_t *be, const be_batch_t *b, bool state
     if (!be->kv_mem) return err_set(err, "cuda backend: forward before kv_reserve");
     if (backend_check_bounds(b, be->num_blocks, be->block_size, be->V, err) < 0)
         return err_prefix(err, "cuda backend");
+    if (b->n_placeholder_rows > be->sample_pending)
+        return err_set(err,
+                       "cuda backend: placeholders for %d sampled rows, but %d are pending "
+                       "(sample_begin)",
+                       b->n_placeholder_rows, be->sample_pending);
     for (int t = 0; t < b->n_tokens; t++)
         if (b->positions[t] < 0)
             return err_set(err, "cuda backend: token %d: position %d", t, b->positions[t]);
@@ -233,8 +238,14 @@ static int stage_piece(cuda_backend_t *be, const be_batch_t *b, const piece_t *p
     int nt = p->t1 - p->t0, ns = p->s1 - p->s0, nl = p->l1 - p->l0, stride = b->block_table_stride;
     int rows = pad_seqs > ns ? pad_seqs : ns, q = p->uniform_q;
     if (cb_grow_tables(be, (size_t)rows * (size_t)stride, err) < 0) return -1;
-    if (be->staging_busy) CUDA_CHECK(cudaStreamSynchronize(be->stream), err);
+    if (be->staging_busy) {
+        CUDA_CHECK(cudaStreamSynchronize(be->stream), err);
+        be->sampler_busy = false;
+    }
     memcpy(be->ids_h, b->token_ids + p->t0, (size_t)nt * 4);
+    bool placeholders = false; /* the pending sample_begin's tokens, read on the device */
+    for (int i = 0; i < nt && b->n_placeholder_rows > 0 && !placeholders; i++)
+        placeholders = be->ids_h[i] < 0;
     memcpy(be->pos_h, b->positions + p->t0, (size_t)nt * 4);
     memcpy(be->slots_h, b->slot_mapping + p->t0, (size_t)nt * 8);
     for (int j = 0; j < ns; j++) {
@@ -277,6 +288,8 @@ static int stage_piece(cuda_backend_t *be, const be_batch_t *b, const piece_t *p
                                cudaMemcpyHostToDevice, be->stream),
                err);
     be->staging_busy = true;
+    if (placeholders && ops_resolve_placeholders(be->ids_d, nt, be->sres_d, be->stream, err) < 0)
+        return -1;
     return 0;
 }
 

@@ -56,6 +56,7 @@ static void cb_destroy(backend_t *base) {
     cudaFreeHost(be->srows_h);
     cudaFreeHost(be->sres_h);
     cudaFreeHost(be->arena_h);
+    if (be->sample_done) cudaEventDestroy(be->sample_done);
     if (be->stream) cudaStreamDestroy(be->stream);
     free(be->layers);
     free(be->moe.views);
@@ -198,10 +199,9 @@ static int cb_kv_reserve(backend_t *base, int num_blocks, int block_size, err_t 
     return 0;
 }
 
-static int cb_sample(backend_t *base, const sampler_row_t *rows, int n_rows, sampler_result_t *out,
-                     err_t *err) {
-    cuda_backend_t *be = (cuda_backend_t *)base;
-    if (n_rows == 0) return 0;
+/* Queues the sampling of n_rows rows of the last forward's logits and the copy of the results
+ * to be->sres_h; returns without waiting. */
+static int sample_enqueue(cuda_backend_t *be, const sampler_row_t *rows, int n_rows, err_t *err) {
     if (n_rows > be->logits_rows)
         return err_set(err,
                        "cuda backend: sampling %d rows but the last forward left %d on the device",
@@ -216,8 +216,12 @@ static int cb_sample(backend_t *base, const sampler_row_t *rows, int n_rows, sam
         if (rows[i].n_output < p->min_tokens)
             need += (size_t)rows[i].n_eos + (size_t)p->n_stop_token_ids;
     }
-    /* The sampler's staging is its own (the forward's may still be in flight): the last sample()
-     * ended with the stream synchronized, so it is free. */
+    /* The sampler's staging is its own (the forward's may still be in flight): free once the
+     * last sample() synchronized the stream, or a forward since sample_begin did (stage_piece) */
+    if (be->sampler_busy) {
+        CUDA_CHECK(cudaStreamSynchronize(be->stream), err);
+        be->sampler_busy = be->staging_busy = false;
+    }
     if (cb_grow_arena(be, need + 1, err) < 0) return -1;
     size_t at = 0;
     for (int i = 0; i < n_rows; i++) {
@@ -275,8 +279,43 @@ static int cb_sample(backend_t *base, const sampler_row_t *rows, int n_rows, sam
     CUDA_CHECK(cudaMemcpyAsync(be->sres_h, be->sres_d, (size_t)n_rows * sizeof *be->sres_h,
                                cudaMemcpyDeviceToHost, be->stream),
                err);
+    return 0;
+}
+
+static int cb_sample(backend_t *base, const sampler_row_t *rows, int n_rows, sampler_result_t *out,
+                     err_t *err) {
+    cuda_backend_t *be = (cuda_backend_t *)base;
+    if (n_rows == 0) return 0;
+    if (be->sample_pending)
+        return err_set(err, "cuda backend: sample() while a sample_begin is pending");
+    if (sample_enqueue(be, rows, n_rows, err) < 0) return -1;
     CUDA_CHECK(cudaStreamSynchronize(be->stream), err);
-    be->staging_busy = false;
+    be->staging_busy = be->sampler_busy = false;
+    memcpy(out, be->sres_h, (size_t)n_rows * sizeof *out);
+    return 0;
+}
+
+/* Asynchronous scheduling (backend.h): the sampling is queued behind the forward, an event
+ * marks its results' arrival in be->sres_h, and the next forward's placeholders read be->sres_d
+ * on the device (stage_piece). */
+static int cb_sample_begin(backend_t *base, const sampler_row_t *rows, int n_rows, err_t *err) {
+    cuda_backend_t *be = (cuda_backend_t *)base;
+    if (be->sample_pending)
+        return err_set(err, "cuda backend: sample_begin while another is pending");
+    if (n_rows == 0) return 0;
+    if (sample_enqueue(be, rows, n_rows, err) < 0) return -1;
+    CUDA_CHECK(cudaEventRecord(be->sample_done, be->stream), err);
+    be->sample_pending = n_rows;
+    be->sampler_busy = be->staging_busy = true;
+    return 0;
+}
+
+static int cb_sample_end(backend_t *base, sampler_result_t *out, err_t *err) {
+    cuda_backend_t *be = (cuda_backend_t *)base;
+    int n_rows = be->sample_pending;
+    if (n_rows == 0) return 0;
+    be->sample_pending = 0;
+    CUDA_CHECK(cudaEventSynchronize(be->sample_done), err);
     memcpy(out, be->sres_h, (size_t)n_rows * sizeof *out);
     return 0;
 }
@@ -490,6 +529,7 @@ int cb_create_rank(const backend_options_t *opts, const model_weights_t *w, cons
     if (cb_moe_shard(be, err) < 0 || cb_check_weights(be, err) < 0) goto fail;
     be->I_pad = (be->I + 127) / 128 * 128;
     TRY_CUDA(cudaStreamCreateWithFlags(&be->stream, cudaStreamNonBlocking));
+    TRY_CUDA(cudaEventCreate(&be->sample_done));
     if (gemm_create(be->stream, GEMM_WORKSPACE, &be->gemm, err) < 0) goto fail;
     {
         int tokens = opts && opts->max_num_batched_tokens > 0 ? opts->max_num_batched_tokens
@@ -677,4 +717,6 @@ extern "C" const backend_ops_t cuda_backend_ops = {
     NULL, /* rank_stats: engine/tp.h's instance has them */
     cb_mtp_forward,
     cb_mtp_chain,
+    cb_sample_begin,
+    cb_sample_end,
 };

@@ -302,6 +302,12 @@ int ops_sample(const float *logits, int64_t ld_logits, int n_rows, int vocab,
                const ops_sample_row_t *rows, const int32_t *arena, void *counts,
                sampler_result_t *out, cudaStream_t stream, err_t *err);
 
+/* Asynchronous scheduling's placeholders (backend_ops_t.sample_begin): every ids[i] < 0 of the
+ * device array ids [n] becomes res[-(1 + ids[i])].token, the id an ops_sample call wrote there
+ * (its out). */
+int ops_resolve_placeholders(int32_t *ids, int n, const sampler_result_t *res, cudaStream_t stream,
+                             err_t *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -465,9 +465,23 @@ int dyn_smem_bytes(int vocab) {
     return 3 * ((vocab + 31) / 32) * (int)sizeof(uint32_t);
 }
 
+/* ids[i] < 0 is a placeholder for the token sampled at row -(1 + ids[i]). */
+__global__ void resolve_placeholders_kernel(int32_t *ids, int n, const sampler_result_t *res) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n && ids[i] < 0) ids[i] = res[-(ids[i] + 1)].token;
+}
+
 } // namespace
 
 /* ---- public entry points -------------------------------------------------------------------- */
+
+extern "C" int ops_resolve_placeholders(int32_t *ids, int n, const sampler_result_t *res,
+                                        cudaStream_t stream, err_t *err) {
+    if (n <= 0) return 0;
+    OPS_LAUNCH((resolve_placeholders_kernel), (n + 255) / 256, 256, 0, stream, ids, n, res);
+    CUDA_CHECK(cudaGetLastError(), err);
+    return 0;
+}
 
 extern "C" int ops_init(err_t *err) {
     CUDA_CHECK(cudaFuncSetAttribute((const void *)sample_kernel,

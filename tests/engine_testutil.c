@@ -68,6 +68,9 @@ engine_t *tu_open_engine(const char *model, const char *backend, const char *con
     o.backend = backend;
     o.backend_opts.n_threads = 2;
     err_t err = {{0}};
+    const char *async = getenv("TACHYON_TEST_ASYNC"); /* before the caller's flags */
+    if (async && flags_set(flags_find("async-scheduling"), async, &o.flags, &err) < 0)
+        fail_msg("TACHYON_TEST_ASYNC: %s", err.msg);
     for (const char *const *f = flags; f && *f; f += 2) {
         const flag_def_t *def = flags_find(f[0]);
         assert_non_null(def);

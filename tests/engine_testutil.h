@@ -72,7 +72,9 @@ model_weights_t *tu_fixture_weights(const char *name);
 char *tu_fixture_with_kv_scales(const char *name, float k_scale, float v_scale);
 
 /* An engine on `model` with `backend` (two CPU threads for the cpu backend) and flags given as
- * NULL-terminated name, value pairs (NULL for none). */
+ * NULL-terminated name, value pairs (NULL for none). With TACHYON_TEST_ASYNC=on in the
+ * environment, --async-scheduling on unless the flags name it (ctest's *_async variants run
+ * the engine tests on the CPU backend's asynchronous path that way). */
 engine_t *tu_open_engine(const char *model, const char *backend, const char *const *flags);
 
 /* Submits prompt[0..n) with a copy of *p; the caller releases the stream. */

@@ -345,9 +345,18 @@ static void batch_invariance(const char *fixture) {
     for (int i = 0; i < N_REQ; i++)
         len[i] = tu_prompt(i, prompts[i]);
     sampling_params_t p = tu_greedy(N_GEN);
-    const char *const base[] = {
-        "max-model-len", "256", "gpu-memory-utilization", "0.3", "enable-prefix-caching",
-        "false",         NULL};
+    /* alone without steps ahead: the batches run ahead (--async-scheduling auto: the cuda
+     * backend's sample_begin / sample_end, placeholders resolved on the device) and are held to
+     * synchronous steps' tokens */
+    const char *const base[] = {"max-model-len",
+                                "256",
+                                "gpu-memory-utilization",
+                                "0.3",
+                                "enable-prefix-caching",
+                                "false",
+                                "async-scheduling",
+                                "off",
+                                NULL};
     engine_t *eng = tu_open_engine(tu_fixture(fixture), "cuda", base);
     uint64_t forwarded = 0;
     for (int i = 0; i < N_REQ; i++) {
@@ -389,6 +398,7 @@ static void batch_invariance(const char *fixture) {
             assert_non_null(strstr(desc, variant == 1 ? "graphs off" : "graphs on"));
             static stats_snapshot_t snap;
             engine_stats(e, &snap);
+            assert_true(snap.steps_ahead > 0 && snap.tokens_ahead > 0);
             if (variant == 2) {
                 print_message("%s budget %s, 10-block pool: %llu preemptions\n", fixture,
                               budgets[b], (unsigned long long)snap.preemptions);
@@ -421,7 +431,9 @@ static void test_engine_qwen35_invariance(void **state) {
             prompts[i][t] %= 1000; /* the fixture's regular ids */
     }
     sampling_params_t p = tu_greedy(N_GEN);
-    const char *const base[] = {"max-model-len", "128", "gpu-memory-utilization", "0.3", NULL};
+    const char *const base[] = {
+        "max-model-len", "128", "gpu-memory-utilization", "0.3", "async-scheduling",
+        "off",           NULL}; /* the batches run ahead */
     engine_t *eng = tu_open_engine(tu_fixture("tiny-qwen3.5"), "cuda", base);
     for (int i = 0; i < N; i++)
         assert_int_equal(collect(tu_submit(eng, prompts[i], len[i], &p), alone[i], N_GEN), N_GEN);
@@ -460,6 +472,7 @@ static void test_engine_qwen35_invariance(void **state) {
                       (unsigned long long)snap.preemptions, snap.kv_used, snap.state_used);
         assert_int_equal(snap.kv_used, 0);
         assert_int_equal(snap.state_used, 0);
+        assert_true(snap.tokens_ahead > 0);
         if (b == 2) assert_true(snap.preemptions > 0);
         engine_close(e);
     }

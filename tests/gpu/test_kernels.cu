@@ -66,6 +66,39 @@ static void test_embed(void) {
     cudaFree(d_out);
 }
 
+/* ---- placeholders of asynchronous scheduling ------------------------------------------------ */
+
+/* Ids of which some are placeholders -(1 + r) for the sampled rows r (ops_resolve_placeholders),
+ * across several blocks of threads: each becomes its row's token, the others stay. */
+static void test_placeholders(void) {
+    const int T = 700, R = 37;
+    std::vector<sampler_result_t> res(R);
+    for (int r = 0; r < R; r++) {
+        memset(&res[r], 0, sizeof res[r]);
+        res[r].token = irand(150000);
+    }
+    std::vector<int32_t> ids(T), ref(T);
+    for (int t = 0; t < T; t++) {
+        ids[t] = irand(3) == 0 ? -1 - irand(R) : irand(150000);
+        ref[t] = ids[t] < 0 ? res[-1 - ids[t]].token : ids[t];
+    }
+    sampler_result_t *d_res = dev<sampler_result_t>(R);
+    int32_t *d_ids = dev<int32_t>(T);
+    put(d_res, res);
+    put(d_ids, ids);
+    OPS(ops_resolve_placeholders(d_ids, T, d_res, 0, ERR));
+    std::vector<int32_t> out = get(d_ids, T);
+    int bad = 0;
+    for (int t = 0; t < T; t++)
+        bad += out[t] != ref[t];
+    if (bad)
+        fail("placeholders: %d of %d ids wrong\n", bad, T);
+    else
+        printf("%-60s ok\n", "placeholders (sampled ids in place of -(1 + row))");
+    cudaFree(d_res);
+    cudaFree(d_ids);
+}
+
 /* ---- residual add + RMSNorm ------------------------------------------------------------------ */
 
 /* add_kind: 0 none, 1 bf16, 2 f32. gather: rows is a random subset (the final norm). */
@@ -693,6 +726,7 @@ int main(void) {
            (unsigned long long)seed, (unsigned long long)seed);
     OPS(ops_init(ERR));
     test_embed();
+    test_placeholders();
     test_norms();
     test_quant();
     test_silu();

@@ -11,7 +11,9 @@
  *   them (no stop strings) or the engine does (stop strings), with every finish kind;
  * - a stress run of 1,000 requests with random parameters, cancels and live flag changes
  *   (including a rebuild) where every request ends with a correct finish reason;
- * - the snapshot's list of live choices (the console's request table) follows the requests. */
+ * - the snapshot's list of live choices (the console's request table) follows the requests.
+ * ctest runs the CPU backend's cases again with TACHYON_TEST_ASYNC=on (test_engine_async: the
+ * engine's asynchronous scheduling, held to synchronous steps' outputs). */
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -126,6 +128,8 @@ static void run_together(const char *fixture, const char *const *flags, bool exp
     static stats_snapshot_t snap;
     engine_stats(eng, &snap);
     if (expect_preemption) assert_true(snap.preemptions > 0);
+    /* TACHYON_TEST_ASYNC=on (test_engine_async): the batch ran ahead, the reference did not */
+    if (getenv("TACHYON_TEST_ASYNC")) assert_true(snap.steps_ahead > 0 && snap.tokens_ahead > 0);
     engine_close(eng);
 }
 
@@ -133,8 +137,9 @@ static void run_together(const char *fixture, const char *const *flags, bool exp
 static void batch_invariance(const char *fixture) {
     for (int i = 0; i < N_BATCH; i++)
         prompt_len[i] = tu_prompt(i, prompts[i]);
-    /* Alone: one request at a time on a fresh engine state. */
-    const char *const base[] = {"max-model-len", "256", NULL};
+    /* Alone: one request at a time on a fresh engine state, steps never ahead (the batches run
+     * ahead under TACHYON_TEST_ASYNC=on, so that they are held to synchronous steps' tokens) */
+    const char *const base[] = {"max-model-len", "256", "async-scheduling", "off", NULL};
     engine_t *eng = tu_open_engine(tu_fixture(fixture), "cpu", base);
     sampling_params_t p = tu_greedy(GREEDY_TOKENS);
     for (int i = 0; i < N_BATCH; i++)

@@ -80,7 +80,7 @@ static void test_defaults(void **state) {
 static void test_table_round_trip(void **state) {
     (void)state;
     int n = flags_count();
-    assert_int_equal(n, 28);
+    assert_int_equal(n, 29);
     assert_null(flags_at(n));
     assert_null(flags_at(-1));
     flag_values_t v;
@@ -115,6 +115,7 @@ static void test_apply_classes(void **state) {
                                        "scheduling-policy",
                                        "max-queued-requests",
                                        "cuda-graphs",
+                                       "async-scheduling",
                                        "generation-config",
                                        "default-temperature",
                                        "default-top-p",
@@ -284,6 +285,12 @@ static void test_enum(void **state) {
     assert_string_equal(set_fmt("scheduling-policy", "PRIORITY"), "priority");
     assert_string_equal(set_fails("scheduling-policy", "lifo"),
                         "scheduling-policy must be one of fcfs, priority, got \"lifo\"");
+    assert_int_equal(v.async_scheduling, ASYNC_AUTO);
+    assert_int_equal(flags_set(must_find("async-scheduling"), "off", &v, &err), 0);
+    assert_int_equal(v.async_scheduling, ASYNC_OFF);
+    assert_string_equal(set_fmt("async-scheduling", "On"), "on");
+    assert_string_equal(set_fails("async-scheduling", "yes"),
+                        "async-scheduling must be one of auto, on, off, got \"yes\"");
     set_fails("kv-cache-dtype", "fp16");
     set_fails("mamba-ssm-cache-dtype", "float16");
     set_fails("kv-cache-dtype", "");
