@@ -144,32 +144,41 @@ __global__ void __launch_bounds__(kThreads)
         const uint32_t *as32 = reinterpret_cast<const uint32_t *>(as);
         const uint32_t *bs32 = reinterpret_cast<const uint32_t *>(as + MOE_TILE_M * kRowBytes);
         if constexpr (FP8) {
-            /* one m16 row block at a time: its partial sums fit the registers with the
-             * accumulators (both at once would spill) */
+            /* the chunk's scales first, so that their loads overlap the MMAs; then each k-slice's
+             * B fragments once for both m16 blocks, as in the BF16 loop, into partial sums
+             * promoted to the accumulators per 128-column block */
             const float sw = wscale[((int64_t)e * (N / 128) + n0 / 128) * scale_cols + c];
+            float sa[kMT][2];
 #pragma unroll
             for (int mi = 0; mi < kMT; mi++) {
-                if (!live[wm * kMT + mi]) continue; /* warp-uniform: all padding */
-                float part[kNT][4] = {};
-#pragma unroll 1
-                for (int s = 0; s < kSlices; s++) {
-                    uint32_t fa[4], fb[kNT][2];
+                const int r = wm * kWarpM + mi * 16 + g;
+                sa[mi][0] = arow[r] >= 0 ? a_scale[(int64_t)c * ld_scale + arow[r]] : 0.0f;
+                sa[mi][1] = arow[r + 8] >= 0 ? a_scale[(int64_t)c * ld_scale + arow[r + 8]] : 0.0f;
+            }
+            float part[kMT][kNT][4] = {};
+#pragma unroll
+            for (int s = 0; s < kSlices; s++) {
+                uint32_t fb[kNT][2];
+                load_b(bs32, wn * kWarpN, s, fb);
+#pragma unroll
+                for (int mi = 0; mi < kMT; mi++) {
+                    if (!live[wm * kMT + mi]) continue; /* warp-uniform: all padding */
+                    uint32_t fa[4];
                     load_a(as32, wm * kWarpM + mi * 16, s, fa);
-                    load_b(bs32, wn * kWarpN, s, fb);
 #pragma unroll
                     for (int ni = 0; ni < kNT; ni++)
-                        mma_e4m3_16x8x32(part[ni], fa, fb[ni]);
+                        mma_e4m3_16x8x32(part[mi][ni], fa, fb[ni]);
                 }
-                const int r = wm * kWarpM + mi * 16 + g;
-                const float s0 = arow[r] >= 0 ? a_scale[(int64_t)c * ld_scale + arow[r]] : 0.0f;
-                const float s1 =
-                    arow[r + 8] >= 0 ? a_scale[(int64_t)c * ld_scale + arow[r + 8]] : 0.0f;
+            }
+#pragma unroll
+            for (int mi = 0; mi < kMT; mi++) {
+                const float s0 = __fmul_rn(sw, sa[mi][0]), s1 = __fmul_rn(sw, sa[mi][1]);
 #pragma unroll
                 for (int ni = 0; ni < kNT; ni++) {
-                    acc[mi][ni][0] = fmaf(part[ni][0], __fmul_rn(sw, s0), acc[mi][ni][0]);
-                    acc[mi][ni][1] = fmaf(part[ni][1], __fmul_rn(sw, s0), acc[mi][ni][1]);
-                    acc[mi][ni][2] = fmaf(part[ni][2], __fmul_rn(sw, s1), acc[mi][ni][2]);
-                    acc[mi][ni][3] = fmaf(part[ni][3], __fmul_rn(sw, s1), acc[mi][ni][3]);
+                    acc[mi][ni][0] = fmaf(part[mi][ni][0], s0, acc[mi][ni][0]);
+                    acc[mi][ni][1] = fmaf(part[mi][ni][1], s0, acc[mi][ni][1]);
+                    acc[mi][ni][2] = fmaf(part[mi][ni][2], s1, acc[mi][ni][2]);
+                    acc[mi][ni][3] = fmaf(part[mi][ni][3], s1, acc[mi][ni][3]);
                 }
             }
         } else {
