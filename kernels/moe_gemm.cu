@@ -73,6 +73,32 @@ __device__ __forceinline__ void load_b(const uint32_t *bs, int n0, int s, uint32
     }
 }
 
+/* The MMAs of one staged chunk for the warp's 32 x 64 outputs (wm, wn), added to out: each
+ * k-slice's B fragments loaded once for both m16 blocks; an m16 block of padding rows only
+ * (live 0, warp-uniform) skips its MMAs. */
+template <bool FP8>
+__device__ __forceinline__ void chunk_mmas(const uint32_t *as32, const uint32_t *bs32, int wm,
+                                           int wn, const int *live, float out[kMT][kNT][4]) {
+#pragma unroll
+    for (int s = 0; s < kSlices; s++) {
+        uint32_t fb[kNT][2];
+        load_b(bs32, wn * kWarpN, s, fb);
+#pragma unroll
+        for (int mi = 0; mi < kMT; mi++) {
+            if (!live[wm * kMT + mi]) continue;
+            uint32_t fa[4];
+            load_a(as32, wm * kWarpM + mi * 16, s, fa);
+#pragma unroll
+            for (int ni = 0; ni < kNT; ni++) {
+                if constexpr (FP8)
+                    mma_e4m3_16x8x32(out[mi][ni], fa, fb[ni]);
+                else
+                    mma_bf16_16x8x16(out[mi][ni], fa, fb[ni]);
+            }
+        }
+    }
+}
+
 /* Starts the copies of K bytes [c0, c0 + kChunk) of the tile's A rows (gathered; zero for -1,
  * read from nowhere) and of the weight rows n0.. into one shared-memory stage (as, bs); the
  * caller commits them as one group. */
@@ -156,20 +182,7 @@ __global__ void __launch_bounds__(kThreads)
                 sa[mi][1] = arow[r + 8] >= 0 ? a_scale[(int64_t)c * ld_scale + arow[r + 8]] : 0.0f;
             }
             float part[kMT][kNT][4] = {};
-#pragma unroll
-            for (int s = 0; s < kSlices; s++) {
-                uint32_t fb[kNT][2];
-                load_b(bs32, wn * kWarpN, s, fb);
-#pragma unroll
-                for (int mi = 0; mi < kMT; mi++) {
-                    if (!live[wm * kMT + mi]) continue; /* warp-uniform: all padding */
-                    uint32_t fa[4];
-                    load_a(as32, wm * kWarpM + mi * 16, s, fa);
-#pragma unroll
-                    for (int ni = 0; ni < kNT; ni++)
-                        mma_e4m3_16x8x32(part[mi][ni], fa, fb[ni]);
-                }
-            }
+            chunk_mmas<true>(as32, bs32, wm, wn, live, part);
 #pragma unroll
             for (int mi = 0; mi < kMT; mi++) {
                 const float s0 = __fmul_rn(sw, sa[mi][0]), s1 = __fmul_rn(sw, sa[mi][1]);
@@ -182,20 +195,7 @@ __global__ void __launch_bounds__(kThreads)
                 }
             }
         } else {
-#pragma unroll
-            for (int s = 0; s < kSlices; s++) {
-                uint32_t fb[kNT][2];
-                load_b(bs32, wn * kWarpN, s, fb);
-#pragma unroll
-                for (int mi = 0; mi < kMT; mi++) {
-                    if (!live[wm * kMT + mi]) continue;
-                    uint32_t fa[4];
-                    load_a(as32, wm * kWarpM + mi * 16, s, fa);
-#pragma unroll
-                    for (int ni = 0; ni < kNT; ni++)
-                        mma_bf16_16x8x16(acc[mi][ni], fa, fb[ni]);
-                }
-            }
+            chunk_mmas<false>(as32, bs32, wm, wn, live, acc);
         }
     }
 #pragma unroll
