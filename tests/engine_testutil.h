@@ -117,4 +117,16 @@ void tu_got_free(tu_got_t *g);
 void tu_got_event(tu_got_t *g, const engine_event_t *ev);
 void tu_got_collect(engine_stream_t *s, tu_got_t *g);
 
+/* The mixed workload of asynchronous scheduling's tests: request i's parameters (greedy, seeded
+ * top-p with logprobs, stop strings and a stop id, penalties, n = 2, min_tokens, repetition
+ * penalty, one token; a caller frees them); n_req requests at once (tu_prompt's prompts within
+ * 1,024 ids) on a fresh engine with budget 48, max-model-len 160, --async-scheduling async and
+ * the extra flags (name, value pairs, NULL-terminated, or NULL), collected into out[n_req], the
+ * stats at the end in *snap; and the check that two runs gave every choice the same ids, text,
+ * finish reason, stop, usage (each finished once). */
+sampling_params_t tu_mixed_params(int i);
+void tu_mixed_run(const char *fixture, const char *backend, const char *async,
+                  const char *const *extra, int n_req, tu_got_t *out, stats_snapshot_t *snap);
+void tu_mixed_expect_same(const char *what, int n_req, const tu_got_t *a, const tu_got_t *b);
+
 #endif

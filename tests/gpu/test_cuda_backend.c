@@ -416,6 +416,40 @@ static void test_engine_batch_invariance_moe(void **state) {
     batch_invariance("tiny-qwen3-moe");
 }
 
+/* Asynchronous scheduling on the cuda backend (sample_begin / sample_end, placeholders read on
+ * the device) changes no output of the mixed workload (engine_testutil.h: seeded top-p with
+ * logprobs, stop strings, penalties on the device's arena, n = 2, min_tokens masks) against
+ * --async-scheduling off; and it ran ahead. */
+static void async_mixed(const char *fixture, const char *budget) {
+    enum { N = 24 };
+    static tu_got_t got[2][N];
+    static stats_snapshot_t on, off;
+    const char *const extra[] = {"gpu-memory-utilization", "0.3", "max-num-batched-tokens", budget,
+                                 NULL};
+    tu_mixed_run(fixture, "cuda", "auto", extra, N, got[0], &on);
+    tu_mixed_run(fixture, "cuda", "off", extra, N, got[1], &off);
+    tu_mixed_expect_same(fixture, N, got[0], got[1]);
+    print_message("cuda, %s: %llu of %llu steps ahead, %llu placeholder tokens\n", fixture,
+                  (unsigned long long)on.steps_ahead, (unsigned long long)on.steps,
+                  (unsigned long long)on.tokens_ahead);
+    assert_true(on.steps_ahead > 0 && on.tokens_ahead > 0 && off.tokens_ahead == 0);
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < N; i++)
+            tu_got_free(&got[k][i]);
+}
+
+static void test_engine_async_mixed(void **state) {
+    async_mixed("tiny-qwen3", "48"); /* prompts in chunks, mixed with decodes */
+}
+
+/* The recurrent state carried across steps ahead; n = 2 forks copy it on the stream. Whole
+ * prompts a step: the cuda backend's chunked Gated DeltaNet sums a prompt split at another token
+ * in another order (logprobs ~1e-3 apart at budgets 40 and 48, without steps ahead), and a
+ * sequence that sits out a step ahead (penalties) shifts the others' splits. */
+static void test_engine_async_mixed_qwen35(void **state) {
+    async_mixed("tiny-qwen3.5", "2048");
+}
+
 /* Qwen3.5 on the engine with backend "cuda": 8 requests alone and together, budgets that cut
  * prompts into chunks (the recurrent state carried between steps), and a pool that the engine
  * splits into 5 state slots (6 linear layers x 19 KiB a slot) and 10 KV blocks (2 attention
@@ -732,6 +766,8 @@ int main(void) {
         cmocka_unit_test(test_engine_batch_invariance_moe),
         cmocka_unit_test(test_engine_qwen35_invariance),
         cmocka_unit_test(test_engine_seeded_sampling),
+        cmocka_unit_test(test_engine_async_mixed),
+        cmocka_unit_test(test_engine_async_mixed_qwen35),
         cmocka_unit_test(test_engine_spec_ngram),
         cmocka_unit_test(test_engine_spec_ngram_qwen35),
         cmocka_unit_test(test_engine_fp8_kv),
