@@ -50,7 +50,6 @@ void core_async_free(core_t *e) {
     for (int i = 0; i < 2; i++) {
         async_step_t *a = &e->async[i];
         free(a->seqs);
-        free(a->n_new);
         free(a->logit_seq);
         free(a->results);
         memset(a, 0, sizeof *a);
@@ -109,7 +108,7 @@ static void emit(core_t *e, async_step_t *a) {
 /* Ends the requests of a's sequences with the error (a's samples are lost). */
 static void fail(core_t *e, async_step_t *a, const char *what, const char *msg) {
     drop_placeholders(a);
-    sched_out_t out = {.n = a->n, .seqs = a->seqs, .n_new = a->n_new};
+    sched_out_t out = {.n = a->n, .seqs = a->seqs};
     core_fail_step(e, &out, what, msg);
     a->active = false;
     e->n_completed++;
@@ -132,13 +131,12 @@ void core_async_drain(core_t *e) {
 /* Copies the plan and the logit rows' owners into a (the scheduler's and the batch's arrays are
  * reused by the next step). -1 when out of memory. */
 static int keep_plan(core_t *e, async_step_t *a, const sched_out_t *out, int n_logits) {
-    if (GROW(a->seqs, a->cap_seqs, out->n) < 0 || GROW(a->n_new, a->cap_n_new, out->n) < 0 ||
+    if (GROW(a->seqs, a->cap_seqs, out->n) < 0 ||
         GROW(a->logit_seq, a->cap_logit_seq, n_logits) < 0 ||
         GROW(a->results, a->cap_results, n_logits) < 0)
         return -1;
     a->n = out->n;
     memcpy(a->seqs, out->seqs, (size_t)out->n * sizeof *a->seqs);
-    memcpy(a->n_new, out->n_new, (size_t)out->n * sizeof *a->n_new);
     a->n_logits = n_logits;
     if (n_logits > 0) /* (a prefill chunk's step has none: no array yet) */
         memcpy(a->logit_seq, e->batch.logit_seq, (size_t)n_logits * sizeof *a->logit_seq);
@@ -223,7 +221,6 @@ bool core_async_step(core_t *e, stats_step_t *st) {
         goto record;
     }
     n->on_device = on_device;
-    n->counts = counts;
     n->active = true;
     e->n_launched++;
 

@@ -94,14 +94,12 @@ struct eng_req {
 typedef struct async_step {
     bool active;               /* launched, its tokens not yet emitted */
     bool on_device;            /* its samples come from sample_end (else sampled at launch) */
-    int n;                     /* its plan, copied: the scheduler reuses its arrays */
+    int n;                     /* its plan's sequences, copied (the scheduler reuses its arrays): */
     sched_seq_t **seqs;        /* [n] */
-    int *n_new;                /* [n] */
     int n_logits;              /* its logit rows: */
     int32_t *logit_seq;        /* [n_logits] the plan index of each */
     sampler_result_t *results; /* [n_logits] their samples */
-    batch_counts_t counts;
-    int cap_seqs, cap_n_new, cap_logit_seq, cap_results;
+    int cap_seqs, cap_logit_seq, cap_results;
 } async_step_t;
 
 struct core {
