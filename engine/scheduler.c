@@ -224,10 +224,14 @@ int sched_fork(sched_t *s, const sched_seq_t *parent, sched_seq_t *child) {
     int bs = kv_block_size(s->kv);
     int shared = sched_fork_point(parent, bs) / bs;
     bool state = kv_state_slots(s->kv) > 0;
+    /* a parent preempted since it computed its prompt (asynchronous scheduling emits its first
+     * token after planning the next step, which may preempt it) shares what it still holds */
+    bool recomputing = parent->n_preemptions > 0 && parent->n_computed < parent->n_prompt;
     if (child->state != SCHED_SEQ_IDLE ||
         (state ? parent->n_computed != shared * bs || !parent->has_state
-               : parent->n_computed < parent->n_prompt))
+               : parent->n_computed < parent->n_prompt && !recomputing))
         return -1;
+    if (!state && parent->n_computed / bs < shared) shared = parent->n_computed / bs;
     if (state && shared > 0 && kv_state_available(s->kv) == 0) shared = 0; /* recomputes */
     if (GROW(child->tokens, child->cap_tokens, parent->n_prompt) < 0 ||
         GROW(child->blocks, child->cap_blocks, shared > 0 ? shared : 1) < 0)

@@ -142,7 +142,9 @@ int sched_add(sched_t *s, sched_seq_t *seq);
 /* Starts `child` as another choice of `parent`'s prompt: its tokens are the parent's prompt, and
  * its block table references the parent's blocks that hold only prompt tokens, fully
  * (positions [0, sched_fork_point)), so it computes the rest of the prompt itself, at least the
- * last token. The parent must have computed its prompt; with recurrent state, exactly up to
+ * last token. The parent must have computed its prompt, or have been preempted since (then the
+ * child shares the full blocks it still holds, none after a preemption, and computes the rest);
+ * with recurrent state, exactly up to
  * the fork point: the child then also takes a state slot (has_state), into which the caller
  * copies the parent's state before the next step (when no slot is free, it shares nothing and
  * recomputes from the start). The child (initialised with sched_seq_init, ordering keys set)

@@ -369,15 +369,38 @@ static void test_fork(void **state) {
     assert_int_equal(ch2.n_computed, 0);
     sched_remove(s, &p);
     assert_int_equal(kv_refcount(kv, ch.blocks[0]), 1); /* still held by the child */
+    /* a parent preempted after computing its prompt (asynchronous scheduling forks when its
+     * first token is emitted, after the next step was planned): the child shares nothing and
+     * computes the whole prompt; an unpreempted parent that has not computed it still refuses */
+    sched_seq_t r, ch3, ch4;
+    seq_make(&r, 40, 0, 30);
+    sched_add(s, &r);
+    assert_int_equal(sched_seq_init(&ch4, NULL, 0, 0), 0);
+    assert_int_equal(sched_fork(s, &r, &ch4), -1);
+    run_step(s, kv, 5);
+    assert_int_equal(r.n_computed, 40);
+    sched_release_all(s); /* every running sequence preempted, r among them */
+    assert_int_equal(r.n_computed, 0);
+    assert_int_equal(sched_seq_init(&ch3, NULL, 0, 0), 0);
+    ch3.order = 31;
+    assert_int_equal(sched_fork(s, &r, &ch3), 0);
+    assert_int_equal(ch3.n_tokens, 40);
+    assert_int_equal(ch3.n_blocks, 0);
+    assert_int_equal(ch3.n_computed, 0);
+    sched_remove(s, &r);
     sched_remove(s, &ch);
     sched_remove(s, &q);
     sched_remove(s, &ch2);
+    sched_remove(s, &ch3);
     assert_int_equal(kv_used(kv), 0);
     check_pool(kv);
     sched_seq_free(&p);
     sched_seq_free(&ch);
     sched_seq_free(&q);
     sched_seq_free(&ch2);
+    sched_seq_free(&r);
+    sched_seq_free(&ch3);
+    sched_seq_free(&ch4);
     sched_destroy(s);
     kv_destroy(kv);
 }
