@@ -297,6 +297,14 @@ void metrics_render(metrics_t *m, const stats_snapshot_t *const *snaps, int n,
                "Number of prefill tokens processed.", s->prompt_tokens);
     PER_ENGINE(&o, snaps, "counter", "vllm:generation_tokens_total",
                "Number of generation tokens processed.", s->generation_tokens);
+    PER_ENGINE(&o, snaps, "counter", "tachyon:steps_ahead_total",
+               "Engine steps launched before the previous step's samples came back "
+               "(--async-scheduling).",
+               s->steps_ahead);
+    PER_ENGINE(&o, snaps, "counter", "tachyon:tokens_ahead_total",
+               "Input tokens of those steps that were the previous step's samples, read on the "
+               "device.",
+               s->tokens_ahead);
     spec_decode(&o, snaps);
 
     head(&o, "vllm:request_success_total", "counter", "Count of successfully processed requests.");

@@ -433,6 +433,30 @@ def test_metrics():
     assert '# TYPE vllm:prompt_tokens_total counter' in body.decode()
 
 
+def test_async_scheduling_live():
+    """--async-scheduling switched live over /admin/flags: the same greedy text with steps ahead,
+    and /metrics counts them (auto on the CPU backend: none)."""
+    kw = dict(prompt="The quick brown fox", max_tokens=8, temperature=0, ignore_eos=True)
+    before = A.metrics()
+    code, sync = comp(**kw)
+    assert code == 200, sync
+    mid = A.wait_idle()
+    for name in ("tachyon:steps_ahead_total", "tachyon:tokens_ahead_total"):
+        assert metric(mid, name) == metric(before, name), name
+    code, r = post_json(A, "/admin/flags/async-scheduling", {"value": "on"})
+    assert code == 200 and r["value"] == "on", r
+    try:
+        code, ahead = comp(**kw)
+        assert code == 200, ahead
+        after = A.wait_idle()
+    finally:
+        post_json(A, "/admin/flags/async-scheduling", {"value": "auto"})
+    assert ahead["choices"][0]["text"] == sync["choices"][0]["text"]
+    assert ahead["usage"] == sync["usage"]
+    assert metric(after, "tachyon:steps_ahead_total") - metric(mid, "tachyon:steps_ahead_total") >= 5
+    assert metric(after, "tachyon:tokens_ahead_total") - metric(mid, "tachyon:tokens_ahead_total") >= 5
+
+
 def test_admin_flags():
     code, _, body = request(A, "GET", "/admin/flags")
     flags = json.loads(body)["data"]
@@ -765,7 +789,8 @@ TESTS = [test_models, test_served_model_names_vllm_form, test_health_version_pin
          test_chat_max_completion_tokens_precedence, test_chat_stream_rules, test_stream_usage_options,
          test_completions_stream, test_stream_equals_nonstream_sampled, test_n_choices_stream,
          test_chat_logprobs, test_stop_strings, test_stop_token_ids, test_model_not_found,
-         test_tokenize_detokenize, test_metrics, test_admin_flags, test_speculative_live, test_auth,
+         test_tokenize_detokenize, test_metrics, test_async_scheduling_live, test_admin_flags,
+         test_speculative_live, test_auth,
          test_api_key_from_env, test_reasoning_nonstream, test_reasoning_stream,
          test_reasoning_thinking_disabled,
          test_overload_503_and_keepalive, test_nonstream_disconnect_is_noticed,

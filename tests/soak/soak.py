@@ -223,10 +223,14 @@ def main():
                     help="null (default: no model math, so that the ASan build still serves "
                          "hundreds of requests a second and the faults, not the forward pass, "
                          "are what is soaked) or cpu")
+    ap.add_argument("--async-scheduling", default="auto",
+                    help="serve's --async-scheduling (on: steps ahead on the cpu backend too; the "
+                         "null backend samples synchronously whatever this says)")
     args = ap.parse_args()
 
     server = Server("--backend", args.backend, "--max-num-seqs", 16, "--max-queued-requests", 64, "--max-model-len", 4096,
                     "--enable-auto-tool-choice", "--tool-call-parser", "hermes", "--shutdown-timeout", 60,
+                    "--async-scheduling", args.async_scheduling,
                     env={"ASAN_OPTIONS": "detect_leaks=1:quarantine_size_mb=64"})
     pid = server.proc.pid
     tally, flag_log, rss, burst_refused = Tally(), [], [], []

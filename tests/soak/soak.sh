@@ -3,7 +3,8 @@
 # client faults, live flag changes and an overload burst, then the accounting. Not in CI.
 #   tests/soak/soak.sh                  # 30 minutes, build/asan/tachyon (built if missing)
 #   tests/soak/soak.sh --duration 300   # shorter; also --concurrency N, --burst N, --seed N,
-#                                       # --backend cpu (default null: no model math)
+#                                       # --backend cpu (default null: no model math),
+#                                       # --async-scheduling on (steps ahead, with --backend cpu)
 #   TACHYON_BIN=build/release/tachyon tests/soak/soak.sh --duration 60   # a quick try
 # Prints a JSON summary (record it in bench/RESULTS.md); exits 1 listing any problem.
 set -euo pipefail
