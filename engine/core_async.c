@@ -128,6 +128,15 @@ void core_async_drain(core_t *e) {
     if (p && take_samples(e, p) == 0) emit(e, p);
 }
 
+/* The next step failed before it was launched: its requests end with the error; the step in
+ * flight, P, completes without its placeholders. */
+static void fail_launch(core_t *e, async_step_t *p, const sched_out_t *out, const char *what,
+                        const char *msg) {
+    if (p) drop_placeholders(p);
+    core_fail_step(e, out, what, msg);
+    core_async_drain(e);
+}
+
 /* Copies the plan and the logit rows' owners into a (the scheduler's and the batch's arrays are
  * reused by the next step). -1 when out of memory. */
 static int keep_plan(core_t *e, async_step_t *a, const sched_out_t *out, int n_logits) {
@@ -181,9 +190,7 @@ bool core_async_step(core_t *e, stats_step_t *st) {
     const char *failing = core_lay_out(e, &out, t0, &b, &counts, &logits);
     if (!failing && keep_plan(e, n, &out, b.n_logits) < 0) failing = "building the batch";
     if (failing) {
-        if (p) drop_placeholders(p);
-        core_fail_step(e, &out, failing, "out of memory");
-        core_async_drain(e);
+        fail_launch(e, p, &out, failing, "out of memory");
         goto record;
     }
     for (int t = 0; t < b.n_tokens; t++) {
@@ -192,14 +199,12 @@ bool core_async_step(core_t *e, stats_step_t *st) {
         placeholders++;
         if (!on_device) e->batch.tokens[t] = p->results[-1 - id].token; /* sampled at launch */
     }
-    b.n_placeholder_rows = on_device && p ? p->n_logits : 0;
+    b.n_placeholder_rows = on_device && placeholders ? p->n_logits : 0; /* none: no scan there */
     double tf0 = engine_now();
     int rc = backend_forward(e->be, &b, logits, &err);
     tf += engine_now() - tf0;
     if (rc < 0) {
-        if (p) drop_placeholders(p);
-        core_fail_step(e, &out, "the forward pass", err.msg);
-        core_async_drain(e);
+        fail_launch(e, p, &out, "the forward pass", err.msg);
         goto record;
     }
 
@@ -209,9 +214,7 @@ bool core_async_step(core_t *e, stats_step_t *st) {
     if (rc == 0 && on_device)
         rc = e->be->ops->sample_begin(e->be, e->batch.rows, b.n_logits, &err);
     else if (rc == 0)
-        for (int l = 0; l < b.n_logits; l++)
-            sampler_sample(e->smp, e->logits + (size_t)l * (size_t)e->cfg->vocab_size,
-                           &e->batch.rows[l], &n->results[l]);
+        core_host_sample(e, b.n_logits, n->results);
     tf += engine_now() - tf0;
     if (rc < 0) {
         if (p && p->active) { /* P's samples came, N's sampling failed */

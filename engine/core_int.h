@@ -215,6 +215,8 @@ bool core_nothing_planned(core_t *e, const sched_out_t *out);
  * for want of memory. */
 const char *core_lay_out(core_t *e, const sched_out_t *out, double t0, be_batch_t *b,
                          batch_counts_t *counts, float **logits);
+/* core_step.c: the host sampler over the laid-out batch's first n_rows rows of e->logits. */
+void core_host_sample(core_t *e, int n_rows, sampler_result_t *out);
 
 /* core_step.c, for core_async.c too: a sampled token for choice q (a fork of the other choices
  * first when it is choice 0's first, a scripted reply's token in place of r's), unless q has

@@ -63,10 +63,14 @@ static int sample_rows(core_t *e, const be_batch_t *b, err_t *err) {
     step_batch_t *sb = &e->batch;
     if (e->be->ops->sample)
         return e->be->ops->sample(e->be, sb->rows, b->n_logits, sb->results, err);
-    size_t vocab = (size_t)e->cfg->vocab_size;
-    for (int l = 0; l < b->n_logits; l++)
-        sampler_sample(e->smp, e->logits + (size_t)l * vocab, &sb->rows[l], &sb->results[l]);
+    core_host_sample(e, b->n_logits, sb->results);
     return 0;
+}
+
+void core_host_sample(core_t *e, int n_rows, sampler_result_t *out) {
+    size_t vocab = (size_t)e->cfg->vocab_size;
+    for (int l = 0; l < n_rows; l++)
+        sampler_sample(e->smp, e->logits + (size_t)l * vocab, &e->batch.rows[l], &out[l]);
 }
 
 /* Forks the choices of requests whose choice 0 reached its fork point in this step. */
