@@ -7,7 +7,9 @@
 # version $LLAMA_CPP_PYTHON, default 0.3.36), built once into the cache directory $CACHE
 # (default ~/.cache/tachyon-llamacpp) with GGML_NATIVE (llama-bench, llama-batched-bench). The
 # models: GGUF files written by bench/cpu_vs_llamacpp.py with the vendored gguf-py (a venv in the
-# cache with numpy), in F32, BF16 and Q8_0 ($FORMATS); Tachyon runs its dummy qwen3-0.6b (BF16).
+# cache with numpy), in F32, BF16 and Q8_0 ($FORMATS); Tachyon runs its dummy qwen3-0.6b (BF16)
+# at each --cpu-matmul-precision of $PRECISIONS (default: highest, and medium and high where the
+# CPU has AVX512-BF16; "Tachyon" in the table is highest).
 #
 # Measures (each engine, ROUNDS rounds, default 3, engines alternating within a round):
 #   prompt 128 and 512 tokens      llama-bench -p 128,512 -n 0     cpu_forward prefill N
@@ -16,7 +18,8 @@
 #                                  cpu_forward batch S 16 (32 tokens of context each)
 #   peak RSS at prompt 512         /usr/bin/time of llama-bench -p 512 -n 0 / cpu_forward prefill 512
 # Prints the load average before and after, and the Markdown table for bench/RESULTS.md.
-# Usage: bench/cpu-vs-llamacpp.sh [build dir]   (THREADS, default 2; ROUNDS; FORMATS; CACHE)
+# Usage: bench/cpu-vs-llamacpp.sh [build dir]   (THREADS, default 2; ROUNDS; FORMATS; CACHE;
+#        PRECISIONS)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$root/build/release}
@@ -26,6 +29,11 @@ formats=${FORMATS:-F32 BF16 Q8_0}
 cache=${CACHE:-$HOME/.cache/tachyon-llamacpp}
 version=${LLAMA_CPP_PYTHON:-0.3.36}
 quick=${BENCH_QUICK:-0}
+if grep -qw avx512_bf16 /proc/cpuinfo 2>/dev/null; then
+    precisions=${PRECISIONS:-highest medium high}
+else
+    precisions=${PRECISIONS:-highest}
+fi
 prog=$build/tests/cpu_forward
 [ -x "$prog" ] || { echo "cpu-vs-llamacpp: no $prog (cmake --build)" >&2; exit 1; }
 tmp=$(mktemp -d)
@@ -80,25 +88,24 @@ max_rss_mib() { # COMMAND... -> peak RSS of the command in MiB
     /usr/bin/time -f '%M' -o "$tmp/rss" "$@" >/dev/null 2>&1
     awk '{ printf "%.1f\n", $1 / 1024 }' "$tmp/rss"
 }
-tachyon_round() { # OUT
-    local out=$1 p label=128
+tachyon_round() { # PRECISION OUT
+    local out=$2 p label=128 e=tachyon
+    local run=("$prog" --model $model --threads "$threads" --reps 1 --precision "$1")
+    [ "$1" = highest ] || e=tachyon-$1
     for p in $pp; do # the table's rows are named by the full-size measures
-        "$prog" --model $model --threads "$threads" --reps 1 prefill "$p" |
-            awk -v p="$label" '{ print "tachyon pp" p, $3 }' >>"$out"
+        "${run[@]}" prefill "$p" | awk -v e=$e -v p="$label" '{ print e, "pp" p, $3 }' >>"$out"
         label=512
     done
     for d in 0 $depth; do
-        "$prog" --model $model --threads "$threads" --reps 1 decode "$d" "$((quick == 1 ? 2 : 32))" |
-            awk -v d="$d" '{ print "tachyon tg32_d" (d > 0 ? 512 : 0), $4 }' >>"$out"
+        "${run[@]}" decode "$d" "$((quick == 1 ? 2 : 32))" |
+            awk -v e=$e -v d="$d" '{ print e, "tg32_d" (d > 0 ? 512 : 0), $4 }' >>"$out"
     done
     label=8
     for s in $seqs; do
-        "$prog" --model $model --threads "$threads" --reps 1 batch "$s" "$ntg" |
-            awk -v s="$label" '{ print "tachyon batch" s, $4 }' >>"$out"
+        "${run[@]}" batch "$s" "$ntg" | awk -v e=$e -v s="$label" '{ print e, "batch" s, $4 }' >>"$out"
         label=32
     done
-    echo "tachyon rss512 $(max_rss_mib "$prog" --model $model --threads "$threads" --reps 1 \
-        prefill "${pp##* }")" >>"$out"
+    echo "$e rss512 $(max_rss_mib "${run[@]}" prefill "${pp##* }")" >>"$out"
 }
 llama_round() { # FORMAT OUT
     local f=$1 out=$2 m=$cache/random-qwen3-0.6b-$1.gguf
@@ -122,7 +129,9 @@ for l in sys.stdin:
 
 load0=$(cut -d' ' -f1-3 /proc/loadavg)
 for r in $(seq "$rounds"); do
-    tachyon_round "$tmp/tachyon-$r.txt"
+    for pr in $precisions; do
+        tachyon_round "$pr" "$tmp/tachyon-$pr-$r.txt"
+    done
     for f in $formats; do
         llama_round "$f" "$tmp/$f-$r.txt"
     done

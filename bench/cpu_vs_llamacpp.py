@@ -13,7 +13,8 @@ test fixture's Qwen3-style BPE, padded with [PAD{i}] tokens to the vocabulary si
 converter pads a short vocabulary.
 
 table: prints the Markdown table of the runs' medians from RESULTS_DIR/*.txt, whose lines are
-"ENGINE MEASURE VALUE" (ENGINE: tachyon, F32, BF16, Q8_0).
+"ENGINE MEASURE VALUE" (ENGINE: tachyon, tachyon-high, tachyon-medium, F32, BF16, Q8_0; the
+tachyon ones are its --cpu-matmul-precision highest, high and medium).
 """
 import json
 import os
@@ -29,8 +30,9 @@ MEASURES = [
     ("batch32", "32 sequences, aggregate decode tok/s"),
     ("rss512", "peak RSS at prompt 512, MiB"),
 ]
-ENGINES = [("tachyon", "Tachyon"), ("F32", "llama.cpp F32"), ("BF16", "llama.cpp BF16"),
-           ("Q8_0", "llama.cpp Q8_0")]
+ENGINES = [("tachyon", "Tachyon"), ("tachyon-high", "Tachyon high"),
+           ("tachyon-medium", "Tachyon medium"), ("F32", "llama.cpp F32"),
+           ("BF16", "llama.cpp BF16"), ("Q8_0", "llama.cpp Q8_0")]
 
 
 def make_gguf(cfg_path, tok_path, out, qtype_name):

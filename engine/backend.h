@@ -62,6 +62,8 @@ typedef struct backend_options {
     int n_threads;                 /* CPU: worker threads (0 = all cores) */
     bool cpu_reference;            /* CPU: the scalar reference kernels only, not the vector
                                       fast paths (which give the same bits; for tests) */
+    int cpu_matmul_precision;      /* CPU: cpu_matmul_precision_t (flags.h; 0 = highest);
+                                      live through `configure` */
     bool emulate_fp8_activations;  /* CPU: quantize GEMM inputs per token per 128 columns to
                                       e4m3 (W8A8, as the GPU does) before FP8 weight GEMMs */
     int device;                    /* CUDA: device ordinal */

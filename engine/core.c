@@ -78,6 +78,7 @@ static void backend_options_from_flags(backend_options_t *bo, const flag_values_
     bo->max_num_batched_tokens = f->max_num_batched_tokens;
     bo->max_num_seqs = f->max_num_seqs;
     bo->cuda_graphs = f->cuda_graphs;
+    bo->cpu_matmul_precision = f->cpu_matmul_precision;
     bo->kv_cache_dtype = f->kv_cache_dtype;
     bo->tensor_parallel_size = f->tensor_parallel_size;
     bo->expert_parallel = f->enable_expert_parallel;

@@ -19,6 +19,7 @@ static const char *const KV_DTYPE_CHOICES[] = {"auto", "fp8", NULL};
 static const char *const SSM_DTYPE_CHOICES[] = {"auto", "float32", "bfloat16", NULL};
 static const char *const SPEC_METHOD_CHOICES[] = {"none", "ngram", "mtp", NULL};
 static const char *const ASYNC_CHOICES[] = {"auto", "on", "off", NULL};
+static const char *const CPU_MM_CHOICES[] = {"highest", "high", "medium", NULL};
 static const char *const BOOL_VALUES[] = {"true", "false", NULL};
 static const char *const UNSET_VALUES[] = {"unset", NULL};
 
@@ -83,6 +84,15 @@ static const flag_def_t FLAGS[] = {
      .def = "auto",
      .help = "plan and launch each step before the last one's tokens come back (auto: where the "
              "backend samples asynchronously, the cuda backend; off with speculative decoding)"},
+    {.name = "cpu-matmul-precision",
+     .type = FLAG_ENUM,
+     .apply = FLAG_LIVE,
+     FIELD(cpu_matmul_precision),
+     .choices = CPU_MM_CHOICES,
+     .def = "highest",
+     .help = "cpu backend GEMMs: highest = f32 (the reference's bits); high = activations as two "
+             "bf16 on AVX512-BF16 dot products (|err| <= 2^-16 sum|x w|; FP8 decode ~3x); "
+             "medium = one bf16 (2^-8; llama.cpp's BF16 path: prefill and batches ~1.5x)"},
     {.name = "generation-config",
      .type = FLAG_ENUM,
      .apply = FLAG_LIVE,

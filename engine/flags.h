@@ -54,6 +54,14 @@ typedef enum async_mode {
     ASYNC_OFF,
 } async_mode_t;
 
+/* --cpu-matmul-precision: the CPU backend's GEMMs (engine/cpu/cpu_bf16.h states each error).
+ * high and medium need AVX512-BF16; without it they run as highest. */
+typedef enum cpu_matmul_precision {
+    CPU_MM_HIGHEST, /* f32 products in the reference's order: bit-identical to the reference */
+    CPU_MM_HIGH,    /* activations as two bf16 (16 bits) on bf16 dot products */
+    CPU_MM_MEDIUM,  /* activations rounded to bf16, as llama.cpp and transformers at bf16 do */
+} cpu_matmul_precision_t;
+
 /* The recurrent (SSM) state's element type of models with state (Qwen3.5). */
 typedef enum ssm_cache_dtype {
     SSM_DTYPE_AUTO, /* the config's mamba_ssm_dtype (float32 for Qwen3.5) */
@@ -72,7 +80,8 @@ typedef struct flag_values {
     int scheduling_policy;   /* sched_policy_t */
     int max_queued_requests; /* 0 = unlimited */
     bool cuda_graphs;
-    int async_scheduling; /* async_mode_t */
+    int async_scheduling;     /* async_mode_t */
+    int cpu_matmul_precision; /* cpu_matmul_precision_t */
     /* default sampling (live) */
     bool generation_config_vllm; /* --generation-config vllm: ignore generation_config.json */
     float default_temperature, default_top_p, default_min_p, default_repetition_penalty;

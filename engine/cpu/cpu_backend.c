@@ -51,6 +51,7 @@
 #include "backend.h"
 #include "flags.h"
 #include "cpu_moe.h"
+#include "cpu_bf16.h"
 #include "cpu_fast.h"
 #include "cpu_gdn.h"
 #include "cpu_ops.h"
@@ -68,15 +69,27 @@
 typedef struct gemm_job {
     cpu_backend_t *be;
     const float *x;
+    const uint16_t *xb; /* x split to bf16 (BF16 weights on the bf16 kernels) */
+    int passes;         /* the bf16 kernels' passes; 0: f32 */
     int T;
     const wtensor_t *w;
     float *y;
     int64_t ldy;
 } gemm_job_t;
 
+/* The bf16 kernels' passes under opts' cpu-matmul-precision: 2 (high) or 1 (medium) where the
+ * CPU has them, else 0 (highest: f32, the reference's bits). */
+static int bf16_passes(const cpu_backend_t *be) {
+    if (!be->bf16_ok) return 0;
+    return be->precision == CPU_MM_HIGH ? 2 : be->precision == CPU_MM_MEDIUM ? 1 : 0;
+}
+
 static void gemm_rows(void *ctx, int thread, int64_t begin, int64_t end) {
     gemm_job_t *j = ctx;
-    if (j->be->fast)
+    if (j->passes)
+        cpu_bf16_matmul_rows(j->x, j->xb, j->T, j->passes, j->w, begin, end, j->y, j->ldy,
+                             j->be->wbuf[thread], j->be->wbuf_floats);
+    else if (j->be->fast)
         cpu_fast_matmul_rows(j->x, j->T, j->w, begin, end, j->y, j->ldy, j->be->wbuf[thread],
                              j->be->wbuf_floats);
     else
@@ -87,10 +100,19 @@ void cpu_be_gemm(cpu_backend_t *be, const float *x, int T, const wtensor_t *w, f
                  int64_t ldy) {
     if (T == 0) return;
     x = cpu_linear_input(x, T, w, be->emulate_fp8, be->aq);
-    gemm_job_t job = {be, x, T, w, y, ldy};
-    /* chunks of whole CPU_MM_ROWS groups (fast: of 3-row and 4-row tiles) */
-    int64_t grain = cpu_pool_grain(be->pool, w->rows, (int64_t)T * w->rows * w->cols, 4,
-                                   be->fast ? 12 : CPU_MM_ROWS);
+    int passes = be->bf16_passes && cpu_bf16_takes(w) ? be->bf16_passes : 0;
+    const uint16_t *xb = NULL;
+    if (passes && w->dtype == DT_BF16) { /* once for every thread (FP8: per block of rows) */
+        cpu_bf16_split(x, T, w->cols, passes, be->xb);
+        xb = be->xb;
+    }
+    gemm_job_t job = {be, x, xb, passes, T, w, y, ldy};
+    /* chunks of whole CPU_MM_ROWS groups (fast: of 3-row and 4-row tiles; bf16: of FP8 scale
+     * blocks, each of which splits its scaled activations once, or of 4-row tiles) */
+    int64_t align = passes     ? (w->dtype == DT_F8_E4M3 ? w->block_n : 4)
+                    : be->fast ? 12
+                               : CPU_MM_ROWS;
+    int64_t grain = cpu_pool_grain(be->pool, w->rows, (int64_t)T * w->rows * w->cols, 4, align);
     cpu_pool_run(be->pool, w->rows, grain, gemm_rows, &job);
 }
 
@@ -153,6 +175,8 @@ static void free_activations(cpu_backend_t *be) {
     }
     free(be->tok_seq);
     be->tok_seq = NULL;
+    free(be->xb);
+    be->xb = NULL;
     be->cap_tokens = 0;
 }
 
@@ -174,6 +198,8 @@ static int ensure_tokens(cpu_backend_t *be, int n_tokens, err_t *err) {
     be->gate = alloc_floats(T * I);
     be->up = alloc_floats(T * I);
     be->aq = alloc_floats(T * (size_t)be->kmax);
+    be->xb =
+        malloc(be->bf16_ok ? (size_t)cpu_bf16_x_elems((int)T, be->kmax, 2) * sizeof(uint16_t) : 1);
     be->rope_cos = alloc_floats(T * half);
     be->rope_sin = alloc_floats(T * half);
     be->tok_seq = malloc(T * sizeof(int32_t));
@@ -184,7 +210,7 @@ static int ensure_tokens(cpu_backend_t *be, int n_tokens, err_t *err) {
     be->hid_rows = be->hid_mtp_rows = 0; /* the rows kept are gone with the buffers */
     if (!be->hid || !be->hid_mtp || !be->cat || !be->h || !be->xn || !be->q || !be->qg || !be->k ||
         !be->v || !be->att || !be->gate || !be->up || !be->aq || !be->rope_cos || !be->rope_sin ||
-        !be->tok_seq || !be->part) {
+        !be->tok_seq || !be->part || !be->xb) {
         free_activations(be);
         return err_set(err, "cpu backend: out of memory for a batch of %d tokens", n_tokens);
     }
@@ -362,6 +388,9 @@ int cpu_rank_create(const backend_options_t *opts, const model_weights_t *w, con
     be->n_threads = n_threads;
     be->emulate_fp8 = opts && opts->emulate_fp8_activations;
     be->fast = !(opts && opts->cpu_reference) && cpu_fast_supported();
+    be->bf16_ok = be->fast && cpu_bf16_supported();
+    be->precision = opts ? opts->cpu_matmul_precision : CPU_MM_HIGHEST;
+    be->bf16_passes = bf16_passes(be);
     be->ssm_bf16 = opts && opts->ssm_state_bf16;
     be->kv_fp8 = be->kv_fp8_next = opts && opts->kv_cache_dtype == KV_DTYPE_FP8;
     be->half = c->rotary_dim / 2;
@@ -412,6 +441,8 @@ int cpu_rank_create(const backend_options_t *opts, const model_weights_t *w, con
     }
     be->wbuf_floats =
         be->fast ? cpu_fast_scratch_floats(be->kmax) : (int64_t)CPU_MM_ROWS * be->kmax;
+    if (be->bf16_ok && cpu_bf16_scratch_floats(be->kmax) > be->wbuf_floats)
+        be->wbuf_floats = cpu_bf16_scratch_floats(be->kmax);
     for (int i = 0; i < n_threads; i++) {
         be->wbuf[i] = alloc_floats((size_t)be->wbuf_floats);
         if (!be->wbuf[i]) {
@@ -453,6 +484,7 @@ int cpu_rank_create(const backend_options_t *opts, const model_weights_t *w, con
             cpu_destroy(&be->base);
             return -1;
         }
+        cpu_moe_set_precision(be->moe, be->bf16_passes);
     }
     if (cpu_pool_create(n_threads, &be->pool, err) < 0 || ensure_tokens(be, 64, err) < 0 ||
         ensure_context(be, 1024, err) < 0 ||
@@ -850,10 +882,14 @@ static int cpu_state_copy(backend_t *base, int src, int dst, err_t *err) {
     return cpu_gdn_copy(be->gdn, src, dst, err);
 }
 
-/* The CPU takes three live options: the SSM state's dtype, for the next state_reserve, and the
- * KV cache's dtype and whether it holds the MTP layers', for the next kv_reserve. */
+/* The CPU takes four live options: the GEMMs' precision, from the next forward; the SSM state's
+ * dtype, for the next state_reserve; the KV cache's dtype and whether it holds the MTP layers',
+ * for the next kv_reserve. */
 static void cpu_configure(backend_t *base, const backend_options_t *opts) {
     cpu_backend_t *be = (cpu_backend_t *)base;
+    be->precision = opts->cpu_matmul_precision;
+    be->bf16_passes = bf16_passes(be);
+    if (be->moe) cpu_moe_set_precision(be->moe, be->bf16_passes);
     be->ssm_bf16 = opts->ssm_state_bf16;
     be->kv_fp8_next = opts->kv_cache_dtype == KV_DTYPE_FP8;
     be->mtp_next = opts->mtp && be->n_mtp > 0;
@@ -861,8 +897,15 @@ static void cpu_configure(backend_t *base, const backend_options_t *opts) {
 
 static void cpu_describe(const backend_t *base, char *buf, size_t size) {
     const cpu_backend_t *be = (const cpu_backend_t *)base;
-    snprintf(buf, size, "cpu, %d thread%s, f32%s (W8A8 emulation %s)%s%s", be->n_threads,
-             be->n_threads == 1 ? "" : "s", be->fast ? "" : ", scalar reference kernels",
+    snprintf(buf, size, "cpu, %d thread%s, %s%s%s (W8A8 emulation %s)%s%s", be->n_threads,
+             be->n_threads == 1 ? "" : "s",
+             be->bf16_passes == 2   ? "matmul high (bf16 x2, AVX512-BF16)"
+             : be->bf16_passes == 1 ? "matmul medium (bf16, AVX512-BF16)"
+                                    : "f32",
+             be->fast ? "" : ", scalar reference kernels",
+             be->precision != CPU_MM_HIGHEST && !be->bf16_passes
+                 ? " (cpu-matmul-precision high and medium need AVX512-BF16)"
+                 : "",
              be->emulate_fp8 ? "on" : "off",
              !be->kv_fp8 ? ""
              : be->kv_scales

@@ -42,7 +42,11 @@ typedef struct cpu_backend {
     int64_t v0, vn, vpad;      /* lm_head rows [v0, v0 + vn) held; the widest rank's share */
     int n_threads;
     bool emulate_fp8;
-    bool fast; /* cpu_fast.h's kernels, else cpu_ops.h's */
+    bool fast;       /* cpu_fast.h's kernels, else cpu_ops.h's */
+    bool bf16_ok;    /* fast, and the CPU has AVX512-BF16 (cpu_bf16_supported) */
+    int precision;   /* the cpu-matmul-precision asked (cpu_matmul_precision_t) */
+    int bf16_passes; /* cpu-matmul-precision: GEMMs of BF16 and FP8 weights on cpu_bf16.h's
+                        kernels, 2 passes (high) or 1 (medium); 0: f32 (highest) */
     cpu_pool_t *pool;
 
     const wtensor_t *embed, *lm_head;
@@ -98,6 +102,8 @@ typedef struct cpu_backend {
     float *gate;      /* [T, I] */
     float *up;        /* [T, I] */
     float *aq;        /* [T, kmax] GEMM input after W8A8 quantization */
+    uint16_t *xb;     /* [T, 2, round32(kmax)] a BF16 GEMM's input split to bf16 (where the CPU
+                         has the bf16 kernels) */
     float *rope_cos;  /* [T, half] */
     float *rope_sin;  /* [T, half] */
     int32_t *tok_seq; /* [T] sequence of each token */

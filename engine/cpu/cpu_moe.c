@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu_bf16.h"
 #include "cpu_fast.h"
 #include "cpu_ops.h"
 
@@ -31,12 +32,16 @@ struct cpu_moe {
     float **wbuf;        /* [n_threads][wbuf_floats] dequantized weight rows */
     int64_t wbuf_floats; /* CPU_MM_ROWS * max(H, I), or the fast GEMM's panel */
     bool fast;           /* cpu_fast_matmul_rows (bit-identical), else cpu_matmul_rows */
+    int bf16_passes;     /* the experts' GEMMs on cpu_bf16.h's kernels, 1 or 2 passes (0: f32) */
+    uint16_t *xgb, *gb;  /* [chunk * k][2][round32(H or I)] xg and the SiLU product split to
+                            bf16 (with the bf16 kernels; NULL where the CPU has none) */
 };
 
 void cpu_moe_destroy(cpu_moe_t *m) {
     if (!m) return;
-    void *bufs[] = {m->logits,    m->ids, m->weights, m->count, m->offset, m->fill, m->active,
-                    m->row_token, m->pos, m->xq,      m->xg,    m->gate,   m->up,   m->y};
+    void *bufs[] = {m->logits, m->ids,       m->weights, m->count, m->offset, m->fill,
+                    m->active, m->row_token, m->pos,     m->xq,    m->xg,     m->gate,
+                    m->up,     m->y,         m->xgb,     m->gb};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         free(bufs[i]);
     for (int i = 0; m->wbuf && i < m->n_threads; i++)
@@ -81,6 +86,12 @@ int cpu_moe_create(const model_config_t *c, int n_threads, bool fast, cpu_moe_t 
     m->up = alloc(P * I, sizeof(float), &ok);
     m->y = alloc(P * H, sizeof(float), &ok);
     m->wbuf_floats = fast ? cpu_fast_scratch_floats((int64_t)wide) : CPU_MM_ROWS * (int64_t)wide;
+    if (fast && cpu_bf16_supported()) {
+        if (cpu_bf16_scratch_floats((int64_t)wide) > m->wbuf_floats)
+            m->wbuf_floats = cpu_bf16_scratch_floats((int64_t)wide);
+        m->xgb = alloc((size_t)cpu_bf16_x_elems((int)P, (int64_t)H, 2), sizeof(uint16_t), &ok);
+        m->gb = alloc((size_t)cpu_bf16_x_elems((int)P, (int64_t)I, 2), sizeof(uint16_t), &ok);
+    }
     m->wbuf = calloc((size_t)n_threads, sizeof *m->wbuf);
     for (int i = 0; m->wbuf && i < n_threads; i++)
         m->wbuf[i] = alloc((size_t)m->wbuf_floats, sizeof(float), &ok);
@@ -90,6 +101,10 @@ int cpu_moe_create(const model_config_t *c, int n_threads, bool fast, cpu_moe_t 
     }
     *out = m;
     return 0;
+}
+
+void cpu_moe_set_precision(cpu_moe_t *m, int bf16_passes) {
+    m->bf16_passes = m->xgb ? bf16_passes : 0;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -159,17 +174,33 @@ typedef struct moe_job {
 } moe_job_t;
 
 /* cpu_matmul_rows, or its fast twin, with thread's scratch */
-static void matmul(const cpu_moe_t *m, int thread, const float *x, int T, const wtensor_t *w,
-                   int64_t n0, int64_t n1, float *y, int64_t ldy) {
+static void matmul_f32(const cpu_moe_t *m, int thread, const float *x, int T, const wtensor_t *w,
+                       int64_t n0, int64_t n1, float *y, int64_t ldy) {
     if (m->fast)
         cpu_fast_matmul_rows(x, T, w, n0, n1, y, ldy, m->wbuf[thread], m->wbuf_floats);
     else
         cpu_matmul_rows(x, T, w, n0, n1, y, ldy, m->wbuf[thread]);
 }
 
+/* An expert's GEMM: matmul_f32, or the bf16 kernels (xb: x split, read for BF16 weights). */
+static void matmul(const cpu_moe_t *m, int thread, const float *x, const uint16_t *xb, int T,
+                   const wtensor_t *w, int64_t n0, int64_t n1, float *y, int64_t ldy) {
+    if (m->bf16_passes && cpu_bf16_takes(w))
+        cpu_bf16_matmul_rows(x, xb, T, m->bf16_passes, w, n0, n1, y, ldy, m->wbuf[thread],
+                             m->wbuf_floats);
+    else
+        matmul_f32(m, thread, x, T, w, n0, n1, y, ldy);
+}
+
+/* Row p0 of a split buffer of K columns (forward_chunk split it when the experts are BF16). */
+static const uint16_t *bf16_rows(const cpu_moe_t *m, const uint16_t *buf, int64_t p0, int K) {
+    return m->bf16_passes ? buf + cpu_bf16_x_elems((int)p0, K, m->bf16_passes) : NULL;
+}
+
 static void router_rows(void *ctx, int thread, int64_t begin, int64_t end) {
     moe_job_t *j = ctx;
-    matmul(j->m, thread, j->x, j->T, j->w->router, begin, end, j->m->logits, j->m->E);
+    /* the router in f32 always: its top-k is a discrete choice that rounding would move */
+    matmul_f32(j->m, thread, j->x, j->T, j->w->router, begin, end, j->m->logits, j->m->E);
 }
 
 static const wtensor_t *expert(const moe_job_t *j, int e, eslot_t slot) {
@@ -186,9 +217,10 @@ static void gate_up_items(void *ctx, int thread, int64_t begin, int64_t end) {
         int r0 = (int)(it % j->blocks) * COLS, r1 = r0 + COLS < I ? r0 + COLS : I;
         int64_t p0 = m->offset[e], n = m->count[e];
         const float *x = m->xg + p0 * m->H;
+        const uint16_t *xb = bf16_rows(m, m->xgb, p0, m->H);
         float *g = m->gate + p0 * I, *u = m->up + p0 * I;
-        matmul(m, thread, x, (int)n, expert(j, e, E_GATE), r0, r1, g, I);
-        matmul(m, thread, x, (int)n, expert(j, e, E_UP), r0, r1, u, I);
+        matmul(m, thread, x, xb, (int)n, expert(j, e, E_GATE), r0, r1, g, I);
+        matmul(m, thread, x, xb, (int)n, expert(j, e, E_UP), r0, r1, u, I);
         for (int64_t t = 0; t < n; t++) {
             float *gr = g + t * I, *ur = u + t * I;
             for (int c = r0; c < r1; c++)
@@ -206,8 +238,8 @@ static void down_items(void *ctx, int thread, int64_t begin, int64_t end) {
         int e = m->active[it / j->blocks];
         int r0 = (int)(it % j->blocks) * COLS, r1 = r0 + COLS < m->H ? r0 + COLS : m->H;
         int64_t p0 = m->offset[e];
-        matmul(m, thread, m->gate + p0 * m->I, m->count[e], expert(j, e, E_DOWN), r0, r1,
-               m->y + p0 * m->H, m->H);
+        matmul(m, thread, m->gate + p0 * m->I, bf16_rows(m, m->gb, p0, m->I), m->count[e],
+               expert(j, e, E_DOWN), r0, r1, m->y + p0 * m->H, m->H);
     }
 }
 
@@ -274,7 +306,10 @@ static void forward_chunk(cpu_moe_t *m, cpu_pool_t *pool, const cpu_moe_weights_
     job.quant_group = emulate_fp8 && down0->dtype == DT_F8_E4M3 ? down0->block_k : 0;
     job.blocks = (m->I + COLS - 1) / COLS;
     int64_t items = (int64_t)n_active * job.blocks, macs = (int64_t)T * k * 2 * m->I * H;
+    bool split = m->bf16_passes && w->experts[E_GATE].dtype == DT_BF16;
+    if (split) cpu_bf16_split(m->xg, T * k, H, m->bf16_passes, m->xgb);
     cpu_pool_run(pool, items, cpu_pool_grain(pool, items, macs, 2, 1), gate_up_items, &job);
+    if (split) cpu_bf16_split(m->gate, T * k, m->I, m->bf16_passes, m->gb);
     job.blocks = (H + COLS - 1) / COLS;
     items = (int64_t)n_active * job.blocks;
     cpu_pool_run(pool, items, cpu_pool_grain(pool, items, macs / 2, 2, 1), down_items, &job);

@@ -53,6 +53,11 @@ int cpu_moe_create(const model_config_t *cfg, int n_threads, bool fast, cpu_moe_
                    err_t *err);
 void cpu_moe_destroy(cpu_moe_t *m);
 
+/* The experts' GEMMs on cpu_bf16.h's kernels with 1 or 2 passes (cpu-matmul-precision medium,
+ * high), or in f32 (0; also where the CPU has no AVX512-BF16 or m is not fast). The router
+ * stays f32 whatever this is: its top-k is a discrete choice that rounding would move. */
+void cpu_moe_set_precision(cpu_moe_t *m, int bf16_passes);
+
 /* h[t] += MoE(x[t]) for t < T: x [T, H] the normed input (f32), h [T, H] the residual stream.
  * counts[E] (may be NULL) gets the tokens routed to each expert added; trace [T, k] (may be
  * NULL) each token's experts (backend_ops_t.trace_routing). Uses the pool's threads.

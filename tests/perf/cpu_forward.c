@@ -8,9 +8,10 @@
  *                    each): aggregate tokens/s
  *
  * usage: cpu_forward [--model PRESET] [--fp8] [--threads N] [--reps R] [--reference]
- *                    [--tp N [--ep]] MEASURE...
- * (--reference: the scalar reference kernels instead of the vector fast paths; --tp: tensor
- * parallel over N ranks as threads, sharing the --threads; --ep: MoE experts placed whole)
+ *                    [--precision highest|high|medium] [--tp N [--ep]] MEASURE...
+ * (--reference: the scalar reference kernels instead of the vector fast paths; --precision: the
+ * cpu-matmul-precision flag's value; --tp: tensor parallel over N ranks as threads, sharing the
+ * --threads; --ep: MoE experts placed whole)
  * Prints one line per measure: its name, the median tokens/s over R repetitions, and each; then
  * the median tokens per CPU-second of the process (robust to a loaded machine with --threads 1,
  * where no thread spins waiting for another). */
@@ -22,6 +23,7 @@
 #include <time.h>
 
 #include "backend.h"
+#include "flags.h"
 #include "model.h"
 #include "weights.h"
 
@@ -149,7 +151,7 @@ static int cmp_double(const void *a, const void *b) {
 int main(int argc, char **argv) {
     const char *preset = "qwen3-0.6b";
     bool fp8 = false, reference = false;
-    int threads = 0, reps = 3, tp = 1, i = 1;
+    int threads = 0, reps = 3, tp = 1, i = 1, precision = CPU_MM_HIGHEST;
     bool ep = false;
     for (; i < argc && argv[i][0] == '-'; i++) {
         if (!strcmp(argv[i], "--model") && i + 1 < argc)
@@ -166,13 +168,18 @@ int main(int argc, char **argv) {
             tp = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--ep"))
             ep = true;
-        else
+        else if (!strcmp(argv[i], "--precision") && i + 1 < argc) {
+            flag_values_t f;
+            flags_init(&f);
+            if (flags_set(flags_find("cpu-matmul-precision"), argv[++i], &f, NULL) < 0) break;
+            precision = f.cpu_matmul_precision;
+        } else
             break;
     }
     if (i >= argc || reps < 1 || reps > 64) {
         fprintf(stderr, "usage: cpu_forward [--model PRESET] [--fp8] [--threads N] [--reps R] "
-                        "[--reference] [--tp N [--ep]] (prefill N | decode DEPTH N | batch SEQS "
-                        "N)...\n");
+                        "[--reference] [--precision highest|high|medium] [--tp N [--ep]] "
+                        "(prefill N | decode DEPTH N | batch SEQS N)...\n");
         return 2;
     }
     model_config_t cfg;
@@ -186,6 +193,7 @@ int main(int argc, char **argv) {
     run_t r = {.V = cfg.vocab_size, .stride = 2048 / BS};
     backend_options_t opts = {.n_threads = threads,
                               .cpu_reference = reference,
+                              .cpu_matmul_precision = precision,
                               .tensor_parallel_size = tp,
                               .expert_parallel = ep};
     if (cpu_backend_ops.create(&opts, w, &r.be, &err) < 0 ||

@@ -18,7 +18,9 @@
 #include <string.h>
 
 #include "backend.h"
+#include "cpu/cpu_bf16.h"
 #include "engine_testutil.h"
+#include "flags.h"
 #include "testutil.h"
 #include "weights.h"
 
@@ -34,10 +36,13 @@ static model_weights_t *tiny(bool fp8) {
 }
 
 static bool g_reference; /* make_backend: the scalar reference kernels (cpu_reference) */
+static int g_precision;  /* make_backend: cpu_matmul_precision_t */
 
 static backend_t *make_backend(const model_weights_t *w, int threads, bool emulate) {
-    backend_options_t opts = {
-        .n_threads = threads, .emulate_fp8_activations = emulate, .cpu_reference = g_reference};
+    backend_options_t opts = {.n_threads = threads,
+                              .emulate_fp8_activations = emulate,
+                              .cpu_reference = g_reference,
+                              .cpu_matmul_precision = g_precision};
     backend_t *be;
     err_t err;
     if (cpu_backend_ops.create(&opts, w, &be, &err) < 0) fail_msg("%s", err.msg);
@@ -442,6 +447,7 @@ static void test_thread_count_bit_identical(void **state) {
 /* The fast paths (the default where the CPU has AVX2) against the scalar reference kernels:
  * the same logits bit for bit, BF16 and FP8 with W8A8, prefill, chunks and decode. */
 static void test_fast_paths_equal_reference(void **state) {
+    g_precision = CPU_MM_HIGHEST;
     for (int fp8 = 0; fp8 < 2; fp8++) {
         model_weights_t *w = tiny(fp8);
         size_t V = (size_t)weights_config(w)->vocab_size;
@@ -454,6 +460,79 @@ static void test_fast_paths_equal_reference(void **state) {
         free(ref), free(fast);
         weights_destroy(w);
     }
+}
+
+/* cpu-matmul-precision high and medium (the bf16 kernels, where the CPU has AVX512-BF16): the
+ * logits within their tolerance of the f32 reference's (high: 16-bit activations, observed
+ * ~6e-6 relative; medium: bf16 activations, observed ~4e-3), BF16 and FP8 weights with f32
+ * activations (under W8A8 emulation any change of rounding moves logits by the quantization
+ * noise: test_w8a8_emulation_close_not_equal), and still the same bits for every thread count and
+ * whether sequences run alone or batched. Then live: `configure` switches the precision between
+ * two steps and back. */
+static void test_bf16_precisions(void **state) {
+    g_precision = CPU_MM_HIGHEST;
+    if (!cpu_bf16_supported()) skip();
+    static const double tolerance[] = {[CPU_MM_HIGH] = 1e-4, [CPU_MM_MEDIUM] = 3e-2};
+    for (int fp8 = 0; fp8 < 2; fp8++) {
+        model_weights_t *w = tiny(fp8);
+        size_t V = (size_t)weights_config(w)->vocab_size;
+        float *ref = malloc(sizeof(float) * 6 * V), *m1 = malloc(sizeof(float) * 6 * V),
+              *m2 = malloc(sizeof(float) * 6 * V);
+        threads_run(w, 2, false, ref);
+        for (int p = CPU_MM_HIGH; p <= CPU_MM_MEDIUM; p++) {
+            g_precision = p;
+            threads_run(w, 1, false, m1);
+            threads_run(w, 3, false, m2);
+            assert_memory_equal(m1, m2, sizeof(float) * 6 * V);
+            double d = rel_diff(m1, ref, 6 * V);
+            print_message("%s, precision %s: %.3g from f32\n", fp8 ? "fp8" : "bf16",
+                          p == CPU_MM_HIGH ? "high" : "medium", d);
+            assert_true(d > 0 && d < tolerance[p]);
+            float *mixed = malloc(sizeof(float) * 3 * V);
+            double together;
+            varlen_run(w, 2, fp8, mixed, &together); /* W8A8 too */
+            assert_true(together == 0);
+            free(mixed);
+        }
+        g_precision = CPU_MM_HIGHEST;
+        free(ref), free(m1), free(m2);
+        weights_destroy(w);
+    }
+
+    /* live: one backend, made at high, switched to highest (the reference's bits), then medium */
+    model_weights_t *w = tiny(false);
+    int V = weights_config(w)->vocab_size;
+    enum { T = 19 };
+    int32_t ids[T];
+    make_tokens(ids, T, V, 11);
+    float *f32 = malloc(sizeof(float) * (size_t)V), *got = malloc(sizeof(float) * (size_t)V);
+    backend_t *be = make_backend(w, 2, false);
+    seq_t s = {.tokens = ids, .table = {1, 2}};
+    seq_t *ss[] = {&s};
+    int n[] = {T};
+    step(be, ss, n, 1, false, f32);
+    g_precision = CPU_MM_HIGH;
+    backend_t *live = make_backend(w, 2, false);
+    g_precision = CPU_MM_HIGHEST;
+    static const int order[] = {CPU_MM_HIGH, CPU_MM_HIGHEST, CPU_MM_MEDIUM, CPU_MM_HIGHEST};
+    for (int i = 0; i < 4; i++) {
+        backend_options_t opts = {.cpu_matmul_precision = order[i]};
+        if (i > 0) live->ops->configure(live, &opts);
+        s.done = 0;
+        step(live, ss, n, 1, false, got);
+        bool same = memcmp(got, f32, sizeof(float) * (size_t)V) == 0;
+        assert_true(same == (order[i] == CPU_MM_HIGHEST));
+    }
+    char buf[160];
+    live->ops->describe(live, buf, sizeof buf);
+    assert_non_null(strstr(buf, ", f32"));
+    backend_options_t medium = {.cpu_matmul_precision = CPU_MM_MEDIUM};
+    live->ops->configure(live, &medium);
+    live->ops->describe(live, buf, sizeof buf);
+    assert_non_null(strstr(buf, "matmul medium (bf16, AVX512-BF16)"));
+    backend_destroy(be), backend_destroy(live);
+    free(f32), free(got);
+    weights_destroy(w);
 }
 
 /* W8A8 moves logits by the quantization noise (a few %) but not more. There is no double
@@ -578,6 +657,7 @@ int main(void) {
         cmocka_unit_test(test_prefill_chunked_decode_agree),
         cmocka_unit_test(test_prefill_chunked_decode_agree_w8a8),
         cmocka_unit_test(test_varlen_batch_matches_alone),
+        cmocka_unit_test(test_bf16_precisions),
         cmocka_unit_test(test_thread_count_bit_identical),
         cmocka_unit_test(test_fast_paths_equal_reference),
         cmocka_unit_test(test_w8a8_emulation_close_not_equal),

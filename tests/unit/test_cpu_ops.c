@@ -4,6 +4,8 @@
  * plus hand-checked values for RoPE and the W8A8 quantizer, and paged attention through a
  * shuffled block table against contiguous softmax attention. The vector fast paths (cpu_fast.h)
  * against these reference kernels, bit for bit, on ragged shapes, every dtype and odd GQA groups.
+ * The bf16 GEMMs (cpu_bf16.h, where the CPU has AVX512-BF16) against the exact products within
+ * their stated bounds, and invariant, bit for bit, to the batch and to the rows' split.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -16,6 +18,7 @@
 #include <string.h>
 
 #include "testutil.h"
+#include "cpu/cpu_bf16.h"
 #include "cpu/cpu_fast.h"
 #include "cpu/cpu_ops.h"
 #include "cpu/cpu_pool.h"
@@ -176,6 +179,137 @@ static void test_matmul_f16(void **state) {
 
 static void test_matmul_fp8_ragged(void **state) {
     check_matmul(DT_F8_E4M3, 5, 200, 300, 128);
+}
+
+/* --- bf16 GEMMs: within their bounds, batch- and split-invariant ----------------------------- */
+
+/* y = x W^T on the bf16 kernels, rows [n0, n1), the rows in two pieces split at `cut` when cut
+ * is inside (what two threads do). */
+static void bf16_matmul(const float *x, int T, int passes, const wtensor_t *w, int64_t n0,
+                        int64_t n1, int64_t cut, float *y, int64_t ldy) {
+    int64_t K = w->cols, sf = cpu_bf16_scratch_floats(K);
+    uint16_t *xb = malloc(sizeof(uint16_t) * (size_t)cpu_bf16_x_elems(T, K, passes));
+    float *scratch = malloc(sizeof(float) * (size_t)sf);
+    cpu_bf16_split(x, T, K, passes, xb);
+    if (cut > n0 && cut < n1) {
+        cpu_bf16_matmul_rows(x, xb, T, passes, w, n0, cut, y, ldy, scratch, sf);
+        cpu_bf16_matmul_rows(x, xb, T, passes, w, cut, n1, y, ldy, scratch, sf);
+    } else {
+        cpu_bf16_matmul_rows(x, xb, T, passes, w, n0, n1, y, ldy, scratch, sf);
+    }
+    free(xb);
+    free(scratch);
+}
+
+/* dense: W's exact values (row n at n * ldd). Each output within its bound of the exact product:
+ * the activations' rounding (2^-8 relative with one pass, 2^-16 with two) plus the f32 sums' (16
+ * lanes of K / 16 terms, then the tree: (K / 16 + 8) 2^-24, doubled), times sum |x w|. */
+static void check_bf16_matmul(const wtensor_t *w, const double *dense, int64_t ldd) {
+    int N = (int)w->rows, K = (int)w->cols;
+    enum { TMAX = 13 };
+    float *x = malloc(sizeof(float) * TMAX * (size_t)K);
+    float *y = malloc(sizeof(float) * TMAX * (size_t)N);
+    float *y1 = malloc(sizeof(float) * (size_t)N);
+    fill(x, TMAX * (size_t)K, 1.0f);
+    x[3] = 1e-3f; /* a small value beside large ones: its rounding error is its own */
+    assert_true(cpu_bf16_takes(w));
+    for (int passes = 1; passes <= 2; passes++) {
+        double rel = ldexp(1.0, passes == 1 ? -8 : -16) + ldexp((double)K / 16 + 8, -23);
+        for (int T = 1; T <= TMAX; T += T < 7 ? 1 : 6) {
+            memset(y, 0xff, sizeof(float) * TMAX * (size_t)N);
+            bf16_matmul(x, T, passes, w, 0, N, N / 2 + 1, y, N);
+            for (int t = 0; t < T; t++)
+                for (int n = 0; n < N; n++) {
+                    double ref = 0, mag = 0;
+                    for (int k = 0; k < K; k++) {
+                        double p = (double)x[(size_t)t * K + k] * dense[(size_t)n * ldd + k];
+                        ref += p;
+                        mag += fabs(p);
+                    }
+                    double got = y[(size_t)t * N + n];
+                    if (!(fabs(got - ref) <= rel * mag))
+                        fail_msg("passes %d dtype %d N %d K %d T %d: y[%d][%d] = %.9g, exact %.9g "
+                                 "(bound %.3g)",
+                                 passes, w->dtype, N, K, T, t, n, got, ref, rel * mag);
+                }
+            /* each token alone, over a ragged row range in one piece, gives the same bits */
+            for (int t = 0; t < T; t++) {
+                bf16_matmul(x + (size_t)t * K, 1, passes, w, 1, N, 0, y1, N);
+                if (memcmp(y1 + 1, y + (size_t)t * N + 1, sizeof(float) * (size_t)(N - 1)))
+                    fail_msg("passes %d dtype %d N %d K %d T %d: token %d alone differs", passes,
+                             w->dtype, N, K, T, t);
+            }
+        }
+    }
+    free(x);
+    free(y);
+    free(y1);
+}
+
+static void test_bf16_matmul_within_bounds(void **state) {
+    if (!cpu_bf16_supported()) skip();
+    static const struct {
+        dtype_t dt;
+        int N, K, block;
+    } cases[] = {
+        {DT_BF16, 64, 256, 0},       {DT_BF16, 9, 13, 0},        {DT_BF16, 103, 1064, 0},
+        {DT_F8_E4M3, 200, 300, 128}, {DT_F8_E4M3, 50, 256, 128}, {DT_F8_E4M3, 19, 96, 32},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        mm_case_t c = make_weight(cases[i].dt, cases[i].N, cases[i].K, cases[i].block);
+        check_bf16_matmul(&c.w, c.dense, c.w.cols);
+        free_weight(&c);
+    }
+    /* views (tensor-parallel shards): rows 128.. of an FP8 tensor, columns 0..256 of 300 (its
+     * rows ld apart, its scales a scale row apart); columns 40..1000 of a BF16 one */
+    err_t err;
+    mm_case_t c = make_weight(DT_F8_E4M3, 300, 300, 128);
+    wtensor_t view;
+    assert_int_equal(wtensor_slice(&c.w, "fp8", 128, 172, 0, 256, &view, &err), 0);
+    check_bf16_matmul(&view, c.dense + 128 * 300, 300);
+    free_weight(&c);
+    c = make_weight(DT_BF16, 70, 1040, 0);
+    assert_int_equal(wtensor_slice(&c.w, "bf16", 0, 70, 40, 960, &view, &err), 0);
+    check_bf16_matmul(&view, c.dense + 40, 1040);
+    free_weight(&c);
+    /* what the bf16 kernels leave to the f32 paths */
+    c = make_weight(DT_F8_E4M3, 19, 96, 12);
+    assert_false(cpu_bf16_takes(&c.w));
+    free_weight(&c);
+    c = make_weight(DT_F32, 8, 64, 0);
+    assert_false(cpu_bf16_takes(&c.w));
+    free_weight(&c);
+    wtensor_t lazy = {.dtype = DT_BF16, .rows = 45, .cols = 136, .dummy = true, .dummy_seed = 7};
+    assert_false(cpu_bf16_takes(&lazy));
+}
+
+/* The split: pass 0 is x rounded to nearest even bf16, pass 0 + pass 1 is x to 16 bits, the
+ * padding to 32 columns is zero. */
+static void test_bf16_split(void **state) {
+    if (!cpu_bf16_supported()) skip();
+    enum { T = 3, K = 45, KP = 64 };
+    float x[T * K];
+    fill(x, T * K, 3.0f);
+    x[0] = 1.0f + 0x1p-8f;               /* a tie: to even, 1.0 */
+    x[1] = 1.0f + 0x1p-8f + 0x1p-7f;     /* a tie: to even, 1 + 2^-6 */
+    x[2] = -(1.0f + 0x1p-8f + 0x1p-20f); /* above the tie: away from 1 */
+    uint16_t xb[T * 2 * KP];
+    memset(xb, 0xff, sizeof xb);
+    cpu_bf16_split(x, T, K, 2, xb);
+    assert_int_equal(xb[0], 0x3f80);
+    assert_int_equal(xb[1], 0x3f81 + 1);
+    assert_int_equal(xb[2], 0xbf81);
+    for (int t = 0; t < T; t++)
+        for (int k = 0; k < KP; k++) {
+            double hi = bf16_value(xb[(t * 2) * KP + k]), lo = bf16_value(xb[(t * 2 + 1) * KP + k]);
+            if (k >= K) {
+                assert_true(hi == 0 && lo == 0);
+                continue;
+            }
+            double v = x[t * K + k];
+            assert_true(fabs(v - hi) <= ldexp(fabs(v), -8));
+            assert_true(fabs(v - hi - lo) <= ldexp(fabs(v), -16));
+        }
 }
 
 /* --- fast GEMM == reference GEMM, bit for bit --------------------------------------------- */
@@ -618,6 +752,8 @@ int main(void) {
         cmocka_unit_test(test_matmul_f16),
         cmocka_unit_test(test_matmul_fp8_ragged),
         cmocka_unit_test(test_fast_matmul_equals_reference),
+        cmocka_unit_test(test_bf16_split),
+        cmocka_unit_test(test_bf16_matmul_within_bounds),
         cmocka_unit_test(test_rmsnorm),
         cmocka_unit_test(test_rope_inv_freq),
         cmocka_unit_test(test_rope_known_rotation),

@@ -63,6 +63,7 @@ static void test_defaults(void **state) {
     assert_int_equal(v.block_size, 16);
     assert_int_equal(v.max_model_len, 0);
     assert_int_equal(v.kv_cache_dtype, KV_DTYPE_AUTO);
+    assert_int_equal(v.cpu_matmul_precision, CPU_MM_HIGHEST);
     assert_int_equal(v.mamba_ssm_cache_dtype, SSM_DTYPE_AUTO);
     assert_true(v.gpu_memory_utilization == 0.9);
     assert_true(v.kv_cache_memory == 0);
@@ -80,7 +81,7 @@ static void test_defaults(void **state) {
 static void test_table_round_trip(void **state) {
     (void)state;
     int n = flags_count();
-    assert_int_equal(n, 29);
+    assert_int_equal(n, 30);
     assert_null(flags_at(n));
     assert_null(flags_at(-1));
     flag_values_t v;

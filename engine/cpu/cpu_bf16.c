@@ -1,0 +1,277 @@
+#include "cpu_bf16.h"
+
+#include <string.h>
+
+/* Rows of a block of weights that every token passes while it stays in L2 (an FP8 one decoded to
+ * bf16 once), and tokens an FP8 block's scaled activations are split for at once. */
+#define PANEL_ROWS 64
+#define X_CHUNK    64
+
+static int64_t round32(int64_t k) {
+    return (k + 31) / 32 * 32;
+}
+
+int64_t cpu_bf16_x_elems(int T, int64_t K, int passes) {
+    return (int64_t)T * passes * round32(K);
+}
+
+int64_t cpu_bf16_scratch_floats(int64_t K) {
+    return (X_CHUNK * 2 + PANEL_ROWS) * round32(K) / 2;
+}
+
+bool cpu_bf16_takes(const wtensor_t *w) {
+    if (w->dummy || !w->data) return false;
+    return w->dtype == DT_BF16 || (w->dtype == DT_F8_E4M3 && w->block_k % 32 == 0);
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+
+#include <immintrin.h>
+
+/* Compiled for AVX-512 whatever the build's -march; run only after cpu_bf16_supported(); left
+ * out of the sanitizers as cpu_fast.c is (the spans are bounded by the callers). */
+#define BF                                                                                         \
+    __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16"),                        \
+                   no_sanitize("address", "undefined")))
+#define BF_INLINE static inline __attribute__((always_inline)) BF
+
+bool cpu_bf16_supported(void) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+           __builtin_cpu_supports("avx512bf16");
+}
+
+/* Lanes [0, n) of 32 (n in 1..32). */
+BF_INLINE __mmask32 lanes(int n) {
+    return n >= 32 ? 0xffffffffu : (1u << n) - 1u;
+}
+
+/* 16 f32 to bf16 at out[0..16) and, with 2 passes, their rounding errors at out[Kp..Kp + 16). */
+BF_INLINE void split16(__m512 v, int passes, uint16_t *out, int64_t Kp) {
+    __m256bh hi = _mm512_cvtneps_pbh(v);
+    _mm256_storeu_si256((__m256i *)out, (__m256i)hi);
+    if (passes == 2) {
+        /* hi back to f32 is exact (a shift), so v - hi is the rounding error, exactly */
+        __m512 h = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32((__m256i)hi), 16));
+        _mm256_storeu_si256((__m256i *)(out + Kp),
+                            (__m256i)_mm512_cvtneps_pbh(_mm512_sub_ps(v, h)));
+    }
+}
+
+static BF void split_row(const float *x, int64_t K, int passes, uint16_t *out, int64_t Kp) {
+    for (int64_t k = 0; k < Kp; k += 16) {
+        int n = K - k >= 16 ? 16 : K - k > 0 ? (int)(K - k) : 0;
+        split16(_mm512_maskz_loadu_ps((__mmask16)lanes(n), x + k), passes, out + k, Kp);
+    }
+}
+
+void cpu_bf16_split(const float *x, int T, int64_t K, int passes, uint16_t *xb) {
+    int64_t Kp = round32(K);
+    for (int t = 0; t < T; t++)
+        split_row(x + (int64_t)t * K, K, passes, xb + (int64_t)t * passes * Kp, Kp);
+}
+
+/* 32 e4m3 values to bf16, exactly: the 7 magnitude bits moved under the bf16 exponent and
+ * re-biased (+120) for normals; the subnormals m 2^-9 (m < 8) from a table; the sign on top.
+ * The NaN codes decode as +-480, as cpu_ops.c's e4m3_decode does. */
+BF_INLINE __m512i e4m3_to_bf16(__m256i b8) {
+    static const uint16_t sub[32] = {0, 0x3B00, 0x3B80, 0x3BC0, 0x3C00, 0x3C20, 0x3C40, 0x3C60};
+    __m512i b = _mm512_cvtepu8_epi16(b8);
+    __m512i mag = _mm512_and_si512(b, _mm512_set1_epi16(0x7f));
+    __m512i v = _mm512_add_epi16(_mm512_slli_epi16(mag, 4), _mm512_set1_epi16(0x3C00));
+    __mmask32 is_sub = _mm512_cmplt_epu16_mask(mag, _mm512_set1_epi16(8));
+    v = _mm512_mask_permutexvar_epi16(v, is_sub, mag, _mm512_loadu_si512(sub));
+    __m512i sign = _mm512_slli_epi16(_mm512_and_si512(b, _mm512_set1_epi16(0x80)), 8);
+    return _mm512_or_si512(v, sign);
+}
+
+enum { SRC_BF16, SRC_F8 }; /* what a tile's weight rows hold */
+
+/* 32 weights of a row from column k (lanes past the row's end zero). */
+BF_INLINE __m512i load_w(int src, const void *row, int64_t k, __mmask32 m) {
+    if (src == SRC_BF16) return _mm512_maskz_loadu_epi16(m, (const uint16_t *)row + k);
+    return e4m3_to_bf16(_mm256_maskz_loadu_epi8(m, (const uint8_t *)row + k));
+}
+
+/* The fixed reduction tree of a 16-lane accumulator. */
+BF_INLINE float reduce16(__m512 v) {
+    __m256 a = _mm256_add_ps(_mm512_castps512_ps256(v),
+                             _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps(t, t, 1)));
+}
+
+/* R (<= 4) weight rows against C (<= 6) tokens: rows[r] holds bf16 or e4m3 (src), xb the
+ * tokens' split activations (ldx apart, Kp columns per pass). Every accumulator sees the same
+ * sequence, 32 columns at a time, pass 0 then pass 1, whatever R and C are. */
+BF_INLINE void tile(int src, const void *const *rows, const uint16_t *xb, int64_t ldx, int64_t Kp,
+                    int64_t K, int passes, int R, int C, float *y, int64_t ldy) {
+    __m512 acc[4][6];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 6
+        for (int c = 0; c < C; c++)
+            acc[r][c] = _mm512_setzero_ps();
+    for (int64_t k = 0; k < Kp; k += 32) {
+        __mmask32 m = lanes((int)(K - k));
+        __m512i wv[4];
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++)
+            wv[r] = load_w(src, rows[r], k, m);
+#pragma GCC unroll 6
+        for (int c = 0; c < C; c++) {
+#pragma GCC unroll 2
+            for (int p = 0; p < passes; p++) {
+                __m512bh xv = (__m512bh)_mm512_loadu_si512(xb + c * ldx + p * Kp + k);
+#pragma GCC unroll 4
+                for (int r = 0; r < R; r++)
+                    acc[r][c] = _mm512_dpbf16_ps(acc[r][c], xv, (__m512bh)wv[r]);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 6
+        for (int c = 0; c < C; c++)
+            y[c * ldy + r] = reduce16(acc[r][c]);
+}
+
+/* A tile's arguments, one struct so that the function tables stay short. */
+typedef struct tile_args {
+    const void *rows[4];
+    const uint16_t *xb;
+    int64_t ldx, Kp, K;
+    int passes;
+    float *y;
+    int64_t ldy;
+} tile_args_t;
+
+typedef void (*tile_fn)(const tile_args_t *a);
+#define TILE_FN(NAME, SRC, R, C)                                                                   \
+    static BF void NAME##_##R##x##C(const tile_args_t *a) {                                        \
+        tile(SRC, a->rows, a->xb, a->ldx, a->Kp, a->K, a->passes, R, C, a->y, a->ldy);             \
+    }
+#define TILE_FNS(NAME, SRC, R)                                                                     \
+    TILE_FN(NAME, SRC, R, 1)                                                                       \
+    TILE_FN(NAME, SRC, R, 2)                                                                       \
+    TILE_FN(NAME, SRC, R, 3)                                                                       \
+    TILE_FN(NAME, SRC, R, 4) TILE_FN(NAME, SRC, R, 5) TILE_FN(NAME, SRC, R, 6)
+TILE_FNS(bf, SRC_BF16, 1)
+TILE_FNS(bf, SRC_BF16, 4)
+TILE_FNS(f8, SRC_F8, 1)
+TILE_FNS(f8, SRC_F8, 4)
+/* [src][R == 4][C - 1] */
+static const tile_fn tile_fns[2][2][6] = {{{bf_1x1, bf_1x2, bf_1x3, bf_1x4, bf_1x5, bf_1x6},
+                                           {bf_4x1, bf_4x2, bf_4x3, bf_4x4, bf_4x5, bf_4x6}},
+                                          {{f8_1x1, f8_1x2, f8_1x3, f8_1x4, f8_1x5, f8_1x6},
+                                           {f8_4x1, f8_4x2, f8_4x3, f8_4x4, f8_4x5, f8_4x6}}};
+
+/* nrows rows (row r at base + r * ld elements of esize bytes, holding src) against the T tokens
+ * of xb: tokens in groups of 6, rows in fours. */
+static void run_tiles(int src, const void *base, int64_t ld, size_t esize, int nrows,
+                      tile_args_t *a, const uint16_t *xb, int T, float *y) {
+    for (int t0 = 0; t0 < T; t0 += 6) {
+        int C = T - t0 < 6 ? T - t0 : 6;
+        a->xb = xb + t0 * a->ldx;
+        for (int r0 = 0; r0 < nrows;) {
+            int R = nrows - r0 >= 4 ? 4 : 1;
+            for (int r = 0; r < R; r++)
+                a->rows[r] = (const char *)base + (size_t)(r0 + r) * (size_t)ld * esize;
+            a->y = y + (int64_t)t0 * a->ldy + r0;
+            tile_fns[src][R == 4][C - 1](a);
+            r0 += R;
+        }
+    }
+}
+
+/* Rows [row0, row0 + n) of an FP8 w as bf16 rows of Kp (the columns past K zero). */
+static BF void decode_panel(const wtensor_t *w, int64_t row0, int n, uint16_t *dst, int64_t Kp) {
+    int64_t ld = wtensor_ld(w), K = w->cols;
+    for (int r = 0; r < n; r++) {
+        const uint8_t *src = (const uint8_t *)w->data + (row0 + r) * ld;
+        for (int64_t k = 0; k < Kp; k += 32) {
+            __mmask32 m = lanes((int)(K - k));
+            __m512i v = e4m3_to_bf16(_mm256_maskz_loadu_epi8(m, src + k));
+            _mm512_storeu_si512(dst + r * Kp + k, _mm512_maskz_mov_epi16(m, v));
+        }
+    }
+}
+
+/* T rows of x [., K] times the scales of one FP8 scale row (x[k] s[k / bk], f32), split into
+ * xs [T][passes][Kp]. */
+static BF void split_scaled(const float *x, int T, int64_t K, const float *s, int bk, int passes,
+                            uint16_t *xs, int64_t Kp) {
+    for (int t = 0; t < T; t++) {
+        const float *xr = x + t * K;
+        uint16_t *out = xs + (int64_t)t * passes * Kp;
+        for (int64_t k = 0; k < Kp; k += 16) {
+            int n = K - k >= 16 ? 16 : K - k > 0 ? (int)(K - k) : 0;
+            __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps((__mmask16)lanes(n), xr + k),
+                                     _mm512_set1_ps(k < K ? s[k / bk] : 0.0f));
+            split16(v, passes, out + k, Kp);
+        }
+    }
+}
+
+void cpu_bf16_matmul_rows(const float *x, const uint16_t *xb, int T, int passes, const wtensor_t *w,
+                          int64_t n0, int64_t n1, float *y, int64_t ldy, float *scratch,
+                          int64_t scratch_floats) {
+    int64_t K = w->cols, Kp = round32(K), ld = wtensor_ld(w);
+    tile_args_t a = {.ldx = passes * Kp, .Kp = Kp, .K = K, .passes = passes, .ldy = ldy};
+    if (w->dtype == DT_BF16) {
+        /* the rows in place, in blocks that stay in L2 while every token passes */
+        for (int64_t p0 = n0; p0 < n1; p0 += PANEL_ROWS) {
+            int np = (int)(n1 - p0 < PANEL_ROWS ? n1 - p0 : PANEL_ROWS);
+            run_tiles(SRC_BF16, (const uint16_t *)w->data + p0 * ld, ld, 2, np, &a, xb, T, y + p0);
+        }
+        return;
+    }
+    /* FP8: per block_n rows, the activations times that scale row, split (X_CHUNK tokens at a
+     * time); then the rows decoded inside registers (1 to 3 tokens: each weight read once) or
+     * into a bf16 panel that every token passes */
+    uint16_t *xs = (uint16_t *)scratch, *panel = xs + X_CHUNK * 2 * Kp;
+    int64_t sld = wtensor_scale_ld(w);
+    (void)scratch_floats;
+    for (int64_t b0 = n0; b0 < n1;) {
+        int64_t b1 = (b0 / w->block_n + 1) * w->block_n;
+        if (b1 > n1) b1 = n1;
+        const float *s = w->scale_inv + (b0 / w->block_n) * sld;
+        for (int t0 = 0; t0 < T; t0 += X_CHUNK) {
+            int tn = T - t0 < X_CHUNK ? T - t0 : X_CHUNK;
+            split_scaled(x + (int64_t)t0 * K, tn, K, s, w->block_k, passes, xs, Kp);
+            float *yt = y + (int64_t)t0 * ldy;
+            if (tn <= 3) {
+                run_tiles(SRC_F8, (const uint8_t *)w->data + b0 * ld, ld, 1, (int)(b1 - b0), &a, xs,
+                          tn, yt + b0);
+                continue;
+            }
+            for (int64_t p0 = b0; p0 < b1; p0 += PANEL_ROWS) {
+                int np = (int)(b1 - p0 < PANEL_ROWS ? b1 - p0 : PANEL_ROWS);
+                decode_panel(w, p0, np, panel, Kp);
+                run_tiles(SRC_BF16, panel, Kp, 2, np, &a, xs, tn, yt + p0);
+            }
+        }
+        b0 = b1;
+    }
+}
+
+#else /* no x86-64 AVX-512: never supported; the callers take the f32 path */
+
+bool cpu_bf16_supported(void) {
+    return false;
+}
+
+void cpu_bf16_split(const float *x, int T, int64_t K, int passes, uint16_t *xb) {
+    (void)x, (void)T, (void)K, (void)passes, (void)xb;
+}
+
+void cpu_bf16_matmul_rows(const float *x, const uint16_t *xb, int T, int passes, const wtensor_t *w,
+                          int64_t n0, int64_t n1, float *y, int64_t ldy, float *scratch,
+                          int64_t scratch_floats) {
+    (void)x, (void)xb, (void)T, (void)passes, (void)w, (void)n0, (void)n1, (void)y, (void)ldy,
+        (void)scratch, (void)scratch_floats;
+}
+
+#endif
