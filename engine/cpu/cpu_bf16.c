@@ -105,9 +105,14 @@ BF_INLINE float reduce16(__m512 v) {
 
 /* R (<= 4) weight rows against C (<= 6) tokens: rows[r] holds bf16 or e4m3 (src), xb the
  * tokens' split activations (ldx apart, Kp columns per pass). Every accumulator sees the same
- * sequence, 32 columns at a time, pass 0 then pass 1, whatever R and C are. */
-BF_INLINE void tile(int src, const void *const *rows, const uint16_t *xb, int64_t ldx, int64_t Kp,
-                    int64_t K, int passes, int R, int C, float *y, int64_t ldy) {
+ * sequence, 32 columns at a time, pass 0 then pass 1, whatever R and C are. pf (may be NULL):
+ * where the next tile's rows start in memory, prefetched as one linear stream while this tile
+ * runs (a core streams its R interleaved rows from memory at half the speed of one stream; the
+ * next tile's block read ahead restores it). */
+BF_INLINE void tile(int src, const void *const *rows, const char *pf, const uint16_t *xb,
+                    int64_t ldx, int64_t Kp, int64_t K, int passes, int R, int C, float *y,
+                    int64_t ldy) {
+    const int64_t step_bytes = (int64_t)R * 32 * (src == SRC_BF16 ? 2 : 1);
     __m512 acc[4][6];
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++)
@@ -116,6 +121,9 @@ BF_INLINE void tile(int src, const void *const *rows, const uint16_t *xb, int64_
             acc[r][c] = _mm512_setzero_ps();
     for (int64_t k = 0; k < Kp; k += 32) {
         __mmask32 m = lanes((int)(K - k));
+        if (pf)
+            for (int64_t o = (k / 32 * step_bytes) & ~63; o < (k / 32 + 1) * step_bytes; o += 64)
+                _mm_prefetch(pf + o, _MM_HINT_T0);
         __m512i wv[4];
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++)
@@ -141,6 +149,7 @@ BF_INLINE void tile(int src, const void *const *rows, const uint16_t *xb, int64_
 /* A tile's arguments, one struct so that the function tables stay short. */
 typedef struct tile_args {
     const void *rows[4];
+    const char *pf;
     const uint16_t *xb;
     int64_t ldx, Kp, K;
     int passes;
@@ -151,7 +160,7 @@ typedef struct tile_args {
 typedef void (*tile_fn)(const tile_args_t *a);
 #define TILE_FN(NAME, SRC, R, C)                                                                   \
     static BF void NAME##_##R##x##C(const tile_args_t *a) {                                        \
-        tile(SRC, a->rows, a->xb, a->ldx, a->Kp, a->K, a->passes, R, C, a->y, a->ldy);             \
+        tile(SRC, a->rows, a->pf, a->xb, a->ldx, a->Kp, a->K, a->passes, R, C, a->y, a->ldy);      \
     }
 #define TILE_FNS(NAME, SRC, R)                                                                     \
     TILE_FN(NAME, SRC, R, 1)                                                                       \
@@ -169,8 +178,9 @@ static const tile_fn tile_fns[2][2][6] = {{{bf_1x1, bf_1x2, bf_1x3, bf_1x4, bf_1
                                            {f8_4x1, f8_4x2, f8_4x3, f8_4x4, f8_4x5, f8_4x6}}};
 
 /* nrows rows (row r at base + r * ld elements of esize bytes, holding src) against the T tokens
- * of xb: tokens in groups of 6, rows in fours. */
-static void run_tiles(int src, const void *base, int64_t ld, size_t esize, int nrows,
+ * of xb: tokens in groups of 6, rows in fours. stream: the rows come from memory (not a panel
+ * in L2), so the first token group prefetches each next tile's rows. */
+static void run_tiles(int src, const void *base, int64_t ld, size_t esize, int nrows, bool stream,
                       tile_args_t *a, const uint16_t *xb, int T, float *y) {
     for (int t0 = 0; t0 < T; t0 += 6) {
         int C = T - t0 < 6 ? T - t0 : 6;
@@ -179,6 +189,8 @@ static void run_tiles(int src, const void *base, int64_t ld, size_t esize, int n
             int R = nrows - r0 >= 4 ? 4 : 1;
             for (int r = 0; r < R; r++)
                 a->rows[r] = (const char *)base + (size_t)(r0 + r) * (size_t)ld * esize;
+            a->pf = stream && t0 == 0 ? (const char *)base + (size_t)(r0 + R) * (size_t)ld * esize
+                                      : NULL;
             a->y = y + (int64_t)t0 * a->ldy + r0;
             tile_fns[src][R == 4][C - 1](a);
             r0 += R;
@@ -224,7 +236,8 @@ void cpu_bf16_matmul_rows(const float *x, const uint16_t *xb, int T, int passes,
         /* the rows in place, in blocks that stay in L2 while every token passes */
         for (int64_t p0 = n0; p0 < n1; p0 += PANEL_ROWS) {
             int np = (int)(n1 - p0 < PANEL_ROWS ? n1 - p0 : PANEL_ROWS);
-            run_tiles(SRC_BF16, (const uint16_t *)w->data + p0 * ld, ld, 2, np, &a, xb, T, y + p0);
+            run_tiles(SRC_BF16, (const uint16_t *)w->data + p0 * ld, ld, 2, np, true, &a, xb, T,
+                      y + p0);
         }
         return;
     }
@@ -243,14 +256,14 @@ void cpu_bf16_matmul_rows(const float *x, const uint16_t *xb, int T, int passes,
             split_scaled(x + (int64_t)t0 * K, tn, K, s, w->block_k, passes, xs, Kp);
             float *yt = y + (int64_t)t0 * ldy;
             if (tn <= 3) {
-                run_tiles(SRC_F8, (const uint8_t *)w->data + b0 * ld, ld, 1, (int)(b1 - b0), &a, xs,
-                          tn, yt + b0);
+                run_tiles(SRC_F8, (const uint8_t *)w->data + b0 * ld, ld, 1, (int)(b1 - b0), true,
+                          &a, xs, tn, yt + b0);
                 continue;
             }
             for (int64_t p0 = b0; p0 < b1; p0 += PANEL_ROWS) {
                 int np = (int)(b1 - p0 < PANEL_ROWS ? b1 - p0 : PANEL_ROWS);
                 decode_panel(w, p0, np, panel, Kp);
-                run_tiles(SRC_BF16, panel, Kp, 2, np, &a, xs, tn, yt + p0);
+                run_tiles(SRC_BF16, panel, Kp, 2, np, false, &a, xs, tn, yt + p0);
             }
         }
         b0 = b1;

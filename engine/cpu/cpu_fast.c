@@ -167,7 +167,9 @@ FAST_INLINE __m256 load_w(int kind, const void *p, int64_t k, __m256 s) {
 }
 
 /* R (<= 4) rows starting at `row` against C (<= 3) tokens; K % 8 == 0 (the caller's check; a
- * tail goes to the panel path), FP8 block_k % 8 == 0. */
+ * tail goes to the panel path), FP8 block_k % 8 == 0. The next R rows are prefetched as one
+ * linear stream meanwhile: a core streams R interleaved rows from memory at about half the speed
+ * of one stream (bench/RESULTS.md, the bf16 GEMMs). */
 FAST_INLINE void reg_tile(int kind, const wtensor_t *w, int64_t row, const float *x, int K, int R,
                           int C, float *y, int64_t ldy) {
     const void *rp[4];
@@ -185,6 +187,8 @@ FAST_INLINE void reg_tile(int kind, const wtensor_t *w, int64_t row, const float
 #pragma GCC unroll 3
         for (int c = 0; c < C; c++)
             acc[r][c] = _mm256_setzero_ps();
+    const char *pf = (const char *)w->data + (size_t)(row + R) * ld * esize;
+    const int64_t step_bytes = (int64_t)R * 8 * (int64_t)esize;
     int bk = kind == W_F8 ? w->block_k : K;
     for (int k0 = 0, kb = 0; k0 < K; k0 += bk, kb++) {
         int k1 = k0 + bk < K ? k0 + bk : K;
@@ -193,6 +197,8 @@ FAST_INLINE void reg_tile(int kind, const wtensor_t *w, int64_t row, const float
         for (int r = 0; r < R; r++)
             s[r] = kind == W_F8 ? _mm256_set1_ps(sc[r][kb]) : _mm256_setzero_ps();
         for (int k = k0; k < k1; k += 8) {
+            int64_t o = k / 8 * step_bytes;
+            if ((o & 63) < step_bytes) _mm_prefetch(pf + (o & ~63), _MM_HINT_T0);
             __m256 wv[4];
 #pragma GCC unroll 4
             for (int r = 0; r < R; r++)
