@@ -3,12 +3,20 @@
 #include <string.h>
 
 /* Rows of a block of weights that every token passes while it stays in L2 (an FP8 one decoded to
- * bf16 once), and tokens an FP8 block's scaled activations are split for at once. */
-#define PANEL_ROWS 64
-#define X_CHUNK    64
+ * bf16 once): PANEL_ROWS, fewer when they would pass PANEL_BYTES; and tokens an FP8 block's
+ * scaled activations are split for at once. */
+#define PANEL_ROWS  64
+#define PANEL_BYTES (384 * 1024)
+#define X_CHUNK     64
 
 static int64_t round32(int64_t k) {
     return (k + 31) / 32 * 32;
+}
+
+/* Rows of a panel of bf16 rows of Kp columns: a multiple of 4 tiles' rows, at most PANEL_ROWS. */
+static int64_t panel_rows(int64_t Kp) {
+    int64_t rows = PANEL_BYTES / (Kp * 2) / 4 * 4;
+    return rows < 4 ? 4 : rows > PANEL_ROWS ? PANEL_ROWS : rows;
 }
 
 int64_t cpu_bf16_x_elems(int T, int64_t K, int passes) {
@@ -232,10 +240,11 @@ void cpu_bf16_matmul_rows(const float *x, const uint16_t *xb, int T, int passes,
                           int64_t scratch_floats) {
     int64_t K = w->cols, Kp = round32(K), ld = wtensor_ld(w);
     tile_args_t a = {.ldx = passes * Kp, .Kp = Kp, .K = K, .passes = passes, .ldy = ldy};
+    int64_t P = panel_rows(Kp);
     if (w->dtype == DT_BF16) {
         /* the rows in place, in blocks that stay in L2 while every token passes */
-        for (int64_t p0 = n0; p0 < n1; p0 += PANEL_ROWS) {
-            int np = (int)(n1 - p0 < PANEL_ROWS ? n1 - p0 : PANEL_ROWS);
+        for (int64_t p0 = n0; p0 < n1; p0 += P) {
+            int np = (int)(n1 - p0 < P ? n1 - p0 : P);
             run_tiles(SRC_BF16, (const uint16_t *)w->data + p0 * ld, ld, 2, np, true, &a, xb, T,
                       y + p0);
         }
@@ -260,8 +269,8 @@ void cpu_bf16_matmul_rows(const float *x, const uint16_t *xb, int T, int passes,
                           &a, xs, tn, yt + b0);
                 continue;
             }
-            for (int64_t p0 = b0; p0 < b1; p0 += PANEL_ROWS) {
-                int np = (int)(b1 - p0 < PANEL_ROWS ? b1 - p0 : PANEL_ROWS);
+            for (int64_t p0 = b0; p0 < b1; p0 += P) {
+                int np = (int)(b1 - p0 < P ? b1 - p0 : P);
                 decode_panel(w, p0, np, panel, Kp);
                 run_tiles(SRC_BF16, panel, Kp, 2, np, false, &a, xs, tn, yt + p0);
             }

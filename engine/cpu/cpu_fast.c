@@ -272,26 +272,63 @@ void cpu_fast_matmul_rows(const float *x, int T, const wtensor_t *w, int64_t n0,
 /* ---------------------------------------------------------------------------------------------
  * Attention */
 
-/* scores[g][p] = (q_g . k_p) * scale for the hn (<= 4) heads at q (stride D), keys p of one
- * block run (n rows of stride tok_stride); D % 8 == 0. */
-FAST_INLINE void qk_run(const float *q, int hn, int D, const float *k, int64_t tok_stride, int n,
-                        float scale, float *scores, int64_t score_stride) {
-    for (int i = 0; i < n; i++) {
-        const float *kr = k + i * tok_stride;
-        __m256 acc[4];
+/* scores[g][i..i+kn) = (q_g . k_p) * scale for the hn (<= 4) heads at q (stride D) and kn keys
+ * from kr (stride tok_stride); D % 8 == 0. Each score is one accumulator walked along D, as the
+ * reference's; the hn * kn of them run side by side so that their FMA chains overlap (one chain
+ * at a time waits on the FMA's latency). */
+FAST_INLINE void qk_keys(const float *q, int hn, int D, const float *kr, int64_t tok_stride, int kn,
+                         float scale, float *scores, int64_t score_stride) {
+    __m256 acc[4][8];
+#pragma GCC unroll 4
+    for (int g = 0; g < hn; g++)
+#pragma GCC unroll 8
+        for (int j = 0; j < kn; j++)
+            acc[g][j] = _mm256_setzero_ps();
+    for (int d = 0; d < D; d += 8) {
+        __m256 qv[4];
 #pragma GCC unroll 4
         for (int g = 0; g < hn; g++)
-            acc[g] = _mm256_setzero_ps();
-        for (int d = 0; d < D; d += 8) {
-            __m256 kv = _mm256_loadu_ps(kr + d);
+            qv[g] = _mm256_loadu_ps(q + g * D + d);
+#pragma GCC unroll 8
+        for (int j = 0; j < kn; j++) {
+            __m256 kv = _mm256_loadu_ps(kr + j * tok_stride + d);
 #pragma GCC unroll 4
             for (int g = 0; g < hn; g++)
-                acc[g] = _mm256_fmadd_ps(_mm256_loadu_ps(q + g * D + d), kv, acc[g]);
+                acc[g][j] = _mm256_fmadd_ps(qv[g], kv, acc[g][j]);
         }
-#pragma GCC unroll 4
-        for (int g = 0; g < hn; g++)
-            scores[g * score_stride + i] = reduce(acc[g]) * scale;
     }
+#pragma GCC unroll 4
+    for (int g = 0; g < hn; g++)
+#pragma GCC unroll 8
+        for (int j = 0; j < kn; j++)
+            scores[g * score_stride + j] = reduce(acc[g][j]) * scale;
+}
+
+/* The same for the keys p of one block run (n rows of stride tok_stride): 8 / hn keys at a time
+ * (8 chains; 2 for hn = 3), then one by one. */
+FAST_INLINE void qk_run(const float *q, int hn, int D, const float *k, int64_t tok_stride, int n,
+                        float scale, float *scores, int64_t score_stride) {
+    const int kb = hn == 1 ? 8 : hn == 2 ? 4 : 2;
+    int i = 0;
+    for (; i + kb <= n; i += kb)
+        qk_keys(q, hn, D, k + i * tok_stride, tok_stride, kb, scale, scores + i, score_stride);
+    for (; i < n; i++)
+        qk_keys(q, hn, D, k + i * tok_stride, tok_stride, 1, scale, scores + i, score_stride);
+}
+
+/* The largest of x[0..n), as fmaxf over them gives it when none is NaN (the max is exact, so
+ * the order does not matter). */
+static FAST float max_of(const float *x, int n) {
+    __m256 m8 = _mm256_set1_ps(-INFINITY);
+    int p = 0;
+    for (; p + 8 <= n; p += 8)
+        m8 = _mm256_max_ps(m8, _mm256_loadu_ps(x + p));
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m8), _mm256_extractf128_ps(m8, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    float m = _mm_cvtss_f32(_mm_max_ss(m4, _mm_shuffle_ps(m4, m4, 1)));
+    for (; p < n; p++)
+        m = x[p] > m ? x[p] : m;
+    return m;
 }
 
 typedef void (*qk_fn)(const float *q, int D, const float *k, int64_t tok_stride, int n, float scale,
@@ -385,12 +422,11 @@ void cpu_fast_attention(const cpu_attn_t *a, int s, int t, int kvh, float *score
                            scores + (int64_t)g0 * n_keys + p0, n_keys);
         }
     }
-    /* softmax, as the reference: max, exp and sum in key order, then the weights pw */
+    /* softmax, as the reference: max (exact in any order), exp and sum in key order, then the
+     * weights pw */
     for (int g = 0; g < G; g++) {
         float *sc = scores + (int64_t)g * n_keys;
-        float m = -INFINITY;
-        for (int p = 0; p < n_keys; p++)
-            m = fmaxf(m, sc[p]);
+        float m = max_of(sc, n_keys);
         float sum = 0.0f;
         for (int p = 0; p < n_keys; p++) {
             sc[p] = expf(sc[p] - m);

@@ -12,6 +12,7 @@
  * (--reference: the scalar reference kernels instead of the vector fast paths; --precision: the
  * cpu-matmul-precision flag's value; --tp: tensor parallel over N ranks as threads, sharing the
  * --threads; --ep: MoE experts placed whole)
+ * Each measure runs once untimed first (a warm-up, as llama-bench's).
  * Prints one line per measure: its name, the median tokens/s over R repetitions, and each; then
  * the median tokens per CPU-second of the process (robust to a loaded machine with --threads 1,
  * where no thread spins waiting for another). */
@@ -216,6 +217,9 @@ int main(int argc, char **argv) {
             return 2;
         }
         double v[64], per_cpu[64];
+        /* one untimed warm-up first, as llama-bench runs (a prompt of the same size, or one
+         * step at the same depth): the first forward of a size pays its buffers' page faults */
+        measure(&r, what, a, two ? 1 : n);
         for (int k = 0; k < reps; k++) {
             v[k] = measure(&r, what, a, n);
             per_cpu[k] = g_tokens / g_cpu;
