@@ -96,9 +96,11 @@ BF_INLINE __m512i e4m3_to_bf16(__m256i b8) {
 
 enum { SRC_BF16, SRC_F8 }; /* what a tile's weight rows hold */
 
-/* 32 weights of a row from column k (lanes past the row's end zero). */
+/* 32 weights of a row from column k (lanes past the row's end zero: m). */
 BF_INLINE __m512i load_w(int src, const void *row, int64_t k, __mmask32 m) {
-    if (src == SRC_BF16) return _mm512_maskz_loadu_epi16(m, (const uint16_t *)row + k);
+    if (src == SRC_BF16)
+        return m == 0xffffffffu ? _mm512_loadu_si512((const uint16_t *)row + k)
+                                : _mm512_maskz_loadu_epi16(m, (const uint16_t *)row + k);
     return e4m3_to_bf16(_mm256_maskz_loadu_epi8(m, (const uint8_t *)row + k));
 }
 
@@ -131,7 +133,7 @@ BF_INLINE void tile(int src, const void *const *rows, const char *pf, const uint
         __mmask32 m = lanes((int)(K - k));
         if (pf)
             for (int64_t o = (k / 32 * step_bytes) & ~63; o < (k / 32 + 1) * step_bytes; o += 64)
-                _mm_prefetch(pf + o, _MM_HINT_T0);
+                _mm_prefetch(pf + o, _MM_HINT_T1);
         __m512i wv[4];
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++)
@@ -166,24 +168,33 @@ typedef struct tile_args {
 } tile_args_t;
 
 typedef void (*tile_fn)(const tile_args_t *a);
-#define TILE_FN(NAME, SRC, R, C)                                                                   \
-    static BF void NAME##_##R##x##C(const tile_args_t *a) {                                        \
-        tile(SRC, a->rows, a->pf, a->xb, a->ldx, a->Kp, a->K, a->passes, R, C, a->y, a->ldy);      \
+#define TILE_FN(NAME, SRC, P, R, C)                                                                \
+    static BF void NAME##P##_##R##x##C(const tile_args_t *a) {                                     \
+        tile(SRC, a->rows, a->pf, a->xb, a->ldx, a->Kp, a->K, P, R, C, a->y, a->ldy);              \
     }
-#define TILE_FNS(NAME, SRC, R)                                                                     \
-    TILE_FN(NAME, SRC, R, 1)                                                                       \
-    TILE_FN(NAME, SRC, R, 2)                                                                       \
-    TILE_FN(NAME, SRC, R, 3)                                                                       \
-    TILE_FN(NAME, SRC, R, 4) TILE_FN(NAME, SRC, R, 5) TILE_FN(NAME, SRC, R, 6)
-TILE_FNS(bf, SRC_BF16, 1)
-TILE_FNS(bf, SRC_BF16, 4)
-TILE_FNS(f8, SRC_F8, 1)
-TILE_FNS(f8, SRC_F8, 4)
-/* [src][R == 4][C - 1] */
-static const tile_fn tile_fns[2][2][6] = {{{bf_1x1, bf_1x2, bf_1x3, bf_1x4, bf_1x5, bf_1x6},
-                                           {bf_4x1, bf_4x2, bf_4x3, bf_4x4, bf_4x5, bf_4x6}},
-                                          {{f8_1x1, f8_1x2, f8_1x3, f8_1x4, f8_1x5, f8_1x6},
-                                           {f8_4x1, f8_4x2, f8_4x3, f8_4x4, f8_4x5, f8_4x6}}};
+#define TILE_FNS(NAME, SRC, P, R)                                                                  \
+    TILE_FN(NAME, SRC, P, R, 1)                                                                    \
+    TILE_FN(NAME, SRC, P, R, 2)                                                                    \
+    TILE_FN(NAME, SRC, P, R, 3)                                                                    \
+    TILE_FN(NAME, SRC, P, R, 4) TILE_FN(NAME, SRC, P, R, 5) TILE_FN(NAME, SRC, P, R, 6)
+#define TILE_ROW(NAME, P, R)                                                                       \
+    {                                                                                              \
+        NAME##P##_##R##x1, NAME##P##_##R##x2, NAME##P##_##R##x3, NAME##P##_##R##x4,                \
+            NAME##P##_##R##x5, NAME##P##_##R##x6                                                   \
+    }
+/* every (passes, source, R, C) compiled apart: the loops over them unrolled away */
+TILE_FNS(bf, SRC_BF16, 1, 1)
+TILE_FNS(bf, SRC_BF16, 1, 4)
+TILE_FNS(f8, SRC_F8, 1, 1)
+TILE_FNS(f8, SRC_F8, 1, 4)
+TILE_FNS(bf, SRC_BF16, 2, 1)
+TILE_FNS(bf, SRC_BF16, 2, 4)
+TILE_FNS(f8, SRC_F8, 2, 1)
+TILE_FNS(f8, SRC_F8, 2, 4)
+/* [passes - 1][src][R == 4][C - 1] */
+static const tile_fn tile_fns[2][2][2][6] = {
+    {{TILE_ROW(bf, 1, 1), TILE_ROW(bf, 1, 4)}, {TILE_ROW(f8, 1, 1), TILE_ROW(f8, 1, 4)}},
+    {{TILE_ROW(bf, 2, 1), TILE_ROW(bf, 2, 4)}, {TILE_ROW(f8, 2, 1), TILE_ROW(f8, 2, 4)}}};
 
 /* nrows rows (row r at base + r * ld elements of esize bytes, holding src) against the T tokens
  * of xb: tokens in groups of 6, rows in fours. stream: the rows come from memory (not a panel
@@ -200,7 +211,7 @@ static void run_tiles(int src, const void *base, int64_t ld, size_t esize, int n
             a->pf = stream && t0 == 0 ? (const char *)base + (size_t)(r0 + R) * (size_t)ld * esize
                                       : NULL;
             a->y = y + (int64_t)t0 * a->ldy + r0;
-            tile_fns[src][R == 4][C - 1](a);
+            tile_fns[a->passes - 1][src][R == 4][C - 1](a);
             r0 += R;
         }
     }
