@@ -113,6 +113,22 @@ BF_INLINE float reduce16(__m512 v) {
     return _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps(t, t, 1)));
 }
 
+/* reduce16 of four accumulators at once, the same sums of the same pairs (lane i + lane i + 8,
+ * then + 4, + 2, + 1) in transposed registers: out[0..4) get a, b, c, d's. */
+BF_INLINE void reduce16x4(__m512 a, __m512 b, __m512 c, __m512 d, float *out) {
+    __m512 ab = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(1, 0, 1, 0)),
+                              _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 2, 3, 2)));
+    __m512 cd = _mm512_add_ps(_mm512_shuffle_f32x4(c, d, _MM_SHUFFLE(1, 0, 1, 0)),
+                              _mm512_shuffle_f32x4(c, d, _MM_SHUFFLE(3, 2, 3, 2)));
+    __m512 s = _mm512_add_ps(_mm512_shuffle_f32x4(ab, cd, _MM_SHUFFLE(2, 0, 2, 0)),
+                             _mm512_shuffle_f32x4(ab, cd, _MM_SHUFFLE(3, 1, 3, 1)));
+    __m512 t = _mm512_add_ps(s, _mm512_permute_ps(s, _MM_SHUFFLE(1, 0, 3, 2)));
+    __m512 u = _mm512_add_ps(t, _mm512_permute_ps(t, _MM_SHUFFLE(2, 3, 0, 1)));
+    __m512 first = _mm512_permutexvar_ps(
+        _mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), u);
+    _mm_storeu_ps(out, _mm512_castps512_ps128(first));
+}
+
 /* R (<= 4) weight rows against C (<= 6) tokens: rows[r] holds bf16 or e4m3 (src), xb the
  * tokens' split activations (ldx apart, Kp columns per pass). Every accumulator sees the same
  * sequence, 32 columns at a time, pass 0 then pass 1, whatever R and C are. pf (may be NULL):
@@ -148,6 +164,12 @@ BF_INLINE void tile(int src, const void *const *rows, const char *pf, const uint
                     acc[r][c] = _mm512_dpbf16_ps(acc[r][c], xv, (__m512bh)wv[r]);
             }
         }
+    }
+    if (R == 4) {
+#pragma GCC unroll 6
+        for (int c = 0; c < C; c++)
+            reduce16x4(acc[0][c], acc[1][c], acc[2][c], acc[3][c], y + c * ldy);
+        return;
     }
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++)
