@@ -43,6 +43,21 @@ FAST_INLINE float reduce(__m256 v) {
     return _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps(t, t, 1)));
 }
 
+/* reduce() of four accumulators at once, the same sums of the same pairs in transposed
+ * registers: [reduce(a), reduce(b), reduce(c), reduce(d)]. */
+FAST_INLINE __m128 reduce4(__m256 a, __m256 b, __m256 c, __m256 d) {
+    __m256 ab =
+        _mm256_add_ps(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31));
+    __m256 cd =
+        _mm256_add_ps(_mm256_permute2f128_ps(c, d, 0x20), _mm256_permute2f128_ps(c, d, 0x31));
+    /* low lane: a's and c's (s0 + s2, s1 + s3); high lane: b's and d's */
+    __m256 t = _mm256_add_ps(_mm256_shuffle_ps(ab, cd, _MM_SHUFFLE(1, 0, 1, 0)),
+                             _mm256_shuffle_ps(ab, cd, _MM_SHUFFLE(3, 2, 3, 2)));
+    __m256 r = _mm256_add_ps(_mm256_shuffle_ps(t, t, _MM_SHUFFLE(2, 0, 2, 0)),
+                             _mm256_shuffle_ps(t, t, _MM_SHUFFLE(3, 1, 3, 1)));
+    return _mm_unpacklo_ps(_mm256_castps256_ps128(r), _mm256_extractf128_ps(r, 1));
+}
+
 /* ---------------------------------------------------------------------------------------------
  * GEMM, T >= 4: R (<= 3) rows of an f32 panel against C (<= 4) tokens, 12 accumulators. */
 
@@ -81,6 +96,17 @@ FAST_INLINE void panel_tile(const float *w, int64_t ldw, const float *x, int K, 
             for (int r = 0; r < R; r++)
                 acc[r][c] = _mm256_fmadd_ps(xv, wv[r], acc[r][c]);
         }
+    }
+    if (C == 4) {
+#pragma GCC unroll 3
+        for (int r = 0; r < R; r++) {
+            float v[4];
+            _mm_storeu_ps(v, reduce4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]));
+#pragma GCC unroll 4
+            for (int c = 0; c < 4; c++)
+                y[c * ldy + r] = v[c];
+        }
+        return;
     }
 #pragma GCC unroll 3
     for (int r = 0; r < R; r++)
@@ -211,6 +237,12 @@ FAST_INLINE void reg_tile(int kind, const wtensor_t *w, int64_t row, const float
                     acc[r][c] = _mm256_fmadd_ps(xv, wv[r], acc[r][c]);
             }
         }
+    }
+    if (R == 4) {
+#pragma GCC unroll 3
+        for (int c = 0; c < C; c++)
+            _mm_storeu_ps(y + c * ldy, reduce4(acc[0][c], acc[1][c], acc[2][c], acc[3][c]));
+        return;
     }
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++)
