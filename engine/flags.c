@@ -91,8 +91,8 @@ static const flag_def_t FLAGS[] = {
      .choices = CPU_MM_CHOICES,
      .def = "highest",
      .help = "cpu backend GEMMs: highest = f32 (the reference's bits); high = activations as two "
-             "bf16 on AVX512-BF16 dot products (|err| <= 2^-16 sum|x w|; FP8 decode ~3x); "
-             "medium = one bf16 (2^-8; llama.cpp's BF16 path: prefill and batches ~1.5x)"},
+             "bf16 on AVX512-BF16 dot products (|err| <= 2^-16 sum|x w|); medium = one bf16 "
+             "(2^-8, as llama.cpp's BF16 path: prefill and batched decode ~1.6-1.8x)"},
     {.name = "generation-config",
      .type = FLAG_ENUM,
      .apply = FLAG_LIVE,

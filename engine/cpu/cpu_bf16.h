@@ -12,11 +12,21 @@
  *   f32 summation's error: logits within 1e-4 of the f32 reference on the fixtures.
  *
  * Products of two bf16 are exact in f32 and summed in f32, so the error is the activations'
- * rounding alone. Every output has one 16-lane f32 accumulator walked along K in the same order
- * (32 columns at a time, pass after pass), whatever the
- * tile, the batch size or the rows a thread was given, then reduced in a fixed tree: a token's
- * result does not depend on the batch around it or on the thread count (the engine's batch
- * invariance holds in these modes too), though it differs from the f32 reference's.
+ * rounding alone (and, for FP8, x times its block scale rounded to f32 first). Every output has
+ * one 16-lane f32 accumulator walked along K in the same order (32 columns at a time, pass after
+ * pass), whatever the tile, the batch size or the rows a thread was given, then reduced in a
+ * fixed tree: a token's result does not depend on the batch around it or on the thread count
+ * (the engine's batch invariance holds in these modes too), though it differs from the f32
+ * reference's.
+ *
+ * Speed (AMD EPYC with AVX512-BF16, one VDPBF16PS a cycle, i.e. twice the f32 FMA's
+ * multiply-adds): register tiles of 4 rows x 6 tokens (24 accumulators), over row panels that stay
+ * in L2 while every token passes; a tile prefetches the next tile's rows as one linear stream (a
+ * core streams 4 interleaved rows at half the speed of one); the four rows' sums reduced
+ * together. medium runs near twice highest's speed where the GEMM is compute-bound (prefill,
+ * batches); high about as fast as highest there (two passes), faster on FP8 weights (decoded 32
+ * at a time, not 8); single-sequence decode is memory-bound in every mode. bench/RESULTS.md has
+ * the numbers.
  *
  *     uint16_t *xb = ...cpu_bf16_x_elems(T, K, passes)...;
  *     cpu_bf16_split(x, T, K, passes, xb);

@@ -12,10 +12,12 @@
  *   L2), so each weight is read from memory once per step and each activation row is reused
  *   from L1 across the panel; with 1 to 3 tokens (decode), 4 weight rows are read and converted
  *   inside registers (BF16 by a shift, F16 by F16C, block-scaled FP8 by bit moves and its scale),
- *   with no f32 buffer in between.
+ *   with no f32 buffer in between, the next 4 rows prefetched as one stream. Four accumulators
+ *   are reduced together in transposed registers (the same pairs as the reference's tree).
  * - attention (cpu_fast_attention): the query heads that share a KV head are done together, so
  *   each K and V row of the paged cache is loaded once for all of them, block run by block run;
- *   QK and PV are vectorized, softmax stays the reference's (expf, the same sum order).
+ *   QK and PV are vectorized (QK over several keys at once, so that the scores' FMA chains
+ *   overlap), softmax stays the reference's (expf, the same sum order).
  *
  * Results equal the reference bit for bit (tests/unit/test_cpu_fast.c checks it on odd shapes and
  * every dtype), so the fast paths need no tolerance of their own, and the backend's bit-identity
