@@ -8,7 +8,9 @@
  * Dense Qwen3 at TP 2 and 4 (4 replicates the 2 KV heads), Qwen3-MoE with experts sliced (TP)
  * and placed whole (EP) at 2 and 4, block-FP8 (the dummy tiny preset, W8A8 emulated, and its
  * lazy twin, whose views generate the values) at TP 2, Qwen3.5 (Gated DeltaNet heads sharded
- * too, state slots per rank) at TP 2. TP runs are bit-identical run to run (fixed-order
+ * too, state slots per rank) at TP 2; and those at --cpu-matmul-precision high (the bf16 GEMMs,
+ * where the CPU has AVX512-BF16: each rank splits its own shard's activations, FP8 views keep
+ * whole scale blocks). TP runs are bit-identical run to run (fixed-order
  * all-reduce; checked on dense, EP and Qwen3.5). Shards that would split a 128 x 128 FP8 scale
  * block and head counts that do not divide are refused with messages that name what breaks.
  */
@@ -24,7 +26,9 @@
 #include <string.h>
 
 #include "backend.h"
+#include "cpu/cpu_bf16.h"
 #include "engine_testutil.h"
+#include "flags.h"
 #include "testutil.h"
 #include "weights.h"
 
@@ -42,12 +46,15 @@ static model_weights_t *dummy_tiny_fp8(bool lazy) {
     return w;
 }
 
+static int g_precision; /* make: cpu_matmul_precision_t */
+
 static int make(const model_weights_t *w, int tp, bool ep, bool emulate, backend_t **be,
                 err_t *err) {
     backend_options_t o = {.n_threads = 2,
                            .tensor_parallel_size = tp,
                            .expert_parallel = ep,
-                           .emulate_fp8_activations = emulate};
+                           .emulate_fp8_activations = emulate,
+                           .cpu_matmul_precision = g_precision};
     if (cpu_backend_ops.create(&o, w, be, err) < 0) return -1;
     if (model_has_state(weights_config(w)) && (*be)->ops->state_reserve(*be, 2, err) < 0) return -1;
     return backend_kv_reserve(*be, NB, BS, err);
@@ -213,6 +220,22 @@ static void test_qwen35(void **state) {
     weights_destroy(w);
 }
 
+static void test_high_precision(void **state) {
+    (void)state;
+    if (!cpu_bf16_supported()) skip();
+    g_precision = CPU_MM_HIGH;
+    static const char *const fixtures[] = {"tiny-qwen3", "tiny-qwen3-moe", "tiny-qwen3.5"};
+    for (int i = 0; i < 3; i++) {
+        model_weights_t *w = tu_fixture_weights(fixtures[i]);
+        compare(fixtures[i], w, 2, i == 1, false, i == 0);
+        weights_destroy(w);
+    }
+    model_weights_t *w = dummy_tiny_fp8(false);
+    compare("tiny FP8", w, 2, false, false, true);
+    weights_destroy(w);
+    g_precision = CPU_MM_HIGHEST;
+}
+
 static void expect_refusal(const model_weights_t *w, int tp, bool ep, const char *const *phrases) {
     backend_t *be = NULL;
     err_t err = {{0}};
@@ -257,8 +280,12 @@ static void test_refusals(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_dense),  cmocka_unit_test(test_moe),      cmocka_unit_test(test_fp8),
-        cmocka_unit_test(test_qwen35), cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_dense),
+        cmocka_unit_test(test_moe),
+        cmocka_unit_test(test_fp8),
+        cmocka_unit_test(test_qwen35),
+        cmocka_unit_test(test_high_precision),
+        cmocka_unit_test(test_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
