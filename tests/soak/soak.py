@@ -162,7 +162,9 @@ def flag_changer(server, deadline, log, stop):
             name, value = rng.choice([("max-num-seqs", rng.choice([4, 8, 16, 32])),
                                       ("max-num-batched-tokens", rng.choice([256, 512, 2048])),
                                       ("enable-prefix-caching", rng.choice([True, False])),
-                                      ("enable-chunked-prefill", rng.choice([True, False]))])
+                                      ("enable-chunked-prefill", rng.choice([True, False])),
+                                      ("cpu-matmul-precision",
+                                       rng.choice(["highest", "high", "medium"]))])
         try:
             code, r = post_json(server, "/admin/flags/" + name, {"value": value}, timeout=300)
             log.append((round(time.time()), name, value, code))
