@@ -6,6 +6,7 @@
 #ifndef TACHYON_CPU_BACKEND_INT_H
 #define TACHYON_CPU_BACKEND_INT_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -42,11 +43,12 @@ typedef struct cpu_backend {
     int64_t v0, vn, vpad;      /* lm_head rows [v0, v0 + vn) held; the widest rank's share */
     int n_threads;
     bool emulate_fp8;
-    bool fast;       /* cpu_fast.h's kernels, else cpu_ops.h's */
-    bool bf16_ok;    /* fast, and the CPU has AVX512-BF16 (cpu_bf16_supported) */
-    int precision;   /* the cpu-matmul-precision asked (cpu_matmul_precision_t) */
-    int bf16_passes; /* cpu-matmul-precision: GEMMs of BF16 and FP8 weights on cpu_bf16.h's
-                        kernels, 2 passes (high) or 1 (medium); 0: f32 (highest) */
+    bool fast;    /* cpu_fast.h's kernels, else cpu_ops.h's */
+    bool bf16_ok; /* fast, and the CPU has AVX512-BF16 (cpu_bf16_supported) */
+    /* set by `configure` on the engine thread, read by `describe` on any: atomic */
+    _Atomic int precision;   /* the cpu-matmul-precision asked (cpu_matmul_precision_t) */
+    _Atomic int bf16_passes; /* GEMMs of BF16 and FP8 weights on cpu_bf16.h's kernels: 2
+                                passes (high) or 1 (medium); 0: f32 (highest) */
     cpu_pool_t *pool;
 
     const wtensor_t *embed, *lm_head;

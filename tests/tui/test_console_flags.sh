@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Flags: /set max-num-seqs 4 shows in the flags panel (marked changed) and in /get; a bad value
-# shows why and changes nothing; a rebuild flag (block-size) drains, rebuilds and reports it;
+# shows why and changes nothing; a live flag the header shows (cpu-matmul-precision) follows
+# there; a rebuild flag (block-size) drains, rebuilds and reports it;
 # a reload flag (tensor-parallel-size) reopens the engine in place and the header follows, one that
 # cannot open is refused with why; Tab completes a flag name.
 source "$(dirname "$0")/lib.sh"
@@ -29,6 +30,20 @@ tui_wait '\*block-size +32$'
 tui_send '/set kv-cache-dtype fp8' Enter
 tui_wait 'kv-cache-dtype = fp8: KV pool rebuilt in'
 tui_wait '^ KV fp8 [0-9.k]+/[0-9.k]+ tok'
+
+# a live flag the header shows: the CPU GEMMs' precision (bf16 dot products where the CPU has
+# AVX512-BF16; elsewhere the header says why it stays f32), in a window wide enough for it
+tui_resize 300 40
+tui_send '/set cpu-matmul-precision medium' Enter
+tui_wait '\*cpu-matmul-precision +medium$'
+if grep -qw avx512_bf16 /proc/cpuinfo; then
+    tui_wait 'threads, matmul medium \(bf16, AVX512-BF16\)'
+else
+    tui_wait 'high and medium need AVX512-BF16'
+fi
+tui_send '/set cpu-matmul-precision highest' Enter
+tui_wait 'threads, f32 \('
+tui_resize 120 40
 
 # a reload flag: the engine reopened in place, the header's layout follows
 tui_send '/set tensor-parallel-size 2' Enter
