@@ -295,8 +295,6 @@ static void take_stats(console_t *c) {
 
 static void sample(console_t *c) {
     take_stats(c);
-    /* the header's backend line: live flags (cpu-matmul-precision) change it between reloads */
-    engine_describe_backend(c->eng, c->backend, sizeof c->backend);
     const stats_snapshot_t *s = c->snap;
     counters_t k = {.t = now_s(),
                     .prompt = s->prompt_tokens,

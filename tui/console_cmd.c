@@ -57,6 +57,8 @@ void con_read_flags(console_t *c) {
         flags_set(f, c->flag_text[i], &c->cur_flags, &err);
         c->flag_changed[i] = flags_differ(f, &c->cur_flags, &c->def_flags);
     }
+    /* the header's backend line, which live flags change (cpu-matmul-precision) */
+    engine_describe_backend(c->eng, c->backend, sizeof c->backend);
     c->flags_read_at = engine_now();
 }
 

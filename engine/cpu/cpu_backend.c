@@ -77,18 +77,19 @@ typedef struct gemm_job {
     int64_t ldy;
 } gemm_job_t;
 
-/* The bf16 kernels' passes under opts' cpu-matmul-precision: 2 (high) or 1 (medium) where the
+/* The bf16 kernels' passes under the cpu-matmul-precision: 2 (high) or 1 (medium) where the
  * CPU has them, else 0 (highest: f32, the reference's bits). */
 static int bf16_passes(const cpu_backend_t *be) {
+    int precision = be->precision; /* one read: configure may change it meanwhile */
     if (!be->bf16_ok) return 0;
-    return be->precision == CPU_MM_HIGH ? 2 : be->precision == CPU_MM_MEDIUM ? 1 : 0;
+    return precision == CPU_MM_HIGH ? 2 : precision == CPU_MM_MEDIUM ? 1 : 0;
 }
 
 static void gemm_rows(void *ctx, int thread, int64_t begin, int64_t end) {
     gemm_job_t *j = ctx;
     if (j->passes)
         cpu_bf16_matmul_rows(j->x, j->xb, j->T, j->passes, j->w, begin, end, j->y, j->ldy,
-                             j->be->wbuf[thread], j->be->wbuf_floats);
+                             j->be->wbuf[thread]);
     else if (j->be->fast)
         cpu_fast_matmul_rows(j->x, j->T, j->w, begin, end, j->y, j->ldy, j->be->wbuf[thread],
                              j->be->wbuf_floats);
@@ -100,7 +101,7 @@ void cpu_be_gemm(cpu_backend_t *be, const float *x, int T, const wtensor_t *w, f
                  int64_t ldy) {
     if (T == 0) return;
     x = cpu_linear_input(x, T, w, be->emulate_fp8, be->aq);
-    int passes = be->bf16_passes && cpu_bf16_takes(w) ? be->bf16_passes : 0;
+    int passes = cpu_bf16_takes(w) ? bf16_passes(be) : 0;
     const uint16_t *xb = NULL;
     if (passes && w->dtype == DT_BF16) { /* once for every thread (FP8: per block of rows) */
         cpu_bf16_split(x, T, w->cols, passes, be->xb);
@@ -390,7 +391,6 @@ int cpu_rank_create(const backend_options_t *opts, const model_weights_t *w, con
     be->fast = !(opts && opts->cpu_reference) && cpu_fast_supported();
     be->bf16_ok = be->fast && cpu_bf16_supported();
     be->precision = opts ? opts->cpu_matmul_precision : CPU_MM_HIGHEST;
-    be->bf16_passes = bf16_passes(be);
     be->ssm_bf16 = opts && opts->ssm_state_bf16;
     be->kv_fp8 = be->kv_fp8_next = opts && opts->kv_cache_dtype == KV_DTYPE_FP8;
     be->half = c->rotary_dim / 2;
@@ -484,7 +484,6 @@ int cpu_rank_create(const backend_options_t *opts, const model_weights_t *w, con
             cpu_destroy(&be->base);
             return -1;
         }
-        cpu_moe_set_precision(be->moe, be->bf16_passes);
     }
     if (cpu_pool_create(n_threads, &be->pool, err) < 0 || ensure_tokens(be, 64, err) < 0 ||
         ensure_context(be, 1024, err) < 0 ||
@@ -749,15 +748,15 @@ static int moe_mlp(cpu_backend_t *be, int T, int layer, err_t *err) {
                          : NULL;
     uint64_t *counts = be->expert_counts + (size_t)layer * (size_t)c->n_experts;
     if (be->shard.tp == 1) {
-        cpu_moe_forward(be->moe, be->pool, &L->moe, be->xn, T, be->h, be->emulate_fp8, counts,
-                        trace);
+        cpu_moe_forward(be->moe, be->pool, &L->moe, be->xn, T, be->h, be->emulate_fp8,
+                        bf16_passes(be), counts, trace);
         return 0;
     }
     /* this rank's experts (or expert slices) into part, summed over the ranks, then into h */
     int64_t n = (int64_t)T * H;
     memset(be->part, 0, (size_t)n * sizeof(float));
-    cpu_moe_forward(be->moe, be->pool, &L->moe, be->xn, T, be->part, be->emulate_fp8, counts,
-                    trace);
+    cpu_moe_forward(be->moe, be->pool, &L->moe, be->xn, T, be->part, be->emulate_fp8,
+                    bf16_passes(be), counts, trace);
     if (all_reduce(be, be->part, n, err) < 0) return -1;
     for (int64_t i = 0; i < n; i++)
         be->h[i] += be->part[i];
@@ -888,8 +887,6 @@ static int cpu_state_copy(backend_t *base, int src, int dst, err_t *err) {
 static void cpu_configure(backend_t *base, const backend_options_t *opts) {
     cpu_backend_t *be = (cpu_backend_t *)base;
     be->precision = opts->cpu_matmul_precision;
-    be->bf16_passes = bf16_passes(be);
-    if (be->moe) cpu_moe_set_precision(be->moe, be->bf16_passes);
     be->ssm_bf16 = opts->ssm_state_bf16;
     be->kv_fp8_next = opts->kv_cache_dtype == KV_DTYPE_FP8;
     be->mtp_next = opts->mtp && be->n_mtp > 0;
@@ -897,13 +894,14 @@ static void cpu_configure(backend_t *base, const backend_options_t *opts) {
 
 static void cpu_describe(const backend_t *base, char *buf, size_t size) {
     const cpu_backend_t *be = (const cpu_backend_t *)base;
+    int passes = bf16_passes(be);
     snprintf(buf, size, "cpu, %d thread%s, %s%s%s (W8A8 emulation %s)%s%s", be->n_threads,
              be->n_threads == 1 ? "" : "s",
-             be->bf16_passes == 2   ? "matmul high (bf16 x2, AVX512-BF16)"
-             : be->bf16_passes == 1 ? "matmul medium (bf16, AVX512-BF16)"
-                                    : "f32",
+             passes == 2   ? "matmul high (bf16 x2, AVX512-BF16)"
+             : passes == 1 ? "matmul medium (bf16, AVX512-BF16)"
+                           : "f32",
              be->fast ? "" : ", scalar reference kernels",
-             be->precision != CPU_MM_HIGHEST && !be->bf16_passes
+             be->precision != CPU_MM_HIGHEST && !passes
                  ? " (cpu-matmul-precision high and medium need AVX512-BF16)"
                  : "",
              be->emulate_fp8 ? "on" : "off",

@@ -45,10 +45,10 @@ typedef struct cpu_backend {
     bool emulate_fp8;
     bool fast;    /* cpu_fast.h's kernels, else cpu_ops.h's */
     bool bf16_ok; /* fast, and the CPU has AVX512-BF16 (cpu_bf16_supported) */
-    /* set by `configure` on the engine thread, read by `describe` on any: atomic */
-    _Atomic int precision;   /* the cpu-matmul-precision asked (cpu_matmul_precision_t) */
-    _Atomic int bf16_passes; /* GEMMs of BF16 and FP8 weights on cpu_bf16.h's kernels: 2
-                                passes (high) or 1 (medium); 0: f32 (highest) */
+    /* the cpu-matmul-precision (cpu_matmul_precision_t): GEMMs of BF16 and FP8 weights on
+     * cpu_bf16.h's kernels with 2 passes (high) or 1 (medium) where bf16_ok; set by `configure`
+     * on the engine thread, read by `describe` on any: atomic */
+    _Atomic int precision;
     cpu_pool_t *pool;
 
     const wtensor_t *embed, *lm_head;

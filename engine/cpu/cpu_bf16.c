@@ -67,17 +67,24 @@ BF_INLINE void split16(__m512 v, int passes, uint16_t *out, int64_t Kp) {
     }
 }
 
-static BF void split_row(const float *x, int64_t K, int passes, uint16_t *out, int64_t Kp) {
-    for (int64_t k = 0; k < Kp; k += 16) {
-        int n = K - k >= 16 ? 16 : K - k > 0 ? (int)(K - k) : 0;
-        split16(_mm512_maskz_loadu_ps((__mmask16)lanes(n), x + k), passes, out + k, Kp);
+/* T rows of x [., K] into xs [T][passes][Kp], each column times its FP8 block's scale
+ * s[k / bk] first (f32) when s is not NULL. */
+static BF void split_rows(const float *x, int T, int64_t K, const float *s, int bk, int passes,
+                          uint16_t *xs, int64_t Kp) {
+    for (int t = 0; t < T; t++) {
+        const float *xr = x + t * K;
+        uint16_t *out = xs + (int64_t)t * passes * Kp;
+        for (int64_t k = 0; k < Kp; k += 16) {
+            int n = K - k >= 16 ? 16 : K - k > 0 ? (int)(K - k) : 0;
+            __m512 v = _mm512_maskz_loadu_ps((__mmask16)lanes(n), xr + k);
+            if (s) v = _mm512_mul_ps(v, _mm512_set1_ps(k < K ? s[k / bk] : 0.0f));
+            split16(v, passes, out + k, Kp);
+        }
     }
 }
 
 void cpu_bf16_split(const float *x, int T, int64_t K, int passes, uint16_t *xb) {
-    int64_t Kp = round32(K);
-    for (int t = 0; t < T; t++)
-        split_row(x + (int64_t)t * K, K, passes, xb + (int64_t)t * passes * Kp, Kp);
+    split_rows(x, T, K, NULL, 0, passes, xb, round32(K));
 }
 
 /* 32 e4m3 values to bf16, exactly: the 7 magnitude bits moved under the bf16 exponent and
@@ -252,25 +259,8 @@ static BF void decode_panel(const wtensor_t *w, int64_t row0, int n, uint16_t *d
     }
 }
 
-/* T rows of x [., K] times the scales of one FP8 scale row (x[k] s[k / bk], f32), split into
- * xs [T][passes][Kp]. */
-static BF void split_scaled(const float *x, int T, int64_t K, const float *s, int bk, int passes,
-                            uint16_t *xs, int64_t Kp) {
-    for (int t = 0; t < T; t++) {
-        const float *xr = x + t * K;
-        uint16_t *out = xs + (int64_t)t * passes * Kp;
-        for (int64_t k = 0; k < Kp; k += 16) {
-            int n = K - k >= 16 ? 16 : K - k > 0 ? (int)(K - k) : 0;
-            __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps((__mmask16)lanes(n), xr + k),
-                                     _mm512_set1_ps(k < K ? s[k / bk] : 0.0f));
-            split16(v, passes, out + k, Kp);
-        }
-    }
-}
-
 void cpu_bf16_matmul_rows(const float *x, const uint16_t *xb, int T, int passes, const wtensor_t *w,
-                          int64_t n0, int64_t n1, float *y, int64_t ldy, float *scratch,
-                          int64_t scratch_floats) {
+                          int64_t n0, int64_t n1, float *y, int64_t ldy, float *scratch) {
     int64_t K = w->cols, Kp = round32(K), ld = wtensor_ld(w);
     tile_args_t a = {.ldx = passes * Kp, .Kp = Kp, .K = K, .passes = passes, .ldy = ldy};
     int64_t P = panel_rows(Kp);
@@ -288,14 +278,13 @@ void cpu_bf16_matmul_rows(const float *x, const uint16_t *xb, int T, int passes,
      * into a bf16 panel that every token passes */
     uint16_t *xs = (uint16_t *)scratch, *panel = xs + X_CHUNK * 2 * Kp;
     int64_t sld = wtensor_scale_ld(w);
-    (void)scratch_floats;
     for (int64_t b0 = n0; b0 < n1;) {
         int64_t b1 = (b0 / w->block_n + 1) * w->block_n;
         if (b1 > n1) b1 = n1;
         const float *s = w->scale_inv + (b0 / w->block_n) * sld;
         for (int t0 = 0; t0 < T; t0 += X_CHUNK) {
             int tn = T - t0 < X_CHUNK ? T - t0 : X_CHUNK;
-            split_scaled(x + (int64_t)t0 * K, tn, K, s, w->block_k, passes, xs, Kp);
+            split_rows(x + (int64_t)t0 * K, tn, K, s, w->block_k, passes, xs, Kp);
             float *yt = y + (int64_t)t0 * ldy;
             if (tn <= 3) {
                 run_tiles(SRC_F8, (const uint8_t *)w->data + b0 * ld, ld, 1, (int)(b1 - b0), true,
@@ -323,10 +312,9 @@ void cpu_bf16_split(const float *x, int T, int64_t K, int passes, uint16_t *xb) 
 }
 
 void cpu_bf16_matmul_rows(const float *x, const uint16_t *xb, int T, int passes, const wtensor_t *w,
-                          int64_t n0, int64_t n1, float *y, int64_t ldy, float *scratch,
-                          int64_t scratch_floats) {
+                          int64_t n0, int64_t n1, float *y, int64_t ldy, float *scratch) {
     (void)x, (void)xb, (void)T, (void)passes, (void)w, (void)n0, (void)n1, (void)y, (void)ldy,
-        (void)scratch, (void)scratch_floats;
+        (void)scratch;
 }
 
 #endif

@@ -30,7 +30,7 @@
  *
  *     uint16_t *xb = ...cpu_bf16_x_elems(T, K, passes)...;
  *     cpu_bf16_split(x, T, K, passes, xb);
- *     cpu_bf16_matmul_rows(x, xb, T, passes, w, n0, n1, y, ldy, scratch, scratch_floats);
+ *     cpu_bf16_matmul_rows(x, xb, T, passes, w, n0, n1, y, ldy, scratch);
  */
 #ifndef TACHYON_CPU_BF16_H
 #define TACHYON_CPU_BF16_H
@@ -64,7 +64,6 @@ int64_t cpu_bf16_scratch_floats(int64_t K);
  * activations: x[k] s[k / block_k] in f32, then split), xb unused. scratch: at least
  * cpu_bf16_scratch_floats(K) floats. Only when cpu_bf16_supported() and cpu_bf16_takes(w). */
 void cpu_bf16_matmul_rows(const float *x, const uint16_t *xb, int T, int passes, const wtensor_t *w,
-                          int64_t n0, int64_t n1, float *y, int64_t ldy, float *scratch,
-                          int64_t scratch_floats);
+                          int64_t n0, int64_t n1, float *y, int64_t ldy, float *scratch);
 
 #endif

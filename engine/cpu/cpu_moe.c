@@ -32,7 +32,6 @@ struct cpu_moe {
     float **wbuf;        /* [n_threads][wbuf_floats] dequantized weight rows */
     int64_t wbuf_floats; /* CPU_MM_ROWS * max(H, I), or the fast GEMM's panel */
     bool fast;           /* cpu_fast_matmul_rows (bit-identical), else cpu_matmul_rows */
-    int bf16_passes;     /* the experts' GEMMs on cpu_bf16.h's kernels, 1 or 2 passes (0: f32) */
     uint16_t *xgb, *gb;  /* [chunk * k][2][round32(H or I)] xg and the SiLU product split to
                             bf16 (with the bf16 kernels; NULL where the CPU has none) */
 };
@@ -103,10 +102,6 @@ int cpu_moe_create(const model_config_t *c, int n_threads, bool fast, cpu_moe_t 
     return 0;
 }
 
-void cpu_moe_set_precision(cpu_moe_t *m, int bf16_passes) {
-    m->bf16_passes = m->xgb ? bf16_passes : 0;
-}
-
 // ---------------------------------------------------------------------------------------------
 // Routing
 
@@ -171,6 +166,8 @@ typedef struct moe_job {
     int quant_group;      /* quantize the SiLU product for down per this many columns (W8A8;
                              0: no) */
     float *h;             /* combine job: the residual stream of the chunk */
+    int passes;           /* the experts' GEMMs on the bf16 kernels (cpu_moe_forward's
+                             bf16_passes; 0: f32) */
 } moe_job_t;
 
 /* cpu_matmul_rows, or its fast twin, with thread's scratch */
@@ -182,19 +179,19 @@ static void matmul_f32(const cpu_moe_t *m, int thread, const float *x, int T, co
         cpu_matmul_rows(x, T, w, n0, n1, y, ldy, m->wbuf[thread]);
 }
 
-/* An expert's GEMM: matmul_f32, or the bf16 kernels (xb: x split, read for BF16 weights). */
-static void matmul(const cpu_moe_t *m, int thread, const float *x, const uint16_t *xb, int T,
+/* An expert's GEMM: matmul_f32, or the bf16 kernels with j's passes (xb: x split, read for
+ * BF16 weights). */
+static void matmul(const moe_job_t *j, int thread, const float *x, const uint16_t *xb, int T,
                    const wtensor_t *w, int64_t n0, int64_t n1, float *y, int64_t ldy) {
-    if (m->bf16_passes && cpu_bf16_takes(w))
-        cpu_bf16_matmul_rows(x, xb, T, m->bf16_passes, w, n0, n1, y, ldy, m->wbuf[thread],
-                             m->wbuf_floats);
+    if (j->passes && cpu_bf16_takes(w))
+        cpu_bf16_matmul_rows(x, xb, T, j->passes, w, n0, n1, y, ldy, j->m->wbuf[thread]);
     else
-        matmul_f32(m, thread, x, T, w, n0, n1, y, ldy);
+        matmul_f32(j->m, thread, x, T, w, n0, n1, y, ldy);
 }
 
 /* Row p0 of a split buffer of K columns (forward_chunk split it when the experts are BF16). */
-static const uint16_t *bf16_rows(const cpu_moe_t *m, const uint16_t *buf, int64_t p0, int K) {
-    return m->bf16_passes ? buf + cpu_bf16_x_elems((int)p0, K, m->bf16_passes) : NULL;
+static const uint16_t *bf16_rows(const moe_job_t *j, const uint16_t *buf, int64_t p0, int K) {
+    return j->passes ? buf + cpu_bf16_x_elems((int)p0, K, j->passes) : NULL;
 }
 
 static void router_rows(void *ctx, int thread, int64_t begin, int64_t end) {
@@ -217,10 +214,10 @@ static void gate_up_items(void *ctx, int thread, int64_t begin, int64_t end) {
         int r0 = (int)(it % j->blocks) * COLS, r1 = r0 + COLS < I ? r0 + COLS : I;
         int64_t p0 = m->offset[e], n = m->count[e];
         const float *x = m->xg + p0 * m->H;
-        const uint16_t *xb = bf16_rows(m, m->xgb, p0, m->H);
+        const uint16_t *xb = bf16_rows(j, m->xgb, p0, m->H);
         float *g = m->gate + p0 * I, *u = m->up + p0 * I;
-        matmul(m, thread, x, xb, (int)n, expert(j, e, E_GATE), r0, r1, g, I);
-        matmul(m, thread, x, xb, (int)n, expert(j, e, E_UP), r0, r1, u, I);
+        matmul(j, thread, x, xb, (int)n, expert(j, e, E_GATE), r0, r1, g, I);
+        matmul(j, thread, x, xb, (int)n, expert(j, e, E_UP), r0, r1, u, I);
         for (int64_t t = 0; t < n; t++) {
             float *gr = g + t * I, *ur = u + t * I;
             for (int c = r0; c < r1; c++)
@@ -238,7 +235,7 @@ static void down_items(void *ctx, int thread, int64_t begin, int64_t end) {
         int e = m->active[it / j->blocks];
         int r0 = (int)(it % j->blocks) * COLS, r1 = r0 + COLS < m->H ? r0 + COLS : m->H;
         int64_t p0 = m->offset[e];
-        matmul(m, thread, m->gate + p0 * m->I, bf16_rows(m, m->gb, p0, m->I), m->count[e],
+        matmul(j, thread, m->gate + p0 * m->I, bf16_rows(j, m->gb, p0, m->I), m->count[e],
                expert(j, e, E_DOWN), r0, r1, m->y + p0 * m->H, m->H);
     }
 }
@@ -277,10 +274,10 @@ static void combine_tokens(void *ctx, int thread, int64_t begin, int64_t end) {
 // The layer
 
 static void forward_chunk(cpu_moe_t *m, cpu_pool_t *pool, const cpu_moe_weights_t *w,
-                          const float *x, int T, float *h, bool emulate_fp8, uint64_t *counts,
-                          int32_t *trace) {
+                          const float *x, int T, float *h, bool emulate_fp8, int bf16_passes,
+                          uint64_t *counts, int32_t *trace) {
     int H = m->H, E = m->E, k = m->k;
-    moe_job_t job = {.m = m, .w = w, .x = x, .T = T, .h = h};
+    moe_job_t job = {.m = m, .w = w, .x = x, .T = T, .h = h, .passes = m->xgb ? bf16_passes : 0};
 
     /* logits = x Wr^T; each token's experts and weights */
     int64_t grain = cpu_pool_grain(pool, E, (int64_t)T * E * H, 4, CPU_MM_ROWS);
@@ -306,10 +303,10 @@ static void forward_chunk(cpu_moe_t *m, cpu_pool_t *pool, const cpu_moe_weights_
     job.quant_group = emulate_fp8 && down0->dtype == DT_F8_E4M3 ? down0->block_k : 0;
     job.blocks = (m->I + COLS - 1) / COLS;
     int64_t items = (int64_t)n_active * job.blocks, macs = (int64_t)T * k * 2 * m->I * H;
-    bool split = m->bf16_passes && w->experts[E_GATE].dtype == DT_BF16;
-    if (split) cpu_bf16_split(m->xg, T * k, H, m->bf16_passes, m->xgb);
+    bool split = job.passes && w->experts[E_GATE].dtype == DT_BF16;
+    if (split) cpu_bf16_split(m->xg, T * k, H, job.passes, m->xgb);
     cpu_pool_run(pool, items, cpu_pool_grain(pool, items, macs, 2, 1), gate_up_items, &job);
-    if (split) cpu_bf16_split(m->gate, T * k, m->I, m->bf16_passes, m->gb);
+    if (split) cpu_bf16_split(m->gate, T * k, m->I, job.passes, m->gb);
     job.blocks = (H + COLS - 1) / COLS;
     items = (int64_t)n_active * job.blocks;
     cpu_pool_run(pool, items, cpu_pool_grain(pool, items, macs / 2, 2, 1), down_items, &job);
@@ -320,10 +317,11 @@ static void forward_chunk(cpu_moe_t *m, cpu_pool_t *pool, const cpu_moe_weights_
 }
 
 void cpu_moe_forward(cpu_moe_t *m, cpu_pool_t *pool, const cpu_moe_weights_t *w, const float *x,
-                     int T, float *h, bool emulate_fp8, uint64_t *counts, int32_t *trace) {
+                     int T, float *h, bool emulate_fp8, int bf16_passes, uint64_t *counts,
+                     int32_t *trace) {
     for (int t0 = 0; t0 < T; t0 += m->chunk) {
         int n = T - t0 < m->chunk ? T - t0 : m->chunk;
         forward_chunk(m, pool, w, x + (int64_t)t0 * m->H, n, h + (int64_t)t0 * m->H, emulate_fp8,
-                      counts, trace ? trace + (int64_t)t0 * m->k : NULL);
+                      bf16_passes, counts, trace ? trace + (int64_t)t0 * m->k : NULL);
     }
 }

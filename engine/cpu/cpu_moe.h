@@ -20,7 +20,7 @@
  *     cpu_moe_t *m;
  *     cpu_moe_create(cfg, n_threads, fast, &m, &err);     // fast: cpu_fast.h's GEMM
  *     cpu_moe_weights_t lw = {router, experts, 0, E};      // experts: weights_expert(w, l, 0, 0)
- *     cpu_moe_forward(m, pool, &lw, x, T, h, emulate_fp8, counts, NULL);   // counts[E] += routed
+ *     cpu_moe_forward(m, pool, &lw, x, T, h, emulate_fp8, 0, counts, NULL); // counts[E] += routed
  *     cpu_moe_destroy(m);
  */
 #ifndef TACHYON_CPU_MOE_H
@@ -53,18 +53,18 @@ int cpu_moe_create(const model_config_t *cfg, int n_threads, bool fast, cpu_moe_
                    err_t *err);
 void cpu_moe_destroy(cpu_moe_t *m);
 
-/* The experts' GEMMs on cpu_bf16.h's kernels with 1 or 2 passes (cpu-matmul-precision medium,
- * high), or in f32 (0; also where the CPU has no AVX512-BF16 or m is not fast). The router
- * stays f32 whatever this is: its top-k is a discrete choice that rounding would move. */
-void cpu_moe_set_precision(cpu_moe_t *m, int bf16_passes);
-
 /* h[t] += MoE(x[t]) for t < T: x [T, H] the normed input (f32), h [T, H] the residual stream.
  * counts[E] (may be NULL) gets the tokens routed to each expert added; trace [T, k] (may be
  * NULL) each token's experts (backend_ops_t.trace_routing). Uses the pool's threads.
  * Every expert's gate and up must have the dtype (and FP8 block) of expert 0's gate, and every
- * down that of expert 0's down: the input quantization is shared (the backend checks). */
+ * down that of expert 0's down: the input quantization is shared (the backend checks).
+ * bf16_passes: the experts' GEMMs on cpu_bf16.h's kernels with 1 or 2 passes
+ * (cpu-matmul-precision medium, high), or 0 for f32 (taken as 0 where the CPU has no
+ * AVX512-BF16 or m is not fast); the router is f32 whatever it is: its top-k is a discrete
+ * choice that rounding would move. */
 void cpu_moe_forward(cpu_moe_t *m, cpu_pool_t *pool, const cpu_moe_weights_t *w, const float *x,
-                     int T, float *h, bool emulate_fp8, uint64_t *counts, int32_t *trace);
+                     int T, float *h, bool emulate_fp8, int bf16_passes, uint64_t *counts,
+                     int32_t *trace);
 
 /* The k experts of one token from its router logits [E]: ids in decreasing probability (ties:
  * lower id first) and their weights (renormalised when norm). Exposed for the tests and the

@@ -192,10 +192,10 @@ static void bf16_matmul(const float *x, int T, int passes, const wtensor_t *w, i
     float *scratch = malloc(sizeof(float) * (size_t)sf);
     cpu_bf16_split(x, T, K, passes, xb);
     if (cut > n0 && cut < n1) {
-        cpu_bf16_matmul_rows(x, xb, T, passes, w, n0, cut, y, ldy, scratch, sf);
-        cpu_bf16_matmul_rows(x, xb, T, passes, w, cut, n1, y, ldy, scratch, sf);
+        cpu_bf16_matmul_rows(x, xb, T, passes, w, n0, cut, y, ldy, scratch);
+        cpu_bf16_matmul_rows(x, xb, T, passes, w, cut, n1, y, ldy, scratch);
     } else {
-        cpu_bf16_matmul_rows(x, xb, T, passes, w, n0, n1, y, ldy, scratch, sf);
+        cpu_bf16_matmul_rows(x, xb, T, passes, w, n0, n1, y, ldy, scratch);
     }
     free(xb);
     free(scratch);
