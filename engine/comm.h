@@ -14,9 +14,10 @@
  * The table of operations (comm_ops_t) is what another implementation provides behind the same
  * calls: NCCL (one ncclComm_t per GPU, created in one process with one worker thread per GPU;
  * the buffers are then device pointers, queued on the rank's stream; compiled where NCCL is
- * found, untested so far) and a single-device one that runs several ranks' shards on one GPU
- * (NCCL refuses two ranks on one device), which lets a one-GPU machine check the sharding math
- * of the CUDA path. Both are kernels/comm_gpu.h, used by the CUDA backend's tensor parallelism.
+ * found, run in the host emulation over an emulated NCCL, not yet on several real GPUs) and a
+ * single-device one that runs several ranks' shards on one GPU (NCCL refuses two ranks on one
+ * device), which lets a one-GPU machine check the sharding math of the CUDA path. Both are
+ * kernels/comm_gpu.h, used by the CUDA backend's tensor parallelism.
  *
  *     comm_group_t *g;
  *     comm_host_create(2, &g, &err);
@@ -29,6 +30,7 @@
 #ifndef TACHYON_COMM_H
 #define TACHYON_COMM_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <time.h>
 
@@ -50,6 +52,11 @@ typedef struct comm_ops {
     int (*broadcast)(comm_t *c, void *buf, size_t bytes, int root, err_t *err);
     /* Returns when every rank has called it. */
     int (*barrier)(comm_t *c, err_t *err);
+    /* The all-reduce and all-gather only queue work on the rank's stream and never wait on the
+     * host (NCCL), so a CUDA graph may capture them: the rank's graphs hold its collectives, and
+     * replays meet as eager steps do, each rank's in the same order. False where a collective
+     * meets the other ranks on the host (the host and single-device communicators). */
+    bool graph_safe;
 } comm_ops_t;
 
 /* Every rank's handle starts with this header. */

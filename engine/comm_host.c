@@ -111,6 +111,7 @@ static const comm_ops_t host_ops = {
     .all_gather = host_all_gather,
     .broadcast = host_broadcast,
     .barrier = host_barrier,
+    .graph_safe = false, /* the ranks meet on the host */
 };
 
 int comm_host_create(int size, comm_group_t **out, err_t *err) {

@@ -16,6 +16,20 @@
  *                            moe_intermediate_size / N); expert parallel: experts
  *                            [r E / N, (r + 1) E / N) whole, the others not read. Either way
  *                            the outputs are all-reduced. The router is replicated.
+ *                            Expert parallel moves no tokens, by choice: attention is tensor
+ *                            parallel, so every rank already holds every token's hidden state
+ *                            (an all-to-all's dispatch is done), each rank's experts add their
+ *                            part of each token's output, and the combine is the all-reduce the
+ *                            dense MLP ends with (NCCL's reduce-scatter + all-gather: vLLM's
+ *                            "allgather_reducescatter" EP backend). An all-to-all (ncclSend /
+ *                            ncclRecv) would return a token's part only from the ranks holding
+ *                            one of its experts: top-8 of 128 experts misses a rank's share with
+ *                            probability C(128 - 128/N, 8) / C(128, 8) = 0.003, 0.09, 0.33 at
+ *                            N = 2, 4, 8, so it would still move 67-99 % of the all-reduce's
+ *                            bytes, after a count exchange that the host must read (no CUDA
+ *                            graph around it). It pays with data-parallel attention (each rank
+ *                            its own tokens), which this engine does not do: its data-parallel
+ *                            replicas are whole engines (engine.h).
  *   lm_head                  vocab-parallel: rows [r V / N, (r + 1) V / N), its logits
  *                            all-gathered: the largest GEMM of a decode step is split N ways,
  *                            and each rank reads a 1/N of the weight that dominates small

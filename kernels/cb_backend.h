@@ -389,6 +389,9 @@ int cb_grow_tables(cuda_backend_t *be, size_t need, err_t *err);
 int cb_grow_arena(cuda_backend_t *be, size_t need, err_t *err);
 /* Sets the capture sizes for the current flags and capacities (graphs are captured lazily). */
 void cb_plan_graphs(cuda_backend_t *be);
+/* Whether this rank's steps can run from CUDA graphs: one rank, or a communicator whose
+ * collectives a graph captures (comm_ops_t.graph_safe: NCCL). */
+bool cb_graphs_possible(const cuda_backend_t *be);
 void cb_drop_graphs(cuda_backend_t *be);
 /* cb_weights.cu: asks cuBLASLt at start-up for the BF16 GEMMs every step size needs (the FP8
  * ones: cb_fp8_possible) and logs what the probes found; -1 naming a size without algorithm. */

@@ -64,6 +64,10 @@ void cb_drop_graphs(cuda_backend_t *be) {
         drop_set(be->mtp_graph[m], be->n_graphs);
 }
 
+bool cb_graphs_possible(const cuda_backend_t *be) {
+    return be->shard.tp == 1 || (be->shard.comm && be->shard.comm->ops->graph_safe);
+}
+
 void cb_plan_graphs(cuda_backend_t *be) {
     cb_drop_graphs(be);
     int max_size = be->max_seqs_live;

@@ -11,11 +11,15 @@
  * embedding and norms. This checks the CUDA path's sharding math on a one-GPU machine (and in
  * the host emulator); the ranks share the device, so it is no faster than one rank. Where NCCL
  * is built (TACHYON_HAVE_NCCL) and N devices exist from backend_options_t.device on, rank r runs
- * on device + r with the NCCL communicator instead (comm_gpu.h: UNTESTED, no two GPUs here).
+ * on device + r with the NCCL communicator instead (comm_gpu.h: run over an emulated NCCL in the
+ * host emulation, not yet on two real GPUs).
  *
  * Not at tp > 1 (refused at create, naming them): FP8 checkpoints whose shards split a 128 x 128
  * scale block (shard.h refuses them, as vLLM does).
- * CUDA graphs are off (the communicator waits on the host: steps run eagerly).
+ * CUDA graphs: over NCCL each rank captures and replays its own (its collectives inside them,
+ * comm_ops_t.graph_safe); the ranks replay in lockstep as they run eager steps, so a rank whose
+ * capture failed (graphs then off on it alone) still meets the others' collectives in order.
+ * Over the single-device communicator graphs are off (it meets the ranks on the host).
  */
 #include "cb_backend.h"
 

@@ -140,7 +140,7 @@ static int one_barrier(comm_t *c, err_t *err) {
 }
 
 static const comm_ops_t one_device_ops = {
-    "device", one_all_reduce_sum, one_all_gather, one_broadcast, one_barrier,
+    "device", one_all_reduce_sum, one_all_gather, one_broadcast, one_barrier, false,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -183,7 +183,7 @@ static int nccl_barrier(comm_t *c, err_t *err) {
 }
 
 static const comm_ops_t nccl_ops = {
-    "nccl", nccl_all_reduce_sum, nccl_all_gather, nccl_broadcast, nccl_barrier,
+    "nccl", nccl_all_reduce_sum, nccl_all_gather, nccl_broadcast, nccl_barrier, true,
 };
 #endif
 

@@ -12,12 +12,15 @@
  *   FIXED rank order of comm_host, rank 0 + rank 1 + ... from the left (each rank sums one
  *   contiguous range of the elements over all the ranks' buffers with one kernel and writes the
  *   sum into every buffer): the same bits on every run and on every rank. Synchronous with the
- *   host, so no CUDA graph can capture it.
+ *   host, so no CUDA graph can capture it (graph_safe false: its ranks run eagerly).
  * - NCCL (comm_gpu_create_nccl, where CMake finds NCCL: TACHYON_HAVE_NCCL): one ncclComm_t per
  *   GPU, all created in this process by ncclCommInitAll; the collectives are queued on the
- *   rank's stream and return at once. NCCL sums in its own (ring / tree) order, fixed for a
- *   group, not in rank order: f32 ulps from the single-device run's bits, not from run to run.
- *   UNTESTED: written and compiled where no two GPUs were at hand.
+ *   rank's stream and return at once, so each rank's CUDA graphs capture them (graph_safe; NCCL
+ *   2.9 and later) and its decode steps replay as at one rank. NCCL sums in its own (ring /
+ *   tree) order, fixed for a group, not in rank order: f32 ulps from the single-device run's
+ *   bits, not from run to run. Run in the host emulation over an emulated NCCL (a rank per
+ *   emulated device: tests/gpu/emu_backend/nccl_emu.cpp, test_cuda_tp_emu_nccl); not yet on two
+ *   real GPUs (none were lent at once).
  *
  *     comm_gpu_group_t *g;
  *     comm_gpu_create_one_device(2, &g, &err);

@@ -367,7 +367,7 @@ static void cb_describe(const backend_t *base, char *buf, size_t size) {
 static void cb_configure(backend_t *base, const backend_options_t *opts) {
     cuda_backend_t *be = (cuda_backend_t *)base;
     int seqs = opts->max_num_seqs > 0 ? opts->max_num_seqs : DEFAULT_MAX_SEQS;
-    be->graphs = opts->cuda_graphs && be->shard.tp == 1; /* as at create */
+    be->graphs = opts->cuda_graphs && cb_graphs_possible(be); /* as at create */
     /* takes effect at the next kv_reserve (the engine rebuilds the pool after this) */
     be->kv_dtype_next = opts->kv_cache_dtype == KV_DTYPE_FP8 ? OPS_KV_FP8 : OPS_KV_BF16;
     be->mtp_next = opts->mtp && be->n_mtp > 0;
@@ -541,15 +541,12 @@ int cb_create_rank(const backend_options_t *opts, const model_weights_t *w, cons
         be->cap_s = seqs;
         be->cap_l = seqs > 256 ? seqs : 256;
         be->max_seqs_live = seqs;
-        /* the single-device communicator waits on the host, which no graph can capture (and
-         * graphs around NCCL's collectives are not done yet) */
-        be->graphs = opts && opts->cuda_graphs && shard->tp == 1;
-        if (opts && opts->cuda_graphs && shard->tp > 1 && shard->rank == 0)
+        be->graphs = opts && opts->cuda_graphs && cb_graphs_possible(be);
+        if (opts && opts->cuda_graphs && !be->graphs && shard->rank == 0)
             fprintf(stderr,
-                    "tachyon: cuda: CUDA graphs off at tensor parallel %d (the single-device "
-                    "communicator synchronizes with the host, which a graph cannot capture; "
-                    "graphs around NCCL are not done yet)\n",
-                    shard->tp);
+                    "tachyon: cuda: CUDA graphs off at tensor parallel %d (the %s communicator "
+                    "meets the ranks on the host, which a graph cannot capture)\n",
+                    shard->tp, shard->comm->ops->name);
         be->kv_dtype_next = opts && opts->kv_cache_dtype == KV_DTYPE_FP8 ? OPS_KV_FP8 : OPS_KV_BF16;
         be->kv_dtype = be->kv_dtype_next;
     }

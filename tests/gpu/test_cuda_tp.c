@@ -1,8 +1,10 @@
-/* Tensor parallel 2 on one device (the single-device communicator) against TP 1, both on the
- * cuda backend: the same logits within LOGIT_TOL_TP and the same greedy tokens, through the
- * backend and through the engine: dense BF16 and FP8, Qwen3-MoE (tensor and expert parallel),
- * Qwen3.5; what TP cannot shard is refused, naming it. (Split from test_cuda_backend.c, whose
- * helpers both use: cuda_compare.h.)
+/* Tensor parallel 2 against TP 1, both on the cuda backend: on one device (the single-device
+ * communicator), or, where two devices and NCCL are there, a rank per device over NCCL with the
+ * decode steps replayed from every rank's CUDA graphs (on the device, or in the host emulation
+ * with TACHYON_EMU_DEVICES=2 over its emulated NCCL). The same logits within LOGIT_TOL_TP and the
+ * same greedy tokens, through the backend and through the engine: dense BF16 and FP8, Qwen3-MoE
+ * (tensor and expert parallel), Qwen3.5; what TP cannot shard is refused, naming it. (Split from
+ * test_cuda_backend.c, whose helpers both use: cuda_compare.h.)
  *
  * Exit 77 without a Hopper GPU. */
 #include <math.h>
@@ -26,6 +28,7 @@
 #include "rng.h"
 #include "engine_testutil.h"
 #include "testutil.h"
+#include "tp.h"
 #include "weights.h"
 
 #include "cuda_compare.h"
@@ -85,7 +88,10 @@ static void tp2_against_tp1(model_weights_t *w, const char *fixture, bool fp8, b
     print_message("%s: %s\n", name, desc);
     assert_non_null(strstr(desc, "tensor parallel 2"));
     if (ep) assert_non_null(strstr(desc, "expert parallel"));
-    assert_non_null(strstr(desc, "graphs off")); /* asked for, off at TP > 1 */
+    /* graphs asked for: on over NCCL (its collectives are captured with each rank's steps), off
+     * over the single-device communicator (it meets the ranks on the host) */
+    const bool nccl = strstr(desc, "NCCL") != NULL;
+    assert_non_null(strstr(desc, nccl ? "graphs on" : "graphs off"));
     int vocab = weights_config(w)->vocab_size, n, n2, ties = 0;
     cJSON *g = NULL;
     if (fixture) {
@@ -131,6 +137,13 @@ static void tp2_against_tp1(model_weights_t *w, const char *fixture, bool fp8, b
                   "%d near ties in all\n",
                   name, n_lock, step_worst, ties);
     assert_true(step_worst <= tol);
+    for (int r = 0; nccl && r < 2; r++) { /* every rank's decode steps ran from its graphs */
+        cuda_graph_stats_t gs;
+        cuda_backend_graph_stats(tp_backend_rank(two, r), &gs);
+        print_message("%s: rank %d replayed %ld steps from %d captured graphs\n", name, r,
+                      gs.replays, gs.captured);
+        assert_true(gs.replays >= 7 * n_lock && gs.captured >= 1);
+    }
     cJSON_Delete(g);
     backend_destroy(two);
     backend_destroy(one);

@@ -1,5 +1,5 @@
 /* The CUDA runtime calls of kernels/cuda_backend.cu that tests/gpu/emu/emu_cuda.cpp does not stub,
- * for the backend's host emulation: one synchronous "device" whose memory is host memory.
+ * for the backend's host emulation: synchronous "devices" whose memory is host memory.
  * Graph capture is emulated (tests/gpu/emu/emu_cuda.h): the asynchronous copies and sets below
  * are recorded while the calling thread captures, the synchronizations refused. */
 #include <cstdint>
@@ -15,8 +15,17 @@
 
 extern "C" {
 
+/* The devices: 1, or TACHYON_EMU_DEVICES (1..64) for the multi-GPU paths (a rank per device
+ * over the emulated NCCL, nccl_emu.cpp). They share the host's memory and run their streams'
+ * work at the call, each on the calling thread. */
+static int device_count(void) {
+    const char *s = getenv("TACHYON_EMU_DEVICES");
+    int n = s ? atoi(s) : 1;
+    return n >= 1 && n <= 64 ? n : 1;
+}
+
 cudaError_t cudaGetDeviceCount(int *n) {
-    *n = 1;
+    *n = device_count();
     return cudaSuccess;
 }
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int) {
@@ -28,12 +37,12 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int) {
     p->totalGlobalMem = EMU_DEVICE_BYTES;
     return cudaSuccess;
 }
-cudaError_t cudaDeviceGetPCIBusId(char *id, int len, int) {
-    snprintf(id, (size_t)len, "0000:00:00.0");
+cudaError_t cudaDeviceGetPCIBusId(char *id, int len, int device) {
+    snprintf(id, (size_t)len, "0000:%02x:00.0", device);
     return cudaSuccess;
 }
-cudaError_t cudaSetDevice(int) {
-    return cudaSuccess;
+cudaError_t cudaSetDevice(int device) {
+    return device >= 0 && device < device_count() ? cudaSuccess : cudaErrorInvalidDevice;
 }
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int) {
     *s = (cudaStream_t)(uintptr_t)1;
