@@ -25,6 +25,7 @@
  *     comm_t *c = comm_rank(g, r);
  *     comm_all_reduce_sum(c, partial, n, &err);       // partial[n] becomes the sum over ranks
  *     comm_all_gather(c, mine, bytes, all, &err);     // all[N * bytes] = rank 0's | rank 1's ...
+ *     if (comm_agree(c, rc, &err) < 0) return -1;     // any rank failed: every rank stops here
  *     comm_group_destroy(g);                          // after every rank is done with it
  */
 #ifndef TACHYON_COMM_H
@@ -52,6 +53,13 @@ typedef struct comm_ops {
     int (*broadcast)(comm_t *c, void *buf, size_t bytes, int root, err_t *err);
     /* Returns when every rank has called it. */
     int (*barrier)(comm_t *c, err_t *err);
+    /* A meeting on the host over each rank's outcome rc (of its work since the last collective):
+     * rc when no rank's is negative, else -1 on every rank; a rank that failed keeps its own
+     * message, the others get "tensor-parallel rank k failed this step" (k the first that did)
+     * and peer_failed set. Ranks call it before a collective that a rank which failed would
+     * never reach, so that none waits there for ever. No device work (nothing for a graph to
+     * capture). */
+    int (*agree)(comm_t *c, int rc, err_t *err);
     /* The all-reduce and all-gather only queue work on the rank's stream and never wait on the
      * host (NCCL), so a CUDA graph may capture them: the rank's graphs hold its collectives, and
      * replays meet as eager steps do, each rank's in the same order. False where a collective
@@ -68,6 +76,9 @@ struct comm {
      * outpace. The host and single-device communicators wait on the host; NCCL's calls only
      * queue work on the rank's stream, so there it counts the queueing. */
     double coll_s;
+    /* The last agree failed for another rank's failure, not this one's: whoever reports the
+     * step's error looks for the rank whose own it was (engine/tp.c). */
+    bool peer_failed;
 };
 
 static inline double comm_clock_(void) {
@@ -107,6 +118,9 @@ static inline int comm_broadcast(comm_t *c, void *buf, size_t bytes, int root, e
 }
 static inline int comm_barrier(comm_t *c, err_t *err) {
     COMM_TIMED_(c, c->ops->barrier(c, err));
+}
+static inline int comm_agree(comm_t *c, int rc, err_t *err) {
+    COMM_TIMED_(c, c->ops->agree(c, rc, err));
 }
 
 #endif

@@ -105,12 +105,29 @@ static int host_barrier(comm_t *c, err_t *err) {
     return 0;
 }
 
+/* Each rank publishes whether it failed (as its length), every rank reads them all, and no rank
+ * publishes again before every rank has read. */
+static int host_agree(comm_t *c, int rc, err_t *err) {
+    comm_group_t *g = group_of(c);
+    g->len[c->rank] = rc < 0;
+    meet(g);
+    int first = -1;
+    for (int r = 0; r < g->size && first < 0; r++)
+        if (g->len[r]) first = r;
+    meet(g);
+    c->peer_failed = first >= 0 && rc >= 0;
+    if (first < 0) return rc;
+    if (rc < 0) return -1;
+    return err_set(err, "tensor-parallel rank %d failed this step", first);
+}
+
 static const comm_ops_t host_ops = {
     .name = "host",
     .all_reduce_sum = host_all_reduce_sum,
     .all_gather = host_all_gather,
     .broadcast = host_broadcast,
     .barrier = host_barrier,
+    .agree = host_agree,
     .graph_safe = false, /* the ranks meet on the host */
 };
 

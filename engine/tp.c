@@ -100,6 +100,8 @@ static int run_ranks(tp_t *t, const be_batch_t *b, float *logits, const int32_t 
     t->mtp_step = step;
     t->mtp_argmax = argmax;
     t->done = 0;
+    for (int i = 0; i < t->n; i++) /* quiet between steps */
+        if (t->rank[i].comm) t->rank[i].comm->peer_failed = false;
     t->step++;
     pthread_cond_broadcast(&t->cv);
     pthread_mutex_unlock(&t->mu);
@@ -116,13 +118,16 @@ static int run_ranks(tp_t *t, const be_batch_t *b, float *logits, const int32_t 
         r->stats.steps++;
     }
     pthread_mutex_unlock(&t->mu);
-    /* the ranks agree on failure before their first collective; a failure of its own on another
-     * rank is the one to report */
-    for (int i = 1; rc == 0 && i < t->n; i++)
-        if (t->rank[i].rc < 0) {
-            err_set(err, "rank %d: %s", i, t->rank[i].err.msg);
-            rc = -1;
-        }
+    /* the ranks agree on a failure before a collective that a failed rank would not reach
+     * (comm_agree); the message to report is that of the first rank that failed of its own
+     * accord, not of one that stopped because another did */
+    t->rank[0].rc = rc;
+    for (int i = 0; i < t->n; i++) {
+        const tp_rank_t *r = &t->rank[i];
+        if (r->rc >= 0 || (r->comm && r->comm->peer_failed)) continue;
+        if (i > 0) err_set(err, "rank %d: %s", i, r->err.msg);
+        return -1;
+    }
     return rc;
 }
 

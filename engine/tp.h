@@ -9,9 +9,12 @@
  * form of a broadcast), the ranks run the layers and meet in their collectives (the all-reduces
  * after each row-parallel layer, the all-gather of the vocab-parallel logits), and the call
  * returns when all are done, rank 0 having written the logits (every rank is handed the host
- * logits buffer, as the batch; only rank 0 writes it). The ranks must fail alike before their
- * first collective (a check of the batch that one rank fails and another passes would leave the
- * other waiting).
+ * logits buffer, as the batch; only rank 0 writes it). A rank that fails where the others do
+ * not must not leave them waiting in a collective it will never reach: the backends' ranks meet
+ * in comm_agree before their collectives (the CPU backend at a step's start and after each
+ * Gated DeltaNet layer's state work, the CUDA backend once a piece, after staging), and the step's
+ * error is that of the first rank that failed of its own accord ("rank 1: ..."), not the
+ * "tensor-parallel rank 1 failed this step" of the ranks that stopped for it.
  *
  * Each rank's forward time and its time in collectives are kept (rank_stats: the console's rows
  * per rank show where a step's time goes and which rank the others wait for).

@@ -190,6 +190,26 @@ static int check_batch(const cuda_backend_t *be, const be_batch_t *b, bool state
     return 0;
 }
 
+/* Tensor parallel: the ranks agree on their outcome so far once a piece, after its staging and
+ * before its first collective (comm_agree), so that no rank waits in a collective for a rank that
+ * failed (a grown buffer that did not fit, a copy refused); rc at one rank. The meetings are one a
+ * piece, whatever the graphs: a rank whose capture failed re-stages eagerly without meeting again
+ * (that re-staging is the one failure not agreed on). */
+static int agreed(cuda_backend_t *be, int rc, err_t *err) {
+    return be->shard.tp > 1 ? comm_agree(be->shard.comm, rc, err) : rc;
+}
+
+/* A rank that fails before a step's first meeting still goes to it (the other ranks meet there,
+ * at their first piece's staging), so that they learn of the failure instead of waiting; -1 with
+ * this rank's message kept. A batch without tokens has no pieces, so no meeting. */
+static int fail_before_staging(cuda_backend_t *be, const be_batch_t *b) {
+    if (be->shard.tp > 1 && b && b->n_tokens > 0) {
+        err_t ignored;
+        comm_agree(be->shard.comm, -1, &ignored);
+    }
+    return -1;
+}
+
 /* The next piece starting at token t0 (sequence *s containing it, logit index l). */
 static piece_t next_piece(const cuda_backend_t *be, const be_batch_t *b, int t0, int s, int l) {
     piece_t p = {};
@@ -380,10 +400,12 @@ static int forward_piece(cuda_backend_t *be, const be_batch_t *b, const piece_t 
                          p->t0 == 0 && p->t1 == b->n_tokens;
     for (int i = 0; whole_uniform && i < nl; i++)
         if (b->logit_rows[i] != i) whole_uniform = false;
+    bool staged = false;                                 /* and agreed on */
     if (be->graphs && whole_uniform && !be->moe.trace) { /* a traced step runs eagerly */
         cb_graph_t *g = graph_slot(be, ns, q, -1);
         if (g) {
-            if (stage_piece(be, b, p, g->size, NULL, NULL, err) < 0) return -1;
+            staged = true;
+            if (agreed(be, stage_piece(be, b, p, g->size, NULL, NULL, err), err) < 0) return -1;
             const run_args_t r = uniform_run(be, g->size, q, b->block_table_stride);
             if (ready_graph(
                     be, g, b->block_table_stride, [&]() { return cb_run_stack(be, &r, err); },
@@ -396,7 +418,8 @@ static int forward_piece(cuda_backend_t *be, const be_batch_t *b, const piece_t 
         }
     }
     {
-        if (stage_piece(be, b, p, 0, NULL, NULL, err) < 0) return -1;
+        int rc = stage_piece(be, b, p, 0, NULL, NULL, err);
+        if ((staged ? rc : agreed(be, rc, err)) < 0) return -1;
         run_args_t r = {};
         r.T = p->t1 - p->t0;
         r.n_seqs = ns;
@@ -429,15 +452,21 @@ int cb_forward(backend_t *base, const be_batch_t *b, float *logits, err_t *err) 
     cuda_backend_t *be = (cuda_backend_t *)base;
     be->logits_rows = -1;
     be->hid_rows = 0;
-    if (check_batch(be, b, false, err) < 0) return -1;
+    if (check_batch(be, b, false, err) < 0) return fail_before_staging(be, b);
     if (b->n_tokens == 0) return 0;
-    CUDA_CHECK(cudaSetDevice(be->device), err);
+    cudaError_t e = cudaSetDevice(be->device);
+    if (e != cudaSuccess) {
+        err_set(err, "cuda backend: cudaSetDevice(%d): %s", be->device, cudaGetErrorString(e));
+        return fail_before_staging(be, b);
+    }
     bool resident = b->n_logits <= be->cap_l;
-    if (!logits && !resident)
-        return err_set(err,
-                       "cuda backend: %d logit rows in one step; device sampling takes at most %d "
-                       "(max-num-seqs)",
-                       b->n_logits, be->cap_l);
+    if (!logits && !resident) {
+        err_set(err,
+                "cuda backend: %d logit rows in one step; device sampling takes at most %d "
+                "(max-num-seqs)",
+                b->n_logits, be->cap_l);
+        return fail_before_staging(be, b);
+    }
     int t0 = 0, s = 0, l = 0, pieces = 0;
     while (t0 < b->n_tokens) {
         pieces++;
@@ -473,19 +502,10 @@ static bool one_token_each(const be_batch_t *b, const piece_t *p) {
     return true;
 }
 
-int cb_mtp_forward(backend_t *base, const be_batch_t *b, const int32_t *hidden_rows, int step,
-                   float *logits, int32_t *argmax, err_t *err) {
-    cuda_backend_t *be = (cuda_backend_t *)base;
-    if (be->n_mtp == 0)
-        return err_set(err, "cuda backend: no MTP head here (none in the model, or an MoE MTP "
-                            "layer)");
-    if (!b) return 0; /* the probe: the head runs here */
-    if (!be->mtp)
-        return err_set(err, "cuda backend: mtp_forward on a KV pool reserved without the MTP "
-                            "layers (backend_options_t.mtp)");
-    if (step < 0 || !hidden_rows) return err_set(err, "cuda backend: mtp_forward step %d", step);
-    if (check_batch(be, b, true, err) < 0) return -1;
-    if (b->n_tokens == 0) return 0;
+/* What an MTP pass of a checked batch b needs besides (one piece, an output, hidden rows the
+ * last forward or MTP step left), and the device set. */
+static int mtp_pass_check(cuda_backend_t *be, const be_batch_t *b, const int32_t *hidden_rows,
+                          int step, const float *logits, const int32_t *argmax, err_t *err) {
     if (b->n_tokens > be->cap_t || b->n_seqs > be->cap_s || b->n_logits > be->cap_l)
         return err_set(err,
                        "cuda backend: an MTP pass of %d tokens, %d sequences, %d logit rows is "
@@ -500,13 +520,31 @@ int cb_mtp_forward(backend_t *base, const be_batch_t *b, const int32_t *hidden_r
                 err, "cuda backend: mtp_forward: hidden row %d of token %d (the %s has %d)",
                 hidden_rows[t], t, step == 0 ? "last forward" : "last MTP step", src_rows);
     CUDA_CHECK(cudaSetDevice(be->device), err);
+    return 0;
+}
+
+int cb_mtp_forward(backend_t *base, const be_batch_t *b, const int32_t *hidden_rows, int step,
+                   float *logits, int32_t *argmax, err_t *err) {
+    cuda_backend_t *be = (cuda_backend_t *)base;
+    if (be->n_mtp == 0)
+        return err_set(err, "cuda backend: no MTP head here (none in the model, or an MoE MTP "
+                            "layer)");
+    if (!b) return 0; /* the probe: the head runs here */
+    if (!be->mtp)
+        return err_set(err, "cuda backend: mtp_forward on a KV pool reserved without the MTP "
+                            "layers (backend_options_t.mtp)");
+    if (step < 0 || !hidden_rows) return err_set(err, "cuda backend: mtp_forward step %d", step);
+    if (check_batch(be, b, true, err) < 0) return fail_before_staging(be, b);
+    if (b->n_tokens == 0) return 0;
+    if (mtp_pass_check(be, b, hidden_rows, step, logits, argmax, err) < 0)
+        return fail_before_staging(be, b);
     be->logits_rows = -1; /* the device logits become the head's */
     piece_t p = next_piece(be, b, 0, 0, 0);
     /* a pass of one token a sequence, each its logit row (the drafts after step 0, and step 0
      * when each sequence accepted nothing): from a graph when graphs are on */
     const bool uniform = be->graphs && be->n_mtp == 1 && !be->moe.trace && one_token_each(b, &p);
     cb_graph_t *g = uniform ? graph_slot(be, b->n_seqs, 1, step > 0) : NULL;
-    int rc = stage_piece(be, b, &p, g ? g->size : 0, hidden_rows, NULL, err);
+    int rc = agreed(be, stage_piece(be, b, &p, g ? g->size : 0, hidden_rows, NULL, err), err);
     if (rc == 0 && g) {
         const run_args_t gr = uniform_run(be, g->size, 1, b->block_table_stride);
         const uint16_t *src = step == 0 ? be->hid : be->hid_mtp;

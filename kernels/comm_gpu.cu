@@ -17,7 +17,7 @@
 typedef struct gpu_rank {
     comm_t base; /* first: a comm_t * is a gpu_rank_t * */
     cudaStream_t stream;
-    comm_t *host; /* single-device: the host group's handle */
+    comm_t *host; /* the host group's handle: the single-device collectives' meetings, agree */
 #ifdef TACHYON_HAVE_NCCL
     ncclComm_t nccl;
     int device;
@@ -27,7 +27,7 @@ typedef struct gpu_rank {
 
 struct comm_gpu_group {
     int size;
-    comm_group_t *host; /* single-device */
+    comm_group_t *host;
     gpu_rank_t rank[COMM_MAX_RANKS];
 };
 
@@ -139,8 +139,16 @@ static int one_barrier(comm_t *c, err_t *err) {
     return finish((gpu_rank_t *)c, 0, err);
 }
 
+/* Both communicators agree on the host, through the group's host communicator. */
+static int gpu_agree(comm_t *c, int rc, err_t *err) {
+    comm_t *host = ((gpu_rank_t *)c)->host;
+    rc = comm_agree(host, rc, err);
+    c->peer_failed = host->peer_failed;
+    return rc;
+}
+
 static const comm_ops_t one_device_ops = {
-    "device", one_all_reduce_sum, one_all_gather, one_broadcast, one_barrier, false,
+    "device", one_all_reduce_sum, one_all_gather, one_broadcast, one_barrier, gpu_agree, false,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -183,14 +191,14 @@ static int nccl_barrier(comm_t *c, err_t *err) {
 }
 
 static const comm_ops_t nccl_ops = {
-    "nccl", nccl_all_reduce_sum, nccl_all_gather, nccl_broadcast, nccl_barrier, true,
+    "nccl", nccl_all_reduce_sum, nccl_all_gather, nccl_broadcast, nccl_barrier, gpu_agree, true,
 };
 #endif
 
 // ---------------------------------------------------------------------------------------------
 // Entry points
 
-/* A group of size ranks with ops, their handles set. */
+/* A group of size ranks with ops, their handles set, over a host group of as many. */
 static comm_gpu_group_t *new_group(int size, const comm_ops_t *ops, err_t *err) {
     if (size < 1 || size > COMM_MAX_RANKS) {
         err_set(err, "%s communicator: %d ranks (1..%d)", ops->name, size, COMM_MAX_RANKS);
@@ -201,11 +209,17 @@ static comm_gpu_group_t *new_group(int size, const comm_ops_t *ops, err_t *err) 
         err_set(err, "%s communicator: out of memory", ops->name);
         return NULL;
     }
+    if (comm_host_create(size, &g->host, err) < 0) {
+        free(g);
+        err_prefix(err, "%s communicator", ops->name);
+        return NULL;
+    }
     g->size = size;
     for (int r = 0; r < size; r++) {
         g->rank[r].base.ops = ops;
         g->rank[r].base.rank = r;
         g->rank[r].base.size = size;
+        g->rank[r].host = comm_rank(g->host, r);
     }
     return g;
 }
@@ -214,12 +228,6 @@ extern "C" int comm_gpu_create_one_device(int size, comm_gpu_group_t **out, err_
     *out = NULL;
     comm_gpu_group_t *g = new_group(size, &one_device_ops, err);
     if (!g) return -1;
-    if (comm_host_create(size, &g->host, err) < 0) {
-        free(g);
-        return err_prefix(err, "device communicator");
-    }
-    for (int r = 0; r < size; r++)
-        g->rank[r].host = comm_rank(g->host, r);
     *out = g;
     return 0;
 }
@@ -256,7 +264,7 @@ extern "C" int comm_gpu_create_nccl(int size, const int *devices, comm_gpu_group
     ncclComm_t comms[COMM_MAX_RANKS];
     ncclResult_t nr = ncclCommInitAll(comms, size, devices);
     if (nr != ncclSuccess) {
-        free(g);
+        comm_gpu_destroy(g);
         return err_set(err, "nccl communicator: ncclCommInitAll over %d GPUs: %s", size,
                        ncclGetErrorString(nr));
     }

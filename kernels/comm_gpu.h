@@ -21,6 +21,8 @@
  *   bits, not from run to run. Run in the host emulation over an emulated NCCL (a rank per
  *   emulated device: tests/gpu/emu_backend/nccl_emu.cpp, test_cuda_tp_emu_nccl); not yet on two
  *   real GPUs (none were lent at once).
+ * Both agree (comm_agree: whether any rank failed before a collective) on the host, through a
+ * host communicator over the same ranks; cb_step.cu's ranks agree once a piece, after staging.
  *
  *     comm_gpu_group_t *g;
  *     comm_gpu_create_one_device(2, &g, &err);

@@ -124,13 +124,11 @@ static int all_reduce(cpu_backend_t *be, float *buf, int64_t n, err_t *err) {
 }
 
 /* Every rank learns whether any rank failed (rc: this rank's result), before a collective that a
- * failed rank would not reach. */
+ * failed rank would not reach (comm_agree). */
 static int agree(cpu_backend_t *be, int rc, err_t *err) {
-    float failed = rc < 0 ? 1.0f : 0.0f;
-    if (comm_all_reduce_sum(be->shard.comm, &failed, 1, err) < 0) return -1;
-    if (failed > 0 && rc == 0)
-        return err_set(err, "cpu backend: another tensor-parallel rank failed this step");
-    return failed > 0 ? -1 : 0;
+    if (comm_agree(be->shard.comm, rc, err) < 0)
+        return rc < 0 ? -1 : err_prefix(err, "cpu backend");
+    return rc;
 }
 
 typedef struct attn_job {

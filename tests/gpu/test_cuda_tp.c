@@ -254,6 +254,65 @@ static void test_tp2_gated_deltanet(void **state) {
     weights_destroy(w);
 }
 
+/* A rank that fails on its own before a collective (its host-to-device copies refused: the host
+ * emulation's fault injection, TACHYON_EMU_FAIL_H2D_DEVICE) fails the step on every rank instead
+ * of leaving the others waiting in the collective (the emulated NCCL aborts a wait it can tell
+ * would hang): the error is that rank's own, named; then, the fault gone, the next step runs and
+ * matches TP 1. Needs a rank per device (TACHYON_EMU_DEVICES=2); skipped elsewhere. */
+static void test_tp2_rank_failure(void **state) {
+    model_weights_t *w = tu_fixture_weights("tiny-qwen3");
+    backend_t *one = open_backend_tp(&cuda_backend_ops, w, false, 1, false, NULL);
+    backend_t *two = open_backend_tp(&cuda_backend_ops, w, false, 2, false, NULL);
+    char desc[512];
+    two->ops->describe(two, desc, sizeof desc);
+    if (!strstr(desc, "host emulation") || !strstr(desc, "NCCL")) {
+        print_message("skipped: needs the host emulation with a rank per device\n");
+        backend_destroy(two);
+        backend_destroy(one);
+        weights_destroy(w);
+        return;
+    }
+    err_t err = {{0}};
+    assert_int_equal(backend_kv_reserve(one, TU_SEQS * TU_SEQ_BLOCKS, TU_BLOCK, &err), 0);
+    assert_int_equal(backend_kv_reserve(two, TU_SEQS * TU_SEQ_BLOCKS, TU_BLOCK, &err), 0);
+    static int32_t p0[96], p1[96];
+    const int32_t *tok[TU_SEQS] = {p0, p1};
+    const int from[TU_SEQS] = {0, 0}, n[TU_SEQS] = {tu_prompt(500, p0), tu_prompt(501, p1)};
+    static tu_batch_t sb;
+    tu_batch_build(&sb, tok, from, n, false);
+    const int vocab = weights_config(w)->vocab_size;
+    float *a = malloc((size_t)TU_SEQS * vocab * sizeof *a),
+          *b = malloc((size_t)TU_SEQS * vocab * 4);
+    for (int dev = 1; dev >= 0; dev--) { /* rank 1's failure, then rank 0's own */
+        char d[4];
+        snprintf(d, sizeof d, "%d", dev);
+        setenv("TACHYON_EMU_FAIL_H2D_DEVICE", d, 1);
+        err = (err_t){{0}};
+        int rc = backend_forward(two, &sb.b, b, &err);
+        unsetenv("TACHYON_EMU_FAIL_H2D_DEVICE");
+        print_message("device %d refusing copies: forward %d: %s\n", dev, rc, err.msg);
+        assert_int_equal(rc, -1);
+        assert_non_null(strstr(err.msg, "cudaMemcpyAsync")); /* the cause, not the meeting */
+        assert_int_equal(strstr(err.msg, "rank 1: ") != NULL, dev == 1);
+    }
+    assert_int_equal(backend_forward(one, &sb.b, a, &err), 0);
+    assert_int_equal(backend_forward(two, &sb.b, b, &err), 0);
+    double d = tu_max_diff(a, b, (size_t)TU_SEQS * vocab);
+    print_message("the next step: max |logit TP 2 - TP 1| = %.4g\n", d);
+    assert_true(d <= LOGIT_TOL_TP);
+    /* and the failed steps left nothing behind: a TP 2 instance that never failed, the same bits */
+    backend_t *fresh = open_backend_tp(&cuda_backend_ops, w, false, 2, false, NULL);
+    assert_int_equal(backend_kv_reserve(fresh, TU_SEQS * TU_SEQ_BLOCKS, TU_BLOCK, &err), 0);
+    assert_int_equal(backend_forward(fresh, &sb.b, a, &err), 0);
+    assert_memory_equal(a, b, (size_t)TU_SEQS * vocab * sizeof *a);
+    backend_destroy(fresh);
+    free(a);
+    free(b);
+    backend_destroy(two);
+    backend_destroy(one);
+    weights_destroy(w);
+}
+
 /* What TP 2 does not run on this backend is refused at create, naming it. */
 static void test_tp2_refusals(void **state) {
     static const struct {
@@ -281,9 +340,10 @@ int main(void) {
     }
     backend_register(&cuda_backend_ops);
     struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_tp2_bf16),       cmocka_unit_test(test_tp2_fp8),
-        cmocka_unit_test(test_tp2_experts),    cmocka_unit_test(test_tp2_gated_deltanet),
-        cmocka_unit_test(test_tp2_experts_ep), cmocka_unit_test(test_tp2_refusals),
+        cmocka_unit_test(test_tp2_bf16),         cmocka_unit_test(test_tp2_fp8),
+        cmocka_unit_test(test_tp2_experts),      cmocka_unit_test(test_tp2_gated_deltanet),
+        cmocka_unit_test(test_tp2_experts_ep),   cmocka_unit_test(test_tp2_refusals),
+        cmocka_unit_test(test_tp2_rank_failure),
     };
     size_t n = 0;
     for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++)

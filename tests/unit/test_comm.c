@@ -1,8 +1,9 @@
 /* comm: the host communicator with 1 to 8 rank threads. The all-reduce equals the sum in rank
  * order (rank 0 + rank 1 + ...) bit for bit on every rank and on every run, whatever the timing
  * (the ranks are jittered), on values chosen so that another order gives other bits; all-gather
- * and broadcast move the bytes; a length that differs between ranks fails on every rank; and the
- * group is reusable across many collectives in a row. */
+ * and broadcast move the bytes; a length that differs between ranks fails on every rank; agree
+ * fails every rank when one does, each keeping its own message or naming the first that failed;
+ * and the group is reusable across many collectives in a row. */
 #include <pthread.h>
 #include <sched.h>
 #include <setjmp.h>
@@ -28,6 +29,9 @@ typedef struct rank_run {
     int32_t gathered[MAX_R * 3];
     char text[16];
     int rc_reduce, rc_gather, rc_bcast, rc_barrier, rc_mismatch;
+    int rc_agree_ok, rc_agree[3]; /* all succeed; then ranks (run % size) and, in turn, none fail */
+    bool peer_failed[3];
+    char agree_msg[3][sizeof(err_t)];
 } rank_run_t;
 
 /* Values of very different magnitudes and signs: float addition is far from associative here. */
@@ -65,6 +69,17 @@ static void *rank_main(void *arg) {
     err_t err;
     /* rank 0 passes 1 element, the others 2: all of them fail, none hangs */
     r->rc_mismatch = r->c->size > 1 ? comm_all_reduce_sum(r->c, &one, me == 0 ? 1 : 2, &err) : -1;
+    r->rc_agree_ok = comm_agree(r->c, 7, &err); /* no failure: this rank's own rc back */
+    for (int k = 0; k < 3; k++) { /* k 0: rank run % size fails; 1: it and the last; 2: none */
+        int size = r->c->size, f = r->run % size;
+        bool fails = k < 2 && (me == f || (k == 1 && me == size - 1));
+        err_t e;
+        snprintf(e.msg, sizeof e.msg, "own failure of rank %d", me);
+        jitter(me, r->run + k);
+        r->rc_agree[k] = comm_agree(r->c, fails ? -1 : 0, &e);
+        r->peer_failed[k] = r->c->peer_failed;
+        snprintf(r->agree_msg[k], sizeof r->agree_msg[k], "%s", e.msg);
+    }
     return NULL;
 }
 
@@ -116,6 +131,20 @@ static void test_collectives(void **state) {
                 assert_string_equal(ranks[r].text, "from root");
                 assert_int_equal(ranks[r].rc_barrier, 0);
                 assert_int_equal(ranks[r].rc_mismatch, -1);
+                assert_int_equal(ranks[r].rc_agree_ok, 7);
+                int f = run % size;
+                for (int k = 0; k < 3; k++) {
+                    bool fails = k < 2 && (r == f || (k == 1 && r == size - 1));
+                    char want_msg[64]; /* a failed rank's own; the others name the first */
+                    if (k < 2 && !fails)
+                        snprintf(want_msg, sizeof want_msg,
+                                 "tensor-parallel rank %d failed this step", f);
+                    else /* untouched: no rank failed */
+                        snprintf(want_msg, sizeof want_msg, "own failure of rank %d", r);
+                    assert_int_equal(ranks[r].rc_agree[k], k < 2 ? -1 : 0);
+                    assert_int_equal(ranks[r].peer_failed[k], k < 2 && !fails);
+                    assert_string_equal(ranks[r].agree_msg[k], want_msg);
+                }
             }
             if (run == 0) memcpy(first, ranks, sizeof first);
             for (int r = 0; r < size; r++)

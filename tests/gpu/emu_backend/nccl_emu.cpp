@@ -15,7 +15,9 @@
  * The all-reduce sums in rank order (NCCL's ring or tree has its own order, fixed for a group);
  * every rank receives the same bits. Types and operations other than those comm_gpu.cu uses
  * are refused with ncclInvalidArgument. */
+#include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -24,6 +26,8 @@
 
 #include <cuda_runtime.h>
 #include <nccl.h>
+
+#define MEET_LIMIT_S 120
 
 namespace {
 
@@ -38,8 +42,10 @@ struct Group {
     const void *send[64] = {};
     void *recv[64] = {};
 
-    /* Returns when all size ranks have called it (once per rank per meeting). */
-    void meet() {
+    /* Returns when all size ranks have called it (once per rank per meeting). A rank left
+     * waiting MEET_LIMIT_S is where a real NCCL would hang for ever (a rank that never reaches
+     * the collective): the process stops, saying so, rather than the test hanging. */
+    void meet(int rank) {
         std::unique_lock<std::mutex> lock(mu);
         unsigned long g = generation;
         if (++arrived == size) {
@@ -48,7 +54,14 @@ struct Group {
             cv.notify_all();
             return;
         }
-        cv.wait(lock, [&]() { return generation != g; });
+        if (!cv.wait_for(lock, std::chrono::seconds(MEET_LIMIT_S),
+                         [&]() { return generation != g; })) {
+            fprintf(stderr,
+                    "emulated NCCL: rank %d waited %d s in a collective that %d of the %d ranks "
+                    "did not reach (a real NCCL hangs here)\n",
+                    rank, MEET_LIMIT_S, size - arrived, size);
+            abort();
+        }
     }
 };
 
@@ -81,9 +94,9 @@ template <typename Part> void collective(ncclComm_t c, const void *send, void *r
     Group &g = *c->group;
     g.send[c->rank] = send;
     g.recv[c->rank] = recv;
-    g.meet();
+    g.meet(c->rank);
     part(g);
-    g.meet();
+    g.meet(c->rank);
 }
 
 /* Runs op now, or records it while the calling thread captures a CUDA graph (emu_cuda.h). */

@@ -24,6 +24,16 @@ static int device_count(void) {
     return n >= 1 && n <= 64 ? n : 1;
 }
 
+/* The calling thread's device (cudaSetDevice), for the fault injection below. */
+static thread_local int current_device = 0;
+
+/* Fault injection for the tests: while TACHYON_EMU_FAIL_H2D_DEVICE names a device, host-to-device
+ * copies on it are refused (cudaErrorUnknown), as on a device whose context was lost. */
+static bool h2d_refused(cudaMemcpyKind kind) {
+    const char *s = getenv("TACHYON_EMU_FAIL_H2D_DEVICE");
+    return s && kind == cudaMemcpyHostToDevice && atoi(s) == current_device;
+}
+
 cudaError_t cudaGetDeviceCount(int *n) {
     *n = device_count();
     return cudaSuccess;
@@ -42,7 +52,9 @@ cudaError_t cudaDeviceGetPCIBusId(char *id, int len, int device) {
     return cudaSuccess;
 }
 cudaError_t cudaSetDevice(int device) {
-    return device >= 0 && device < device_count() ? cudaSuccess : cudaErrorInvalidDevice;
+    if (device < 0 || device >= device_count()) return cudaErrorInvalidDevice;
+    current_device = device;
+    return cudaSuccess;
 }
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int) {
     *s = (cudaStream_t)(uintptr_t)1;
@@ -66,7 +78,9 @@ cudaError_t cudaFreeHost(void *p) {
     free(p);
     return cudaSuccess;
 }
-cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind, cudaStream_t) {
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind kind,
+                            cudaStream_t) {
+    if (h2d_refused(kind)) return cudaErrorUnknown;
     if (emu_capturing())
         emu_capture([=]() { memmove(dst, src, n); });
     else
