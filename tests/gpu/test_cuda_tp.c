@@ -2,7 +2,8 @@
  * communicator), or, where two devices and NCCL are there, a rank per device over NCCL with the
  * decode steps replayed from every rank's CUDA graphs (on the device, or in the host emulation
  * with TACHYON_EMU_DEVICES=2 over its emulated NCCL). The same logits within LOGIT_TOL_TP and the
- * same greedy tokens, through the backend and through the engine: dense BF16 and FP8, Qwen3-MoE
+ * same greedy tokens, through the backend and through the engine (with two devices also two
+ * data-parallel replicas, a device each): dense BF16 and FP8, Qwen3-MoE
  * (tensor and expert parallel), Qwen3.5; what TP cannot shard is refused, naming it. (Split from
  * test_cuda_backend.c, whose helpers both use: cuda_compare.h.)
  *
@@ -157,13 +158,16 @@ static void test_tp2_bf16(void **state) {
     tp2_against_tp1(w, "tiny-qwen3", false, false, LOGIT_TOL_TP, 5, 2);
     weights_destroy(w);
 
+    /* TP 1, TP 2, and where the TP 2 ranks had a device each, two data-parallel replicas of
+     * TP 1, each on its own device (device + replica x TP) */
     enum { N = 4, GEN = 8 };
-    static int32_t prompts[N][96], out[2][N][GEN];
-    int len[N];
+    static const char *const layout[3][2] = {{"1", "1"}, {"2", "1"}, {"1", "2"}};
+    static int32_t prompts[N][96], out[3][N][GEN];
+    int len[N], runs = 2;
     for (int i = 0; i < N; i++)
         len[i] = tu_prompt(400 + i, prompts[i]);
     sampling_params_t p = tu_greedy(GEN);
-    for (int tp = 1; tp <= 2; tp++) {
+    for (int run = 0; run < runs; run++) {
         const char *const flags[] = {"max-model-len",
                                      "256",
                                      "gpu-memory-utilization",
@@ -171,24 +175,36 @@ static void test_tp2_bf16(void **state) {
                                      "max-num-batched-tokens",
                                      "16",
                                      "tensor-parallel-size",
-                                     tp == 1 ? "1" : "2",
+                                     layout[run][0],
+                                     "data-parallel-size",
+                                     layout[run][1],
                                      NULL};
         engine_t *e = open_engine(flags);
+        backend_device_t dev[4];
+        int n_dev = engine_devices(e, dev, 4);
+        print_message("engine at TP %s DP %s: %d device(s)%s\n", layout[run][0], layout[run][1],
+                      n_dev, n_dev == 2 ? ", ordinals 0 and 1" : "");
+        if (run > 0 && n_dev == 2) {
+            assert_true(dev[0].ordinal == 0 && dev[1].ordinal == 1);
+            runs = 3;
+        }
         engine_stream_t *st[N];
         for (int i = 0; i < N; i++)
             st[i] = tu_submit(e, prompts[i], len[i], &p);
         for (int i = 0; i < N; i++)
-            assert_int_equal(collect(st[i], out[tp - 1][i], GEN), GEN);
+            assert_int_equal(collect(st[i], out[run][i], GEN), GEN);
         engine_close(e);
     }
-    for (int i = 0; i < N; i++)
-        for (int k = 0; k < GEN; k++)
-            if (out[1][i][k] != out[0][i][k])
-                fail_msg("engine: request %d token %d: %d at TP 2, %d at TP 1", i, k, out[1][i][k],
-                         out[0][i][k]);
-    print_message("engine, tiny-qwen3: %d requests x %d tokens, budget 16: TP 2 tokens equal TP "
-                  "1's\n",
-                  N, GEN);
+    for (int run = 1; run < runs; run++)
+        for (int i = 0; i < N; i++)
+            for (int k = 0; k < GEN; k++)
+                if (out[run][i][k] != out[0][i][k])
+                    fail_msg("engine: request %d token %d: %d at TP %s DP %s, %d at TP 1", i, k,
+                             out[run][i][k], layout[run][0], layout[run][1], out[0][i][k]);
+    print_message(
+        "engine, tiny-qwen3: %d requests x %d tokens, budget 16: the same tokens at TP 2%s "
+        "as at TP 1\n",
+        N, GEN, runs == 3 ? " and at DP 2 (a device each)" : "");
 }
 
 /* FP8 at TP 2: the "tiny" dummy preset (hidden 256, intermediate 768: every shard on 128-blocks,
