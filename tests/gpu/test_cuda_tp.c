@@ -2,7 +2,8 @@
  * communicator), or, where two devices and NCCL are there, a rank per device over NCCL with the
  * decode steps replayed from every rank's CUDA graphs (on the device, or in the host emulation
  * with TACHYON_EMU_DEVICES=2 over its emulated NCCL). The same logits within LOGIT_TOL_TP and the
- * same greedy tokens, through the backend and through the engine (with two devices also two
+ * same greedy tokens (and against the CPU backend, within test_cuda_backend's tolerances of TP 1),
+ * through the backend and through the engine (with two devices also two
  * data-parallel replicas, a device each): dense BF16 and FP8, Qwen3-MoE
  * (tensor and expert parallel), Qwen3.5; what TP cannot shard is refused, naming it. (Split from
  * test_cuda_backend.c, whose helpers both use: cuda_compare.h.)
@@ -121,23 +122,40 @@ static void tp2_against_tp1(model_weights_t *w, const char *fixture, bool fp8, b
     assert_true(worst <= tol);
     free(a);
     free(b);
+    /* greedy in lockstep with TP 1, and with the CPU backend, the reference (W8A8 emulated where
+     * the ranks run it) held as test_cuda_backend holds TP 1: an MoE token the two route to other
+     * experts (a router near tie) holds its sequence to LOGIT_TOL_FLIP from there on */
+    const model_config_t *cfg = weights_config(w);
+    backend_t *cpu = open_backend(&cpu_backend_ops, w, fp8);
+    trace_t *tr = trace_new(cfg, BLOCK);
+    double cpu_tol = !fp8 ? LOGIT_TOL_BF16 : cfg->n_experts ? LOGIT_TOL_FP8_MOE : LOGIT_TOL_FP8;
+    double step_worst = 0, cpu_worst = 0, flip_worst = 0;
+    int cpu_ties = 0, k = 0;
     const cJSON *p;
-    int k = 0;
-    double step_worst = 0;
     cJSON_ArrayForEach(p, cJSON_GetObjectItem(g, "prompts")) {
         if (k++ >= n_lock) break;
         int n_prompt;
         int32_t *prompt = json_ids(cJSON_GetObjectItem(p, "ids"), &n_prompt);
-        char what[64];
+        char what[80];
         snprintf(what, sizeof what, "%s TP 2, prompt of %d tokens", name, n_prompt);
         double d = lockstep(one, two, w, prompt, n_prompt, 8, tol, what, &ties, NULL, NULL);
         if (d > step_worst) step_worst = d;
+        snprintf(what, sizeof what, "%s TP 2 against the CPU, prompt of %d tokens", name, n_prompt);
+        d = lockstep(cpu, two, w, prompt, n_prompt, 8, cpu_tol, what, &cpu_ties, tr, &flip_worst);
+        if (d > cpu_worst) cpu_worst = d;
         free(prompt);
     }
     print_message("%s: %d prompts x 8 greedy steps in lockstep: max |logit TP 2 - TP 1| = %.4g, "
                   "%d near ties in all\n",
                   name, n_lock, step_worst, ties);
+    print_message("%s: the same with the CPU backend: max |logit TP 2 - cpu| = %.4g (tolerance "
+                  "%.3g), %d near ties%s\n",
+                  name, cpu_worst, cpu_tol, cpu_ties,
+                  tr && tr->flips ? ", routing flips held to LOGIT_TOL_FLIP" : "");
     assert_true(step_worst <= tol);
+    assert_true(cpu_worst <= cpu_tol && flip_worst <= LOGIT_TOL_FLIP);
+    trace_free(tr);
+    backend_destroy(cpu);
     for (int r = 0; nccl && r < 2; r++) { /* every rank's decode steps ran from its graphs */
         cuda_graph_stats_t gs;
         cuda_backend_graph_stats(tp_backend_rank(two, r), &gs);
