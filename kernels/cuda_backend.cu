@@ -288,6 +288,7 @@ static int cb_sample(backend_t *base, const sampler_row_t *rows, int n_rows, sam
     if (n_rows == 0) return 0;
     if (be->sample_pending)
         return err_set(err, "cuda backend: sample() while a sample_begin is pending");
+    CUDA_CHECK(cudaSetDevice(be->device), err); /* the caller's thread may have another current */
     if (sample_enqueue(be, rows, n_rows, err) < 0) return -1;
     CUDA_CHECK(cudaStreamSynchronize(be->stream), err);
     be->staging_busy = be->sampler_busy = false;
@@ -303,6 +304,7 @@ static int cb_sample_begin(backend_t *base, const sampler_row_t *rows, int n_row
     if (be->sample_pending)
         return err_set(err, "cuda backend: sample_begin while another is pending");
     if (n_rows == 0) return 0;
+    CUDA_CHECK(cudaSetDevice(be->device), err);
     if (sample_enqueue(be, rows, n_rows, err) < 0) return -1;
     CUDA_CHECK(cudaEventRecord(be->sample_done, be->stream), err);
     be->sample_pending = n_rows;

@@ -21,7 +21,7 @@
  * may be parenthesized (template arguments contain commas). */
 #ifdef OPS_HOST_EMULATION
 #define OPS_LAUNCH(kernel, grid, block, smem, stream, ...)                                         \
-    ops_emu_launch(kernel, grid, block, smem, __VA_ARGS__)
+    ops_emu_launch(kernel, grid, block, smem, stream, __VA_ARGS__)
 uint32_t *ops_dynamic_smem_u32(void);
 #else
 #define OPS_LAUNCH(kernel, grid, block, smem, stream, ...)                                         \

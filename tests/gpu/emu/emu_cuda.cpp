@@ -8,6 +8,32 @@
 #include <mutex>
 #include <vector>
 
+/* ---- devices and their streams (emu_cuda.h) ------------------------------------------------- */
+
+static thread_local int current_device = 0;
+/* A stream is this plus its device; lower values (0: the legacy default stream) belong to
+ * whichever device is current. */
+static const uintptr_t kStreamBase = 0x1000;
+
+int emu_current_device(void) {
+    return current_device;
+}
+void emu_set_current_device(int device) {
+    current_device = device;
+}
+cudaStream_t emu_stream_on(int device) {
+    return reinterpret_cast<cudaStream_t>(kStreamBase + (uintptr_t)device);
+}
+void emu_check_stream(cudaStream_t s, const char *what) {
+    uintptr_t v = reinterpret_cast<uintptr_t>(s);
+    if (v < kStreamBase || (int)(v - kStreamBase) == current_device) return;
+    fprintf(stderr,
+            "emu: %s on a stream of device %d while device %d is current (a GPU refuses it: "
+            "cudaErrorInvalidResourceHandle; cudaSetDevice first)\n",
+            what, (int)(v - kStreamBase), current_device);
+    abort();
+}
+
 extern "C" {
 #include "dtype.h"
 }
@@ -513,7 +539,7 @@ const char *cudaGetErrorString(cudaError_t) {
     return "emulated";
 }
 cudaError_t cudaGetDevice(int *d) {
-    *d = 0;
+    *d = current_device;
     return cudaSuccess;
 }
 cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr attr, int) {

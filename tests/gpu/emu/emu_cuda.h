@@ -79,8 +79,19 @@ void emu_run_grid(dim3 grid, dim3 block, size_t smem, const std::function<void()
 bool emu_capturing(void);
 void emu_capture(std::function<void()> op);
 
+/* Devices (several under the emulated backend's TACHYON_EMU_DEVICES): the calling thread's
+ * current one (cudaSetDevice), and streams that remember theirs (emu_stream_on). A kernel launched
+ * on a stream of a device that is not current fails on a GPU (CUDA C Programming Guide, Multi-
+ * Device System, "Stream and Event Behavior"; copies may cross): here the process stops, naming
+ * both, so that a multi-GPU path that forgets a cudaSetDevice fails where no two GPUs are. */
+int emu_current_device(void);
+void emu_set_current_device(int device);
+cudaStream_t emu_stream_on(int device);
+void emu_check_stream(cudaStream_t s, const char *what);
+
 template <typename K, typename... A>
-void ops_emu_launch(K kernel, dim3 grid, dim3 block, size_t smem, A... args) {
+void ops_emu_launch(K kernel, dim3 grid, dim3 block, size_t smem, cudaStream_t stream, A... args) {
+    emu_check_stream(stream, "a kernel launch");
     if (emu_capturing()) {
         emu_capture([=]() { emu_run_grid(grid, block, smem, [&]() { kernel(args...); }); });
         return;

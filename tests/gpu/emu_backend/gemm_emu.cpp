@@ -17,7 +17,8 @@
 
 struct gemm_ctx {
     int queries;
-    const float *e4m3; /* emu_e4m3_table() */
+    const float *e4m3;   /* emu_e4m3_table() */
+    cudaStream_t stream; /* its launches' (emu_check_stream: its device must be current) */
 };
 
 extern "C" const char *cublasLtGetStatusString(cublasStatus_t) {
@@ -30,10 +31,11 @@ extern "C" bool gemm_fp8_shape_ok(int n, int k, char *why, size_t why_size) {
     return false;
 }
 
-extern "C" int gemm_create(cudaStream_t, size_t, gemm_ctx_t **out, err_t *err) {
+extern "C" int gemm_create(cudaStream_t stream, size_t, gemm_ctx_t **out, err_t *err) {
     gemm_ctx_t *g = (gemm_ctx_t *)calloc(1, sizeof *g);
     if (!g) return err_set(err, "gemm: out of memory");
     g->e4m3 = emu_e4m3_table();
+    g->stream = stream;
     *out = g;
     return 0;
 }
@@ -75,6 +77,7 @@ extern "C" int gemm_fp8(gemm_ctx_t *g, const gemm_w8_t *w, const uint8_t *x, con
     if (t <= 0) return 0;
     char why[160];
     if (!gemm_fp8_shape_ok(w->n, w->k, why, sizeof why)) return err_set(err, "%s", why);
+    emu_check_stream(g->stream, "an FP8 GEMM");
     if (emu_capturing()) {
         const gemm_w8_t wc = *w;
         emu_capture([=]() { run_fp8(g, &wc, x, xs, t, y, y_f32); });
@@ -111,6 +114,7 @@ extern "C" int gemm_bf16(gemm_ctx_t *g, const gemm_w16_t *w, const uint16_t *x, 
     (void)g;
     (void)err;
     if (t <= 0) return 0;
+    emu_check_stream(g->stream, "a BF16 GEMM");
     if (emu_capturing()) {
         const gemm_w16_t wc = *w;
         emu_capture([=]() { run_bf16(&wc, x, t, y, y_f32); });

@@ -24,14 +24,11 @@ static int device_count(void) {
     return n >= 1 && n <= 64 ? n : 1;
 }
 
-/* The calling thread's device (cudaSetDevice), for the fault injection below. */
-static thread_local int current_device = 0;
-
 /* Fault injection for the tests: while TACHYON_EMU_FAIL_H2D_DEVICE names a device, host-to-device
  * copies on it are refused (cudaErrorUnknown), as on a device whose context was lost. */
 static bool h2d_refused(cudaMemcpyKind kind) {
     const char *s = getenv("TACHYON_EMU_FAIL_H2D_DEVICE");
-    return s && kind == cudaMemcpyHostToDevice && atoi(s) == current_device;
+    return s && kind == cudaMemcpyHostToDevice && atoi(s) == emu_current_device();
 }
 
 cudaError_t cudaGetDeviceCount(int *n) {
@@ -53,15 +50,15 @@ cudaError_t cudaDeviceGetPCIBusId(char *id, int len, int device) {
 }
 cudaError_t cudaSetDevice(int device) {
     if (device < 0 || device >= device_count()) return cudaErrorInvalidDevice;
-    current_device = device;
+    emu_set_current_device(device);
     return cudaSuccess;
 }
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int) {
-    *s = (cudaStream_t)(uintptr_t)1;
+    *s = emu_stream_on(emu_current_device());
     return cudaSuccess;
 }
 cudaError_t cudaStreamCreate(cudaStream_t *s) {
-    *s = (cudaStream_t)(uintptr_t)1;
+    *s = emu_stream_on(emu_current_device());
     return cudaSuccess;
 }
 cudaError_t cudaStreamDestroy(cudaStream_t) {
