@@ -753,7 +753,6 @@ static void core_free(core_t *e) {
     free(e);
 }
 
-/* The tokenizer and chat template from `path` (opts.tokenizer) or the model's directory. */
 /* Replica `replica`'s share of the machine: the CPU threads divided between the replicas, its own
  * GPUs after the earlier replicas' ranks. */
 static void replica_share(backend_options_t *bo, const flag_values_t *f, int replica) {

@@ -12,7 +12,8 @@
  * the host emulator); the ranks share the device, so it is no faster than one rank. Where NCCL
  * is built (TACHYON_HAVE_NCCL) and N devices exist from backend_options_t.device on, rank r runs
  * on device + r with the NCCL communicator instead (comm_gpu.h: run over an emulated NCCL in the
- * host emulation, not yet on two real GPUs).
+ * host emulation, not yet on two real GPUs); several GPUs but too few, or no NCCL: refused,
+ * naming what is missing.
  *
  * Not at tp > 1 (refused at create, naming them): FP8 checkpoints whose shards split a 128 x 128
  * scale block (shard.h refuses them, as vLLM does).
@@ -60,7 +61,28 @@ int cb_tp_create(const backend_options_t *opts, const model_weights_t *w, backen
         return err_set(err, "cuda backend: tensor parallel %d (1..%d)", n, COMM_MAX_RANKS);
     if (cudaGetDeviceCount(&count) != cudaSuccess) count = 0;
     make_args_t a = {opts, w, NULL, false};
+    /* a rank per GPU over NCCL; on a one-GPU machine the ranks share it (the sharding checked,
+     * no faster than one rank); a machine with several GPUs but too few from `device` on, or no
+     * NCCL in this build, is refused rather than quietly run on one of them */
     a.nccl = comm_gpu_have_nccl() && opts->device >= 0 && opts->device + n <= count;
+    if (!a.nccl && count > 1) {
+        if (opts->device + n > count)
+            return err_set(err,
+                           "cuda backend: tensor parallel %d takes a GPU per rank, devices %d..%d, "
+                           "and this machine has %d (0..%d); ask for fewer ranks (or, to share "
+                           "one GPU among the ranks as a check, CUDA_VISIBLE_DEVICES=<one>)",
+                           n, opts->device, opts->device + n - 1, count, count - 1);
+        return err_set(err,
+                       "cuda backend: tensor parallel %d over %d GPUs needs NCCL, which this "
+                       "build lacks (install libnccl-dev and rebuild: CMake reports \"Tachyon "
+                       "NCCL communicator\")",
+                       n, n);
+    }
+    if (!a.nccl)
+        fprintf(stderr,
+                "tachyon: cuda: tensor parallel %d on ONE GPU (device %d): the ranks share it, "
+                "a check of the sharding, no faster than one rank\n",
+                n, opts->device);
     int rc;
     if (a.nccl) {
         int devices[COMM_MAX_RANKS];

@@ -22,6 +22,7 @@
 
 #include <cjson/cJSON.h>
 #include <cmocka.h>
+#include <cuda_runtime_api.h>
 
 #include "backend.h"
 #include "cb_internal.h"
@@ -363,6 +364,16 @@ static void test_tp2_refusals(void **state) {
         assert_null(be);
         print_message("%s at TP 2: %s\n", cases[i].fixture, err.msg);
         assert_non_null(strstr(err.msg, cases[i].needle));
+        weights_destroy(w);
+    }
+    /* a machine with several GPUs but fewer than the ranks: refused, not run on one of them */
+    int count = 0;
+    if (cudaGetDeviceCount(&count) == cudaSuccess && count >= 2 && count < 4) {
+        model_weights_t *w = tu_fixture_weights("tiny-qwen3");
+        err_t err = {{0}};
+        assert_null(open_backend_tp(&cuda_backend_ops, w, false, 4, false, &err));
+        print_message("tiny-qwen3 at TP 4 on %d GPUs: %s\n", count, err.msg);
+        assert_non_null(strstr(err.msg, "a GPU per rank"));
         weights_destroy(w);
     }
 }
