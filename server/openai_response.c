@@ -351,6 +351,7 @@ static void stream_delta(oai_req_t *r, int p, const fe_delta_t *d, jbuf_t *out) 
         jb_lit(out, "\"text\":\"");
         if (echo) {
             ch->echoed = true;
+            ch->text_off += code_points(r->prompt_text[p], r->prompt_text_len[p]);
             jb_esc(out, r->prompt_text[p], r->prompt_text_len[p]);
         }
         jb_esc(out, ev->text, ev->text_len);
@@ -418,6 +419,9 @@ static void collect_delta(oai_req_t *r, int p, const fe_delta_t *d) {
     if (ev->type == ENGINE_EV_FINISH) take_finish(ch, ev);
     if (r->echo && !ch->echoed && r->prompt_text[p]) {
         ch->echoed = true;
+        /* the completion's text_offset count from the start of the text, the echoed prompt
+         * first (the prompt's own tokens get no logprobs: prompt logprobs are not computed) */
+        ch->text_off += code_points(r->prompt_text[p], r->prompt_text_len[p]);
         jb_raw(&ch->text, r->prompt_text[p], r->prompt_text_len[p]);
     }
     jb_raw(&ch->text, ev->text, ev->text_len);

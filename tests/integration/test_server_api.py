@@ -178,6 +178,32 @@ def test_completions_echo():
                                                           "echo": True, "temperature": 0, "stream": True})
     texts, _ = check_stream_shape(chunks, chat=False)
     assert texts[0] == r["choices"][0]["text"]
+    # with logprobs, text_offset indexes the returned text, the echoed prompt first: each token's
+    # text sits at its offset (the prompt's own tokens carry none: no prompt logprobs; a special
+    # token, listed but left out of the text, is not looked for)
+    for streamed in (False, True):
+        body = {"prompt": "The Python", "max_tokens": 4, "echo": True, "temperature": 0,
+                "logprobs": 1, "ignore_eos": True}
+        if streamed:
+            code, hs, chunks, _, _ = stream(A, "/v1/completions", dict(body, stream=True))
+            text, offs, toks = "", [], []
+            for c in chunks:
+                ch = c["choices"][0] if isinstance(c, dict) and c.get("choices") else None
+                if not ch:
+                    continue
+                text += ch["text"]
+                if ch.get("logprobs"):
+                    offs += ch["logprobs"]["text_offset"]
+                    toks += ch["logprobs"]["tokens"]
+        else:
+            code, r = comp(**body)
+            ch = r["choices"][0]
+            text, offs, toks = ch["text"], ch["logprobs"]["text_offset"], ch["logprobs"]["tokens"]
+        assert text.startswith("The Python") and len(toks) == 4 and offs[0] == len("The Python"), \
+            (streamed, text, offs)
+        for o, t in zip(offs, toks):
+            special = t.startswith("<|") and t.endswith("|>")
+            assert special or text[o:o + len(t)] == t, (streamed, text, offs, toks)
 
 
 def test_completions_logprobs():
