@@ -1,12 +1,12 @@
-/* Tensor parallel 2 against TP 1, both on the cuda backend: on one device (the single-device
- * communicator), or, where two devices and NCCL are there, a rank per device over NCCL with the
- * decode steps replayed from every rank's CUDA graphs (on the device, or in the host emulation
- * with TACHYON_EMU_DEVICES=2 over its emulated NCCL). The same logits within LOGIT_TOL_TP and the
- * same greedy tokens (and against the CPU backend, within test_cuda_backend's tolerances of TP 1),
- * through the backend and through the engine (with two devices also two
- * data-parallel replicas, a device each): dense BF16 and FP8, Qwen3-MoE
- * (tensor and expert parallel), Qwen3.5; what TP cannot shard is refused, naming it. (Split from
- * test_cuda_backend.c, whose helpers both use: cuda_compare.h.)
+/* Tensor parallel 2 (and 4) against TP 1, both on the cuda backend: on one device (the
+ * single-device communicator), or, where two devices and NCCL are there, a rank per device over
+ * NCCL with the decode steps replayed from every rank's CUDA graphs (on the device, or in the host
+ * emulation with TACHYON_EMU_DEVICES=4 over its emulated NCCL). The same logits within LOGIT_TOL_TP
+ * and the same greedy tokens (and against the CPU backend, within test_cuda_backend's tolerances of
+ * TP 1), through the backend and through the engine (with two devices also two data-parallel
+ * replicas, a device each): dense BF16 and FP8, Qwen3-MoE (tensor and expert parallel), Qwen3.5;
+ * what TP cannot shard is refused, naming it. (Split from test_cuda_backend.c, whose helpers both
+ * use: cuda_compare.h.)
  *
  * Exit 77 without a Hopper GPU. */
 #include <math.h>
@@ -66,30 +66,33 @@ static double compare_rows(const float *ref, const float *got, int n, int vocab,
         for (int v = 0; v < vocab; v++)
             if (v != aa && a[v] > second) second = a[v];
         if (a[aa] - second > 2 * tol)
-            fail_msg("%s: row %d: TP 2 picks %d, TP 1 %d with a margin of %.4g", what, r, ab, aa,
+            fail_msg("%s: row %d: TP N picks %d, TP 1 %d with a margin of %.4g", what, r, ab, aa,
                      a[aa] - second);
-        print_message("%s: row %d: near tie, TP 2 picks %d, TP 1 %d (margin %.4g)\n", what, r, ab,
+        print_message("%s: row %d: near tie, TP N picks %d, TP 1 %d (margin %.4g)\n", what, r, ab,
                       aa, a[aa] - second);
         (*ties)++;
     }
     return worst;
 }
 
-/* TP 2 against TP 1 on the cuda backend over weights w: the first n_prompts golden prompts of
+/* TP tp against TP 1 on the cuda backend over weights w: the first n_prompts golden prompts of
  * `fixture` (or, for NULL, n_prompts tu_prompt prompts) prefilled in one batch, logits within
  * tol; then n_lock of them generated greedily in lockstep for 8 tokens (chunked prefill, paged
  * decode). */
-static void tp2_against_tp1(model_weights_t *w, const char *fixture, bool fp8, bool ep, double tol,
-                            int n_prompts, int n_lock) {
-    const char *name = fixture ? fixture : "dummy";
+static void tp_against_tp1(model_weights_t *w, const char *fixture, int tp, bool fp8, bool ep,
+                           double tol, int n_prompts, int n_lock) {
+    char name[64];
+    snprintf(name, sizeof name, "%s at TP %d", fixture ? fixture : "dummy", tp);
     backend_t *one = open_backend_tp(&cuda_backend_ops, w, false, 1, false, NULL);
-    backend_t *two = open_backend_tp(&cuda_backend_ops, w, false, 2, ep, NULL);
+    backend_t *two = open_backend_tp(&cuda_backend_ops, w, false, tp, ep, NULL);
     assert_int_equal(cuda_backend_uses_fp8(one), fp8);
     assert_int_equal(cuda_backend_uses_fp8(two), fp8);
     char desc[512];
     two->ops->describe(two, desc, sizeof desc);
     print_message("%s: %s\n", name, desc);
-    assert_non_null(strstr(desc, "tensor parallel 2"));
+    char want[32];
+    snprintf(want, sizeof want, "tensor parallel %d", tp);
+    assert_non_null(strstr(desc, want));
     if (ep) assert_non_null(strstr(desc, "expert parallel"));
     /* graphs asked for: on over NCCL (its collectives are captured with each rank's steps), off
      * over the single-device communicator (it meets the ranks on the host) */
@@ -117,7 +120,7 @@ static void tp2_against_tp1(model_weights_t *w, const char *fixture, bool fp8, b
     float *b = batched_prefill(two, w, g, vocab, &n2);
     assert_int_equal(n, n2);
     double worst = compare_rows(a, b, n, vocab, tol, name, &ties);
-    print_message("%s: batched prefill of %d prompts: max |logit TP 2 - TP 1| = %.4g (tolerance "
+    print_message("%s: batched prefill of %d prompts: max |logit TP N - TP 1| = %.4g (tolerance "
                   "%.3g), %d near ties\n",
                   name, n, worst, tol, ties);
     assert_true(worst <= tol);
@@ -137,19 +140,19 @@ static void tp2_against_tp1(model_weights_t *w, const char *fixture, bool fp8, b
         if (k++ >= n_lock) break;
         int n_prompt;
         int32_t *prompt = json_ids(cJSON_GetObjectItem(p, "ids"), &n_prompt);
-        char what[80];
-        snprintf(what, sizeof what, "%s TP 2, prompt of %d tokens", name, n_prompt);
+        char what[sizeof name + 64];
+        snprintf(what, sizeof what, "%s, prompt of %d tokens", name, n_prompt);
         double d = lockstep(one, two, w, prompt, n_prompt, 8, tol, what, &ties, NULL, NULL);
         if (d > step_worst) step_worst = d;
-        snprintf(what, sizeof what, "%s TP 2 against the CPU, prompt of %d tokens", name, n_prompt);
+        snprintf(what, sizeof what, "%s against the CPU, prompt of %d tokens", name, n_prompt);
         d = lockstep(cpu, two, w, prompt, n_prompt, 8, cpu_tol, what, &cpu_ties, tr, &flip_worst);
         if (d > cpu_worst) cpu_worst = d;
         free(prompt);
     }
-    print_message("%s: %d prompts x 8 greedy steps in lockstep: max |logit TP 2 - TP 1| = %.4g, "
+    print_message("%s: %d prompts x 8 greedy steps in lockstep: max |logit TP N - TP 1| = %.4g, "
                   "%d near ties in all\n",
                   name, n_lock, step_worst, ties);
-    print_message("%s: the same with the CPU backend: max |logit TP 2 - cpu| = %.4g (tolerance "
+    print_message("%s: the same with the CPU backend: max |logit TP N - cpu| = %.4g (tolerance "
                   "%.3g), %d near ties%s\n",
                   name, cpu_worst, cpu_tol, cpu_ties,
                   tr && tr->flips ? ", routing flips held to LOGIT_TOL_FLIP" : "");
@@ -157,7 +160,7 @@ static void tp2_against_tp1(model_weights_t *w, const char *fixture, bool fp8, b
     assert_true(cpu_worst <= cpu_tol && flip_worst <= LOGIT_TOL_FLIP);
     trace_free(tr);
     backend_destroy(cpu);
-    for (int r = 0; nccl && r < 2; r++) { /* every rank's decode steps ran from its graphs */
+    for (int r = 0; nccl && r < tp; r++) { /* every rank's decode steps ran from its graphs */
         cuda_graph_stats_t gs;
         cuda_backend_graph_stats(tp_backend_rank(two, r), &gs);
         print_message("%s: rank %d replayed %ld steps from %d captured graphs\n", name, r,
@@ -174,7 +177,7 @@ static void tp2_against_tp1(model_weights_t *w, const char *fixture, bool fp8, b
  * as at TP 1. */
 static void test_tp2_bf16(void **state) {
     model_weights_t *w = tu_fixture_weights("tiny-qwen3");
-    tp2_against_tp1(w, "tiny-qwen3", false, false, LOGIT_TOL_TP, 5, 2);
+    tp_against_tp1(w, "tiny-qwen3", 2, false, false, LOGIT_TOL_TP, 5, 2);
     weights_destroy(w);
 
     /* TP 1, TP 2, and where the TP 2 ranks had a device each, two data-parallel replicas of
@@ -232,7 +235,7 @@ static void test_tp2_fp8(void **state) {
     model_source_t src = {
         .model = "tiny", .format = LOAD_DUMMY, .dummy_fp8 = true, .seed = 77, .lazy_dummy = true};
     model_weights_t *w = tu_weights(&src);
-    tp2_against_tp1(w, NULL, true, false, LOGIT_TOL_TP_FP8, 4, 2);
+    tp_against_tp1(w, NULL, 2, true, false, LOGIT_TOL_TP_FP8, 4, 2);
     weights_destroy(w);
 }
 
@@ -241,7 +244,7 @@ static void test_tp2_fp8(void **state) {
  * tp group runs it, not the moe one.) */
 static void test_tp2_experts(void **state) {
     model_weights_t *w = tu_fixture_weights("tiny-qwen3-moe");
-    tp2_against_tp1(w, "tiny-qwen3-moe", false, false, LOGIT_TOL_TP, 5, 2);
+    tp_against_tp1(w, "tiny-qwen3-moe", 2, false, false, LOGIT_TOL_TP, 5, 2);
     weights_destroy(w);
 }
 
@@ -252,7 +255,7 @@ static void test_tp2_experts(void **state) {
  * layer of 256) so that the W8A8 grouped GEMM runs on a range of experts (4 a rank). */
 static void test_tp2_experts_ep(void **state) {
     model_weights_t *w = tu_fixture_weights("tiny-qwen3-moe");
-    tp2_against_tp1(w, "tiny-qwen3-moe", false, true, LOGIT_TOL_TP, 5, 2);
+    tp_against_tp1(w, "tiny-qwen3-moe", 2, false, true, LOGIT_TOL_TP, 5, 2);
     weights_destroy(w);
     char dir[] = "/tmp/tachyon-ep-XXXXXX";
     assert_non_null(mkdtemp(dir));
@@ -273,7 +276,7 @@ static void test_tp2_experts_ep(void **state) {
     model_source_t src = {
         .model = dir, .format = LOAD_DUMMY, .dummy_fp8 = true, .seed = 91, .lazy_dummy = true};
     w = tu_weights(&src);
-    tp2_against_tp1(w, NULL, true, true, LOGIT_TOL_TP_FP8, 2, 2);
+    tp_against_tp1(w, NULL, 2, true, true, LOGIT_TOL_TP_FP8, 2, 2);
     weights_destroy(w);
     remove(path);
     rmdir(dir);
@@ -285,7 +288,25 @@ static void test_tp2_experts_ep(void **state) {
  * "qwen35": the tp group runs it.) */
 static void test_tp2_gated_deltanet(void **state) {
     model_weights_t *w = tu_fixture_weights("tiny-qwen3.5");
-    tp2_against_tp1(w, "tiny-qwen3.5", false, false, LOGIT_TOL_TP, 3, 2);
+    tp_against_tp1(w, "tiny-qwen3.5", 2, false, false, LOGIT_TOL_TP, 3, 2);
+    weights_destroy(w);
+}
+
+/* TP 4 over 2 KV heads: each KV head replicated on the two ranks whose query head reads it (one
+ * query head a rank), vocab-parallel in quarters; tiny-qwen3 (dense) and tiny-qwen3-moe with
+ * expert parallel (2 of the 8 experts a rank). On one device, or a rank per device where four
+ * are; a machine with two or three is refused (test_tp2_refusals). */
+static void test_tp4_replicated_kv(void **state) {
+    int count = 0;
+    if (cudaGetDeviceCount(&count) == cudaSuccess && count >= 2 && count < 4) {
+        print_message("skipped: %d devices, TP 4 is refused there\n", count);
+        return;
+    }
+    model_weights_t *w = tu_fixture_weights("tiny-qwen3");
+    tp_against_tp1(w, "tiny-qwen3", 4, false, false, LOGIT_TOL_TP, 3, 1);
+    weights_destroy(w);
+    w = tu_fixture_weights("tiny-qwen3-moe");
+    tp_against_tp1(w, "tiny-qwen3-moe", 4, false, true, LOGIT_TOL_TP, 3, 1);
     weights_destroy(w);
 }
 
@@ -293,7 +314,7 @@ static void test_tp2_gated_deltanet(void **state) {
  * emulation's fault injection, TACHYON_EMU_FAIL_H2D_DEVICE) fails the step on every rank instead
  * of leaving the others waiting in the collective (the emulated NCCL aborts a wait it can tell
  * would hang): the error is that rank's own, named; then, the fault gone, the next step runs and
- * matches TP 1. Needs a rank per device (TACHYON_EMU_DEVICES=2); skipped elsewhere. */
+ * matches TP 1. Needs a rank per device (TACHYON_EMU_DEVICES >= 2); skipped elsewhere. */
 static void test_tp2_rank_failure(void **state) {
     model_weights_t *w = tu_fixture_weights("tiny-qwen3");
     backend_t *one = open_backend_tp(&cuda_backend_ops, w, false, 1, false, NULL);
@@ -368,11 +389,11 @@ static void test_tp2_refusals(void **state) {
     }
     /* a machine with several GPUs but fewer than the ranks: refused, not run on one of them */
     int count = 0;
-    if (cudaGetDeviceCount(&count) == cudaSuccess && count >= 2 && count < 4) {
+    if (cudaGetDeviceCount(&count) == cudaSuccess && count >= 2 && 2 * count <= COMM_MAX_RANKS) {
         model_weights_t *w = tu_fixture_weights("tiny-qwen3");
         err_t err = {{0}};
-        assert_null(open_backend_tp(&cuda_backend_ops, w, false, 4, false, &err));
-        print_message("tiny-qwen3 at TP 4 on %d GPUs: %s\n", count, err.msg);
+        assert_null(open_backend_tp(&cuda_backend_ops, w, false, 2 * count, false, &err));
+        print_message("tiny-qwen3 at TP %d on %d GPUs: %s\n", 2 * count, count, err.msg);
         assert_non_null(strstr(err.msg, "a GPU per rank"));
         weights_destroy(w);
     }
@@ -388,7 +409,7 @@ int main(void) {
         cmocka_unit_test(test_tp2_bf16),         cmocka_unit_test(test_tp2_fp8),
         cmocka_unit_test(test_tp2_experts),      cmocka_unit_test(test_tp2_gated_deltanet),
         cmocka_unit_test(test_tp2_experts_ep),   cmocka_unit_test(test_tp2_refusals),
-        cmocka_unit_test(test_tp2_rank_failure),
+        cmocka_unit_test(test_tp2_rank_failure), cmocka_unit_test(test_tp4_replicated_kv),
     };
     size_t n = 0;
     for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++)
