@@ -151,7 +151,10 @@ typedef struct backend_ops {
     /* Optional, for tests: while ids is not NULL, each forward writes the experts it routes each
      * token to in MLP_MOE layer l to ids [n_layers][n_tokens][num_experts_per_tok] (row l, in
      * the order the top-k found them; rows of other layers untouched). The caller keeps ids
-     * alive and large enough until it passes NULL. */
+     * alive and large enough until it passes NULL. A tensor-parallel instance passes ids to
+     * every rank: rank 0 writes them (routing is replicated), the others only know a traced
+     * step is on (the CUDA backend runs traced steps eagerly, which every rank must do alike:
+     * NCCL wants a collective graph-captured on all ranks or on none). */
     void (*trace_routing)(backend_t *be, int32_t *ids);
     /* Models with recurrent state (NULL otherwise, or 0 bytes). Bytes of one state slot; the
      * SSM dtype is the one `configure` last set. */

@@ -263,7 +263,8 @@ int cb_moe_mlp(cuda_backend_t *be, const run_args_t *r, int l, const void *out, 
     if (moe_router(m->xf, y->router, T, H, m->E, m->logits, st, err) < 0 ||
         moe_topk(m->logits, T, m->E, m->k, m->norm, m->ids, m->weights, st, err) < 0)
         return -1;
-    if (m->trace) { /* tests only: synchronous, so the caller reads it when forward returns */
+    if (m->trace && be->shard.rank == 0) { /* tests only: synchronous, so the caller reads it when
+                                             forward returns (rank 0 writes: backend.h) */
         CUDA_CHECK(cudaStreamSynchronize(st), err);
         CUDA_CHECK(cudaMemcpy(m->trace + (size_t)l * T * m->k, m->ids, (size_t)T * m->k * 4,
                               cudaMemcpyDeviceToHost),

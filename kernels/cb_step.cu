@@ -386,7 +386,15 @@ static run_args_t uniform_run(const cuda_backend_t *be, int S, int q, int stride
 template <typename Body>
 static bool ready_graph(cuda_backend_t *be, cb_graph_t *g, int stride, Body body, err_t *err) {
     if (g->stride == stride) return true;
-    if (capture_into(be, g, stride, body, err)) return true;
+    bool ok = capture_into(be, g, stride, body, err);
+    /* tensor parallel: the ranks capture together (one step plan) and use their graphs together
+     * or not at all (NCCL: whether a collective is graph-captured must be the same on every
+     * rank), so a capture that failed on one rank turns graphs off on all */
+    if (be->shard.tp > 1 && comm_agree(be->shard.comm, ok ? 0 : -1, err) < 0 && ok) {
+        err_prefix(err, "another rank's");
+        ok = false;
+    }
+    if (ok) return true;
     graphs_off(be, err);
     return false;
 }

@@ -18,9 +18,11 @@
  * Not at tp > 1 (refused at create, naming them): FP8 checkpoints whose shards split a 128 x 128
  * scale block (shard.h refuses them, as vLLM does).
  * CUDA graphs: over NCCL each rank captures and replays its own (its collectives inside them,
- * comm_ops_t.graph_safe); the ranks replay in lockstep as they run eager steps, so a rank whose
- * capture failed (graphs then off on it alone) still meets the others' collectives in order.
- * Over the single-device communicator graphs are off (it meets the ranks on the host).
+ * comm_ops_t.graph_safe), all ranks alike, as NCCL requires (a collective graph-captured on every
+ * rank or on none: "Using NCCL with CUDA Graphs"): the ranks capture at the same step of the one
+ * step plan, agree on each capture (one that fails anywhere turns graphs off everywhere,
+ * cb_step.cu), and a traced MoE step runs eagerly on every rank (backend.h trace_routing). Over
+ * the single-device communicator graphs are off (it meets the ranks on the host).
  */
 #include "cb_backend.h"
 

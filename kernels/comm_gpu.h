@@ -16,7 +16,8 @@
  * - NCCL (comm_gpu_create_nccl, where CMake finds NCCL: TACHYON_HAVE_NCCL): one ncclComm_t per
  *   GPU, all created in this process by ncclCommInitAll; the collectives are queued on the
  *   rank's stream and return at once, so each rank's CUDA graphs capture them (graph_safe; NCCL
- *   2.9 and later) and its decode steps replay as at one rank. NCCL sums in its own (ring /
+ *   2.9 and later; every rank's the same way: cb_tp.cu) and its decode steps replay as at one
+ *   rank. NCCL sums in its own (ring /
  *   tree) order, fixed for a group, not in rank order: f32 ulps from the single-device run's
  *   bits, not from run to run. Run in the host emulation over an emulated NCCL (a rank per
  *   emulated device: tests/gpu/emu_backend/nccl_emu.cpp, test_cuda_tp_emu_nccl); not yet on two

@@ -741,7 +741,7 @@ static int moe_mlp(cpu_backend_t *be, int T, int layer, err_t *err) {
     for (int t = 0; t < T; t++)
         cpu_rmsnorm(be->h + (int64_t)t * H, L->norm[L_MLP_NORM], H, c->rms_norm_eps,
                     be->xn + (int64_t)t * H);
-    int32_t *trace = be->trace && layer < c->n_layers
+    int32_t *trace = be->trace && be->shard.rank == 0 && layer < c->n_layers
                          ? be->trace + (size_t)layer * T * c->n_experts_per_tok
                          : NULL;
     uint64_t *counts = be->expert_counts + (size_t)layer * (size_t)c->n_experts;

@@ -292,6 +292,53 @@ static void test_tp2_gated_deltanet(void **state) {
     weights_destroy(w);
 }
 
+/* The fault-injection tests' backends: tiny-qwen3 at TP 1 and TP 2, when the TP 2 ranks run in
+ * the host emulation a device each over NCCL; false elsewhere (the skip said, nothing left
+ * open). */
+static bool open_fault_pair(model_weights_t **w, backend_t **one, backend_t **two) {
+    *w = tu_fixture_weights("tiny-qwen3");
+    *one = open_backend_tp(&cuda_backend_ops, *w, false, 1, false, NULL);
+    *two = open_backend_tp(&cuda_backend_ops, *w, false, 2, false, NULL);
+    char desc[512];
+    (*two)->ops->describe(*two, desc, sizeof desc);
+    if (strstr(desc, "host emulation") && strstr(desc, "NCCL")) return true;
+    print_message("skipped: needs the host emulation with a rank per device\n");
+    backend_destroy(*two);
+    backend_destroy(*one);
+    weights_destroy(*w);
+    return false;
+}
+
+/* A CUDA graph capture that fails on one rank only (the host emulation's fault injection,
+ * TACHYON_EMU_FAIL_CAPTURE_DEVICE) turns graphs off on every rank: NCCL requires a collective
+ * graph-captured on all ranks or on none (the emulated NCCL stops the process otherwise), so the
+ * ranks agree on each capture. The decode steps then run eagerly on both ranks, with TP 1's
+ * tokens. Needs a rank per device over NCCL; skipped elsewhere. */
+static void test_tp2_capture_failure(void **state) {
+    model_weights_t *w;
+    backend_t *one, *two;
+    if (!open_fault_pair(&w, &one, &two)) return;
+    int32_t prompt[96];
+    int n = tu_prompt(600, prompt), ties = 0;
+    setenv("TACHYON_EMU_FAIL_CAPTURE_DEVICE", "1", 1);
+    double d = lockstep(one, two, w, prompt, n, 6, LOGIT_TOL_TP, "capture failing on rank 1", &ties,
+                        NULL, NULL);
+    unsetenv("TACHYON_EMU_FAIL_CAPTURE_DEVICE");
+    char desc[512];
+    two->ops->describe(two, desc, sizeof desc);
+    print_message("capture refused on device 1: max |logit TP 2 - TP 1| = %.4g; %s\n", d, desc);
+    assert_true(d <= LOGIT_TOL_TP);
+    assert_non_null(strstr(desc, "graphs off")); /* rank 0's, which captured fine */
+    for (int r = 0; r < 2; r++) {
+        cuda_graph_stats_t gs;
+        cuda_backend_graph_stats(tp_backend_rank(two, r), &gs);
+        assert_int_equal(gs.replays, 0);
+    }
+    backend_destroy(two);
+    backend_destroy(one);
+    weights_destroy(w);
+}
+
 /* TP 4 over 2 KV heads: each KV head replicated on the two ranks whose query head reads it (one
  * query head a rank), vocab-parallel in quarters; tiny-qwen3 (dense) and tiny-qwen3-moe with
  * expert parallel (2 of the 8 experts a rank). On one device, or a rank per device where four
@@ -316,18 +363,9 @@ static void test_tp4_replicated_kv(void **state) {
  * would hang): the error is that rank's own, named; then, the fault gone, the next step runs and
  * matches TP 1. Needs a rank per device (TACHYON_EMU_DEVICES >= 2); skipped elsewhere. */
 static void test_tp2_rank_failure(void **state) {
-    model_weights_t *w = tu_fixture_weights("tiny-qwen3");
-    backend_t *one = open_backend_tp(&cuda_backend_ops, w, false, 1, false, NULL);
-    backend_t *two = open_backend_tp(&cuda_backend_ops, w, false, 2, false, NULL);
-    char desc[512];
-    two->ops->describe(two, desc, sizeof desc);
-    if (!strstr(desc, "host emulation") || !strstr(desc, "NCCL")) {
-        print_message("skipped: needs the host emulation with a rank per device\n");
-        backend_destroy(two);
-        backend_destroy(one);
-        weights_destroy(w);
-        return;
-    }
+    model_weights_t *w;
+    backend_t *one, *two;
+    if (!open_fault_pair(&w, &one, &two)) return;
     err_t err = {{0}};
     assert_int_equal(backend_kv_reserve(one, TU_SEQS * TU_SEQ_BLOCKS, TU_BLOCK, &err), 0);
     assert_int_equal(backend_kv_reserve(two, TU_SEQS * TU_SEQ_BLOCKS, TU_BLOCK, &err), 0);
@@ -406,10 +444,11 @@ int main(void) {
     }
     backend_register(&cuda_backend_ops);
     struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_tp2_bf16),         cmocka_unit_test(test_tp2_fp8),
-        cmocka_unit_test(test_tp2_experts),      cmocka_unit_test(test_tp2_gated_deltanet),
-        cmocka_unit_test(test_tp2_experts_ep),   cmocka_unit_test(test_tp2_refusals),
-        cmocka_unit_test(test_tp2_rank_failure), cmocka_unit_test(test_tp4_replicated_kv),
+        cmocka_unit_test(test_tp2_bf16),          cmocka_unit_test(test_tp2_fp8),
+        cmocka_unit_test(test_tp2_experts),       cmocka_unit_test(test_tp2_gated_deltanet),
+        cmocka_unit_test(test_tp2_experts_ep),    cmocka_unit_test(test_tp2_refusals),
+        cmocka_unit_test(test_tp2_rank_failure),  cmocka_unit_test(test_tp2_capture_failure),
+        cmocka_unit_test(test_tp4_replicated_kv),
     };
     size_t n = 0;
     for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++)

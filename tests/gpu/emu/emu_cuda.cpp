@@ -479,6 +479,9 @@ extern "C" {
 
 cudaError_t cudaStreamBeginCapture(cudaStream_t, cudaStreamCaptureMode) {
     if (capturing) return cudaErrorIllegalState;
+    /* fault injection for the tests: captures on this device fail */
+    const char *fail = getenv("TACHYON_EMU_FAIL_CAPTURE_DEVICE");
+    if (fail && atoi(fail) == current_device) return cudaErrorStreamCaptureUnsupported;
     capturing = new EmuGraph;
     return cudaSuccess;
 }

@@ -73,7 +73,9 @@ void emu_run_grid(dim3 grid, dim3 block, size_t smem, const std::function<void()
  * the calling thread captures (cudaStreamBeginCapture .. EndCapture), its stream work is
  * recorded instead of run: kernel launches with their arguments taken by value at the launch,
  * as a kernel node keeps them; asynchronous copies and sets with their pointers, which a replay
- * reads then; the emulated GEMMs. cudaGraphLaunch runs the record in order. Calls a capture
+ * reads then; the emulated GEMMs. cudaGraphLaunch runs the record in order. While
+ * TACHYON_EMU_FAIL_CAPTURE_DEVICE names the current device, captures there fail (fault injection
+ * for the tests). Calls a capture
  * forbids in cudaStreamCaptureModeThreadLocal (cudaMalloc, cudaFree, cudaMemcpy, cudaMemset,
  * synchronizations) fail with cudaErrorStreamCaptureUnsupported, as on a device. */
 bool emu_capturing(void);

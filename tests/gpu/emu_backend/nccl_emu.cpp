@@ -14,7 +14,9 @@
  *
  * The all-reduce sums in rank order (NCCL's ring or tree has its own order, fixed for a group);
  * every rank receives the same bits. Types and operations other than those comm_gpu.cu uses
- * are refused with ncclInvalidArgument. */
+ * are refused with ncclInvalidArgument. Two misuses a real NCCL answers with a hang or worse stop
+ * the process with a message: a rank left waiting 120 s in a collective the others never reach,
+ * and a collective run from a CUDA graph on some ranks and eagerly on others. */
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -41,6 +43,7 @@ struct Group {
     unsigned long generation = 0;
     const void *send[64] = {};
     void *recv[64] = {};
+    bool from_graph[64] = {};
 
     /* Returns when all size ranks have called it (once per rank per meeting). A rank left
      * waiting MEET_LIMIT_S is where a real NCCL would hang for ever (a rank that never reaches
@@ -89,22 +92,35 @@ struct ncclComm {
 namespace {
 
 /* Publishes this rank's buffers, runs part() once every rank has, and returns once every rank
- * has run its part (no buffer is reused while another rank still reads it). */
-template <typename Part> void collective(ncclComm_t c, const void *send, void *recv, Part part) {
+ * has run its part (no buffer is reused while another rank still reads it). A collective run
+ * from a CUDA graph on some ranks and eagerly on others stops the process: NCCL requires graph
+ * capture to be the same on every rank of an operation ("Using NCCL with CUDA Graphs"). */
+template <typename Part>
+void collective(ncclComm_t c, const void *send, void *recv, bool from_graph, Part part) {
     Group &g = *c->group;
     g.send[c->rank] = send;
     g.recv[c->rank] = recv;
+    g.from_graph[c->rank] = from_graph;
     g.meet(c->rank);
+    for (int r = 0; r < g.size; r++)
+        if (g.from_graph[r] != from_graph) {
+            fprintf(stderr,
+                    "emulated NCCL: a collective run from a CUDA graph on rank %d and eagerly on "
+                    "rank %d (NCCL requires every rank alike)\n",
+                    from_graph ? c->rank : r, from_graph ? r : c->rank);
+            abort();
+        }
     part(g);
     g.meet(c->rank);
 }
 
-/* Runs op now, or records it while the calling thread captures a CUDA graph (emu_cuda.h). */
+/* Runs op(false) now, or records op(true) while the calling thread captures a CUDA graph
+ * (emu_cuda.h), to run when the graph is replayed. */
 template <typename Op> ncclResult_t enqueue(Op op) {
     if (emu_capturing())
-        emu_capture(op);
+        emu_capture([=]() { op(true); });
     else
-        op();
+        op(false);
     return ncclSuccess;
 }
 
@@ -150,8 +166,8 @@ ncclResult_t ncclCommDestroy(ncclComm_t c) {
 ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataType_t type,
                            ncclRedOp_t op, ncclComm_t c, cudaStream_t) {
     if (!c || type != ncclFloat32 || op != ncclSum) return ncclInvalidArgument;
-    return enqueue([=]() {
-        collective(c, send, recv, [&](Group &g) {
+    return enqueue([=](bool from_graph) {
+        collective(c, send, recv, from_graph, [&](Group &g) {
             /* this rank's range of the elements, summed over every rank in rank order and
              * written to every rank's recv: the ranges are disjoint, so in place is safe */
             size_t begin = count * (size_t)c->rank / (size_t)g.size;
@@ -171,8 +187,8 @@ ncclResult_t ncclAllGather(const void *send, void *recv, size_t count, ncclDataT
                            ncclComm_t c, cudaStream_t) {
     size_t bytes = count * type_bytes(type);
     if (!c || type_bytes(type) == 0) return ncclInvalidArgument;
-    return enqueue([=]() {
-        collective(c, send, recv, [&](Group &g) {
+    return enqueue([=](bool from_graph) {
+        collective(c, send, recv, from_graph, [&](Group &g) {
             for (int r = 0; r < g.size; r++)
                 memcpy((char *)recv + (size_t)r * bytes, g.send[r], bytes);
         });
@@ -184,8 +200,8 @@ ncclResult_t ncclBroadcast(const void *send, void *recv, size_t count, ncclDataT
     size_t bytes = count * type_bytes(type);
     if (!c || type_bytes(type) == 0 || root < 0 || root >= c->group->size)
         return ncclInvalidArgument;
-    return enqueue([=]() {
-        collective(c, send, recv, [&](Group &g) {
+    return enqueue([=](bool from_graph) {
+        collective(c, send, recv, from_graph, [&](Group &g) {
             if (recv != g.send[root]) memmove(recv, g.send[root], bytes);
         });
     });
