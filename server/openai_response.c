@@ -163,6 +163,16 @@ static void completion_logprobs(const oai_req_t *r, choice_t *ch, const engine_e
     }
 }
 
+/* Whether choice ch's text starts here with prompt p, echoed (once per choice): the choice is
+ * marked echoed and its completion's text_offset count on from the prompt's end (the prompt's own
+ * tokens get no logprobs: prompt logprobs are not computed). */
+static bool take_echo(const oai_req_t *r, choice_t *ch, int p) {
+    if (!r->echo || ch->echoed || !r->prompt_text[p]) return false;
+    ch->echoed = true;
+    ch->text_off += code_points(r->prompt_text[p], r->prompt_text_len[p]);
+    return true;
+}
+
 static const char *finish_name(engine_finish_reason_t reason) {
     return engine_finish_reason_name(reason);
 }
@@ -345,15 +355,11 @@ static void stream_delta(oai_req_t *r, int p, const fe_delta_t *d, jbuf_t *out) 
             jb_lit(out, "null");
         }
     } else {
-        bool echo = r->echo && !ch->echoed && r->prompt_text[p];
+        bool echo = take_echo(r, ch, p);
         if (!fin && !ev->text_len && !lp && !echo) return;
         begin_chunk(r, out, index);
         jb_lit(out, "\"text\":\"");
-        if (echo) {
-            ch->echoed = true;
-            ch->text_off += code_points(r->prompt_text[p], r->prompt_text_len[p]);
-            jb_esc(out, r->prompt_text[p], r->prompt_text_len[p]);
-        }
+        if (echo) jb_esc(out, r->prompt_text[p], r->prompt_text_len[p]);
         jb_esc(out, ev->text, ev->text_len);
         jb_lit(out, "\",\"logprobs\":");
         if (lp) {
@@ -417,13 +423,7 @@ static void collect_delta(oai_req_t *r, int p, const fe_delta_t *d) {
     choice_t *ch = &r->choices[index];
     ch->tokens += ev->n_tokens;
     if (ev->type == ENGINE_EV_FINISH) take_finish(ch, ev);
-    if (r->echo && !ch->echoed && r->prompt_text[p]) {
-        ch->echoed = true;
-        /* the completion's text_offset count from the start of the text, the echoed prompt
-         * first (the prompt's own tokens get no logprobs: prompt logprobs are not computed) */
-        ch->text_off += code_points(r->prompt_text[p], r->prompt_text_len[p]);
-        jb_raw(&ch->text, r->prompt_text[p], r->prompt_text_len[p]);
-    }
+    if (take_echo(r, ch, p)) jb_raw(&ch->text, r->prompt_text[p], r->prompt_text_len[p]);
     jb_raw(&ch->text, ev->text, ev->text_len);
     /* the whole text is split at the end; the reply's split only counts reasoning tokens */
     ch->reasoning_tokens = d->reasoning_tokens;

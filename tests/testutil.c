@@ -160,6 +160,15 @@ float tu_randf(void) {
     return (float)(tu_rand32() >> 8) / 8388608.0f - 1.0f;
 }
 
+float tu_unassociative(int rank, int i, int round) {
+    uint32_t x = (uint32_t)(rank * 7919 + i * 104729 + round * 31337 + 12345);
+    x ^= x << 13;
+    x ^= x >> 17;
+    x ^= x << 5;
+    float mag = (float)(1u << (x % 24));
+    return ((x >> 8) & 1 ? -1.0f : 1.0f) * mag * (1.0f + (float)(x % 1000) / 997.0f);
+}
+
 void tu_rand_seed(uint64_t seed) {
     rng_state = seed;
 }

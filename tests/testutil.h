@@ -51,4 +51,9 @@ float tu_randf(void);
 /* Restarts the stream from seed (nonzero). */
 void tu_rand_seed(uint64_t seed);
 
+/* Element i of rank `rank`'s buffer in collective `round`, a pure function of the three: values
+ * of very different magnitudes and signs, so that f32 sums over the ranks in another order give
+ * other bits (the communicators' tests check the order). */
+float tu_unassociative(int rank, int i, int round);
+
 #endif

@@ -28,6 +28,7 @@
 
 #include "comm_gpu.h"
 #include "cuda_backend.h"
+#include "testutil.h"
 
 #define N_VALUES 1003 /* not a multiple of any rank count: uneven ranges */
 #define MAX_R    4
@@ -47,16 +48,6 @@ typedef struct rank_job {
     char text[16];
 } rank_job_t;
 
-/* Values of very different magnitudes and signs: float addition is far from associative here. */
-static float value(int rank, int i, int round) {
-    uint32_t x = (uint32_t)(rank * 7919 + i * 104729 + round * 31337 + 12345);
-    x ^= x << 13;
-    x ^= x >> 17;
-    x ^= x << 5;
-    float mag = (float)(1u << (x % 24));
-    return ((x >> 8) & 1 ? -1.0f : 1.0f) * mag * (1.0f + (float)(x % 1000) / 997.0f);
-}
-
 #define TRY(call)                                                                                  \
     do {                                                                                           \
         cudaError_t e_ = (call);                                                                   \
@@ -74,10 +65,10 @@ static float value(int rank, int i, int round) {
         }                                                                                          \
     } while (0)
 
-/* This rank's values of `round` into buf on the stream, then the all-reduce's result back. */
+/* This rank's values of `round` (host: scratch) into buf, queued on the stream. */
 static void fill(rank_job_t *j, float *buf, cudaStream_t st, int round, float *host) {
     for (int i = 0; i < N_VALUES; i++)
-        host[i] = value(j->c->rank, i, round);
+        host[i] = tu_unassociative(j->c->rank, i, round);
     TRY(cudaMemcpyAsync(buf, host, sizeof(float) * N_VALUES, cudaMemcpyHostToDevice, st));
 }
 
@@ -164,10 +155,11 @@ static void run_group(comm_gpu_group_t *g, int size, const int *devices, bool gr
         if (j->error) fail_msg("%s: rank %d: %s", what, r, j->error);
         for (int round = 0; round <= (graph ? REPLAYS : 0); round++)
             for (int i = 0; i < N_VALUES; i++) {
-                float want = value(0, i, round), mag = fabsf(value(0, i, round));
+                float want = tu_unassociative(0, i, round),
+                      mag = fabsf(tu_unassociative(0, i, round));
                 for (int q = 1; q < size; q++) {
-                    want += value(q, i, round);
-                    mag += fabsf(value(q, i, round));
+                    want += tu_unassociative(q, i, round);
+                    mag += fabsf(tu_unassociative(q, i, round));
                 }
                 float got = j->reduced[round][i];
                 if (exact) {

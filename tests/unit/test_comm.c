@@ -18,6 +18,7 @@
 #include <cmocka.h>
 
 #include "comm.h"
+#include "testutil.h"
 
 #define N_VALUES 1003 /* not a multiple of any rank count: uneven ranges */
 #define MAX_R    8
@@ -34,16 +35,6 @@ typedef struct rank_run {
     char agree_msg[3][sizeof(err_t)];
 } rank_run_t;
 
-/* Values of very different magnitudes and signs: float addition is far from associative here. */
-static float value(int rank, int i) {
-    uint32_t x = (uint32_t)(rank * 7919 + i * 104729 + 12345);
-    x ^= x << 13;
-    x ^= x >> 17;
-    x ^= x << 5;
-    float mag = (float)(1u << (x % 24));
-    return ((x >> 8) & 1 ? -1.0f : 1.0f) * mag * (1.0f + (float)(x % 1000) / 997.0f);
-}
-
 /* A few microseconds of delay that differ by rank and run, so arrival order changes. */
 static void jitter(int rank, int run) {
     int n = (rank * 31 + run * 17) % 5;
@@ -56,7 +47,7 @@ static void *rank_main(void *arg) {
     rank_run_t *r = arg;
     int me = r->c->rank;
     for (int i = 0; i < N_VALUES; i++)
-        r->buf[i] = value(me, i);
+        r->buf[i] = tu_unassociative(me, i, 0);
     jitter(me, r->run);
     r->rc_reduce = comm_all_reduce_sum(r->c, r->buf, N_VALUES, NULL);
     int32_t mine[3] = {me, me * 10, -me};
@@ -106,11 +97,11 @@ static void test_collectives(void **state) {
         float want[N_VALUES];
         int order_matters = 0;
         for (int i = 0; i < N_VALUES; i++) {
-            float sum = value(0, i), rev = value(size - 1, i);
+            float sum = tu_unassociative(0, i, 0), rev = tu_unassociative(size - 1, i, 0);
             for (int r = 1; r < size; r++)
-                sum += value(r, i);
+                sum += tu_unassociative(r, i, 0);
             for (int r = size - 2; r >= 0; r--)
-                rev += value(r, i);
+                rev += tu_unassociative(r, i, 0);
             want[i] = sum;
             order_matters += memcmp(&sum, &rev, sizeof sum) != 0;
         }
